@@ -1,0 +1,509 @@
+"""The binary log format: file header, frames, row records.  See docs/binlog-format.md.
+
+This module is the only code that knows the byte layout.  It encodes batches of rows into
+frames and decodes runs of frames back into per-column Arrow arrays, both with whole-batch
+numpy operations: a frame is a block of fixed-width row records that numpy views as a
+structured array, so "transposing" rows to columns is one strided copy per column.
+
+Layout (all integers little-endian)::
+
+    file    := header frame*
+    header  := magic "DISBLOG\\0" | u16 version | u16 reserved | u32 schema_len
+               | 16-byte fingerprint | schema JSON (schema_len bytes) | u32 crc32c(header so far)
+    frame   := u32 payload_len | u32 row_count | u32 crc32c(payload) | u32 crc32c(first 12 bytes)
+               | payload
+    payload := row_record{row_count} | heap
+    row_record := u8 flag | null bitmap (ceil(ncols/8) bytes, bit i = column i is null)
+               | one fixed-width field per column, in schema order; a string column stores the
+                 u32 byte length of its UTF-8 value
+    heap    := the UTF-8 bytes of every string value, row by row, columns in schema order
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Mapping, Sequence
+
+import crc32c as _crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from disd.schema import ColumnType, TableSchema
+
+MAGIC = b"DISBLOG\x00"
+VERSION = 1
+_HEADER_FIXED = struct.Struct("<8sHHI16s")  # magic, version, reserved, schema_len, fingerprint
+FRAME_HEADER = struct.Struct("<IIII")  # payload_len, row_count, payload_crc, header_crc
+FRAME_HEADER_SIZE = FRAME_HEADER.size
+MAX_FRAME_PAYLOAD = 32 << 20  # a frame larger than this is corrupt by definition
+MAX_SCHEMA_JSON = 1 << 20
+
+
+def crc32c(data: Any) -> int:
+    return _crc32c.crc32c(data)
+
+
+class RowFlag(IntEnum):
+    """Per-row transaction flag, as in the seeds' Row.Flags."""
+
+    NONE = 0
+    START_TRANSACTION = 1
+    END_TRANSACTION = 2
+    SINGLE_ROW = 3
+
+
+class BinlogError(Exception):
+    """Base of every error reading a binary log."""
+
+
+class CorruptLogError(BinlogError):
+    """Bytes that are complete but wrong: a checksum mismatch or an impossible field."""
+
+    def __init__(self, offset: int, problem: str, path: str | None = None) -> None:
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}corrupt binary log at byte {offset}: {problem}")
+        self.offset = offset
+        self.problem = problem
+        self.path = path
+
+
+class SchemaMismatchError(BinlogError):
+    """The log was written for a different column layout than the one expected."""
+
+
+# --------------------------------------------------------------------------------------------
+# Header
+
+
+@dataclass(frozen=True)
+class LogHeader:
+    version: int
+    fingerprint: str
+    schema: TableSchema
+    size: int  # bytes; the first frame starts here
+
+
+def encode_header(schema: TableSchema) -> bytes:
+    body = schema.to_json().encode()
+    head = _HEADER_FIXED.pack(MAGIC, VERSION, 0, len(body), bytes.fromhex(schema.fingerprint))
+    data = head + body
+    return data + struct.pack("<I", crc32c(data))
+
+
+def decode_header(buf: bytes | memoryview, path: str | None = None) -> LogHeader | None:
+    """Parse the header at the start of ``buf``; None if ``buf`` is too short to hold it."""
+    if len(buf) < _HEADER_FIXED.size:
+        if bytes(buf[: len(MAGIC)]) != MAGIC[: len(buf[: len(MAGIC)])]:
+            raise CorruptLogError(0, "not a binary log (bad magic)", path)
+        return None
+    magic, version, _reserved, schema_len, fp = _HEADER_FIXED.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise CorruptLogError(0, "not a binary log (bad magic)", path)
+    if version != VERSION:
+        raise CorruptLogError(0, f"unsupported format version {version}", path)
+    if schema_len > MAX_SCHEMA_JSON:
+        raise CorruptLogError(0, f"schema length {schema_len} is absurd", path)
+    end = _HEADER_FIXED.size + schema_len
+    if len(buf) < end + 4:
+        return None
+    (stored,) = struct.unpack_from("<I", buf, end)
+    if crc32c(buf[:end]) != stored:
+        raise CorruptLogError(0, "header checksum mismatch", path)
+    try:
+        schema = TableSchema.from_json(bytes(buf[_HEADER_FIXED.size : end]).decode(), "<log header>")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptLogError(0, f"header schema unreadable: {e}", path) from None
+    if schema.fingerprint != fp.hex():
+        raise CorruptLogError(0, "header fingerprint does not match its schema", path)
+    return LogHeader(VERSION, fp.hex(), schema, end + 4)
+
+
+# --------------------------------------------------------------------------------------------
+# Row records
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """The numpy structured dtype of one row record for a schema."""
+
+    schema: TableSchema
+    dtype: np.dtype
+    null_bytes: int
+    string_columns: tuple[int, ...]
+
+    @classmethod
+    def for_schema(cls, schema: TableSchema) -> "RowLayout":
+        null_bytes = (len(schema.columns) + 7) // 8
+        fields: list[tuple[str, Any, Any]] = [("_flag", np.uint8), ("_nulls", np.uint8, (null_bytes,))]
+        for i, c in enumerate(schema.columns):
+            fields.append((f"c{i}", c.type.numpy_dtype))
+        strings = tuple(i for i, c in enumerate(schema.columns) if c.type is ColumnType.STRING)
+        return cls(schema, np.dtype(fields), null_bytes, strings)
+
+    @property
+    def row_size(self) -> int:
+        return self.dtype.itemsize
+
+
+_LAYOUTS: dict[str, RowLayout] = {}
+
+
+def layout_for(schema: TableSchema) -> RowLayout:
+    key = schema.to_json()
+    lay = _LAYOUTS.get(key)
+    if lay is None:
+        lay = _LAYOUTS[key] = RowLayout.for_schema(schema)
+    return lay
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _as_arrow_column(values: Any, ctype: ColumnType, n: int | None) -> pa.Array:
+    """Normalise user input for one column to an Arrow array of the column's Arrow type."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    target = ctype.arrow_type
+    if isinstance(values, pa.Array):
+        arr = values
+    elif ctype is ColumnType.CHAR:
+        arr = pa.array([None if v is None else (ord(v) if isinstance(v, str) else int(v)) for v in values], pa.uint16()) if not isinstance(values, np.ndarray) else pa.array(values.astype(np.uint16))
+    elif ctype is ColumnType.TIMESTAMP and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        arr = pa.array(values.astype(np.int64)).view(pa.int64())
+    elif ctype is ColumnType.TIMESTAMP and not isinstance(values, np.ndarray):
+        arr = pa.array([_ts_to_ns(v) for v in values], pa.int64())
+    else:
+        arr = pa.array(values)
+    if ctype is ColumnType.TIMESTAMP:
+        if pa.types.is_integer(arr.type):
+            arr = arr.cast(pa.int64()).view(pa.timestamp("ns", tz="UTC"))
+        elif pa.types.is_timestamp(arr.type):
+            if arr.type.tz is None:
+                arr = arr.cast(pa.timestamp(arr.type.unit, tz="UTC"))
+            arr = arr.cast(target)
+    elif ctype is ColumnType.STRING:
+        if not pa.types.is_string(arr.type):
+            arr = arr.cast(pa.string())
+    elif arr.type != target:
+        arr = arr.cast(target)
+    if n is not None and len(arr) != n:
+        raise ValueError(f"column has {len(arr)} values, expected {n}")
+    return arr
+
+
+def _ts_to_ns(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, np.datetime64):
+        return int(v.astype("datetime64[ns]").astype(np.int64))
+    if hasattr(v, "value") and hasattr(v, "tz_localize"):  # pandas.Timestamp
+        return int(v.value)
+    import datetime as _dt
+
+    if isinstance(v, _dt.datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=_dt.timezone.utc)
+        delta = v - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    raise TypeError(f"cannot use {type(v).__name__} as a timestamp")
+
+
+def normalize_columns(schema: TableSchema, data: Any) -> list[pa.Array]:
+    """Turn a pyarrow Table/RecordBatch or a mapping of column name to values into one Arrow
+    array per schema column (missing columns are all null)."""
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        names = set(data.schema.names)
+        get = lambda name: data.column(name)  # noqa: E731
+        n = data.num_rows
+    elif isinstance(data, Mapping):
+        names = set(data)
+        get = data.__getitem__
+        n = None
+        for name in data:
+            n = len(data[name])
+            break
+    else:
+        raise TypeError("rows must be a pyarrow.Table, RecordBatch or a dict of columns")
+    unknown = names - set(schema.column_names)
+    if unknown:
+        raise ValueError(f"{schema.key} has no column {sorted(unknown)[0]!r}")
+    if n is None:
+        raise ValueError("no columns given")
+    out = []
+    for c in schema.columns:
+        if c.name in names:
+            arr = _as_arrow_column(get(c.name), c.type, n)
+        else:
+            arr = pa.nulls(n, c.type.arrow_type)
+        out.append(arr)
+    return out
+
+
+def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(lengths as uint32, the UTF-8 bytes in row order) of a string array; nulls are empty."""
+    bufs = arr.buffers()
+    n = len(arr)
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset :]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    lens = np.diff(offs).astype(np.uint32)
+    if arr.null_count:
+        lens[~np.asarray(arr.is_valid())] = 0
+        # null slots may still cover bytes; take only the bytes of valid values
+        keep = np.repeat(lens > 0, np.diff(offs)) if len(offs) > 1 else np.zeros(0, bool)
+        body = data[offs[0] : offs[-1]][keep] if len(keep) else data[:0]
+    else:
+        body = data[offs[0] : offs[-1]]
+    return lens, body
+
+
+def encode_rows(schema: TableSchema, columns: Sequence[pa.Array], flags: np.ndarray) -> tuple[bytes, int]:
+    """Encode rows as one frame payload; returns (payload, row_count)."""
+    lay = layout_for(schema)
+    n = len(flags)
+    rec = np.zeros(n, dtype=lay.dtype)
+    rec["_flag"] = flags
+    nulls = np.zeros((n, len(schema.columns)), dtype=bool)
+    heaps: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for i, (c, arr) in enumerate(zip(schema.columns, columns)):
+        if len(arr) != n:
+            raise ValueError(f"column {c.name} has {len(arr)} values for {n} flags")
+        if arr.null_count:
+            nulls[:, i] = ~np.asarray(arr.is_valid())
+        if c.type is ColumnType.STRING:
+            lens, body = _string_parts(arr)
+            rec[f"c{i}"] = lens
+            heaps.append((i, lens, body))
+            continue
+        if arr.null_count:
+            arr = pc.fill_null(arr, False if c.type is ColumnType.BOOL else 0)
+        if c.type is ColumnType.TIMESTAMP:
+            vals = arr.view(pa.int64()).to_numpy(zero_copy_only=False)
+        elif c.type is ColumnType.BOOL:
+            vals = arr.to_numpy(zero_copy_only=False).astype(np.int8)
+        else:
+            vals = arr.to_numpy(zero_copy_only=False)
+        rec[f"c{i}"] = vals
+    if nulls.any():
+        rec["_nulls"] = np.packbits(nulls, axis=1, bitorder="little")
+    if not heaps:
+        heap = b""
+    elif len(heaps) == 1:
+        heap = heaps[0][2].tobytes()
+    else:
+        lens = np.stack([h[1] for h in heaps], axis=1).astype(np.int64)  # n x s, row-major order
+        starts = np.zeros(lens.size, np.int64)
+        np.cumsum(lens.ravel()[:-1], out=starts[1:])
+        starts = starts.reshape(lens.shape)
+        out = np.empty(int(lens.sum()), np.uint8)
+        for j, (_, l, body) in enumerate(heaps):
+            total = len(body)
+            if not total:
+                continue
+            src_starts = np.zeros(n, np.int64)
+            np.cumsum(l[:-1], out=src_starts[1:])
+            idx = np.repeat(starts[:, j] - src_starts, l) + np.arange(total)
+            out[idx] = body
+        heap = out.tobytes()
+    return rec.tobytes() + heap, n
+
+
+def encode_frame(payload: bytes, row_count: int) -> bytes:
+    if len(payload) > MAX_FRAME_PAYLOAD:
+        raise ValueError(f"frame payload of {len(payload)} bytes exceeds {MAX_FRAME_PAYLOAD}")
+    head = struct.pack("<III", len(payload), row_count, crc32c(payload))
+    return head + struct.pack("<I", crc32c(head)) + payload
+
+
+# --------------------------------------------------------------------------------------------
+# Scanning and decoding
+
+
+@dataclass
+class FrameRun:
+    """Complete, checksum-verified frames found in a buffer.
+
+    ``starts``/``ends`` are absolute byte offsets of each frame, ``row_counts`` its rows.
+    ``end_offset`` is the offset just past the last complete frame; ``torn`` tells whether
+    bytes after it form the beginning of an incomplete frame (a torn or still-growing tail).
+    """
+
+    base: int
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    row_counts: list[int] = field(default_factory=list)
+    end_offset: int = 0
+    torn: bool = False
+
+    @property
+    def rows(self) -> int:
+        return sum(self.row_counts)
+
+
+def scan_frames(
+    buf: bytes | bytearray | memoryview,
+    base: int,
+    schema: TableSchema,
+    start: int = 0,
+    path: str | None = None,
+    max_frames: int | None = None,
+) -> FrameRun:
+    """Find and verify the complete frames in ``buf[start:]``; ``base`` is the absolute file
+    offset of ``buf[0]``.  Stops at the first incomplete frame (torn tail).  Raises
+    CorruptLogError at the first complete frame that fails its checks."""
+    lay = layout_for(schema)
+    mv = memoryview(buf)
+    n = len(mv)
+    p = start
+    run = FrameRun(base=base)
+    unpack = FRAME_HEADER.unpack_from
+    while max_frames is None or len(run.starts) < max_frames:
+        if n - p < FRAME_HEADER_SIZE:
+            run.torn = n > p
+            break
+        plen, rows, pcrc, hcrc = unpack(mv, p)
+        if crc32c(mv[p : p + 12]) != hcrc:
+            if not any(mv[p:]):  # a zero-filled tail: space allocated, data never written
+                run.torn = True
+                break
+            raise CorruptLogError(base + p, "frame header checksum mismatch", path)
+        if plen > MAX_FRAME_PAYLOAD:
+            raise CorruptLogError(base + p, f"frame length {plen} exceeds the maximum", path)
+        if rows * lay.row_size > plen:
+            raise CorruptLogError(base + p, f"{rows} rows do not fit in {plen} bytes", path)
+        end = p + FRAME_HEADER_SIZE + plen
+        if end > n:
+            run.torn = True
+            break
+        if crc32c(mv[p + FRAME_HEADER_SIZE : end]) != pcrc:
+            raise CorruptLogError(base + p, "frame payload checksum mismatch", path)
+        run.starts.append(base + p)
+        run.ends.append(base + end)
+        run.row_counts.append(rows)
+        p = end
+    run.end_offset = base + p
+    return run
+
+
+@dataclass
+class DecodedRows:
+    """Rows decoded from a run of frames: one Arrow array per schema column and the flags."""
+
+    schema: TableSchema
+    columns: list[pa.Array]
+    flags: np.ndarray  # uint8
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.flags)
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_arrays(self.columns, schema=self.schema.arrow_schema())
+
+
+def decode_frames(
+    buf: bytes | bytearray | memoryview, base: int, run: FrameRun, schema: TableSchema
+) -> DecodedRows:
+    """Decode the frames of ``run`` (found in ``buf`` by scan_frames) in one vectorized pass.
+
+    Row records of all frames are concatenated into one structured array and the heaps into
+    one byte array; since each heap holds its frame's strings in row order, the joined heap is
+    the heap of the joined rows.
+    """
+    lay = layout_for(schema)
+    mv = memoryview(buf)
+    rs = lay.row_size
+    rec_parts = []
+    heap_parts = []
+    for s, e, r in zip(run.starts, run.ends, run.row_counts):
+        ps = s - base + FRAME_HEADER_SIZE
+        rec_parts.append(mv[ps : ps + r * rs])
+        heap_parts.append(mv[ps + r * rs : e - base])
+    rec_bytes = rec_parts[0] if len(rec_parts) == 1 else b"".join(rec_parts)
+    heap_bytes = heap_parts[0] if len(heap_parts) == 1 else b"".join(heap_parts)
+    n = run.rows
+    rec = np.frombuffer(rec_bytes, dtype=lay.dtype, count=n)
+    heap = np.frombuffer(heap_bytes, dtype=np.uint8)
+    return _decode_records(schema, lay, rec, heap, run.starts[0] if run.starts else base)
+
+
+def _decode_records(
+    schema: TableSchema, lay: RowLayout, rec: np.ndarray, heap: np.ndarray, offset: int
+) -> DecodedRows:
+    n = len(rec)
+    flags = rec["_flag"].copy()
+    if n and int(flags.max()) > RowFlag.SINGLE_ROW:
+        raise CorruptLogError(offset, f"row flag {int(flags.max())} is not a known flag")
+    null_bytes = rec["_nulls"]
+    any_nulls = bool(null_bytes.any()) if n else False
+    nulls = (
+        np.unpackbits(null_bytes, axis=1, count=len(schema.columns), bitorder="little").view(bool)
+        if any_nulls
+        else None
+    )
+    columns: list[pa.Array] = []
+    str_lens = None
+    if len(lay.string_columns) > 1:
+        str_lens = np.stack([rec[f"c{i}"] for i in lay.string_columns], axis=1).astype(np.int64)
+        flat_starts = np.zeros(str_lens.size, np.int64)
+        np.cumsum(str_lens.ravel()[:-1], out=flat_starts[1:])
+        str_starts = flat_starts.reshape(str_lens.shape)
+        if n and str_lens.sum() != len(heap):
+            raise CorruptLogError(offset, "string lengths do not match the heap size")
+    for i, c in enumerate(schema.columns):
+        col_nulls = nulls[:, i] if nulls is not None else None
+        validity = None
+        if col_nulls is not None and col_nulls.any():
+            validity = pa.py_buffer(np.packbits(~col_nulls, bitorder="little"))
+        null_count = int(col_nulls.sum()) if validity is not None else 0
+        if c.type is ColumnType.STRING:
+            lens = rec[f"c{i}"].astype(np.int64)
+            if validity is not None and lens[col_nulls].any():
+                raise CorruptLogError(offset, f"null {c.name} value with a non-zero length")
+            offs = np.zeros(n + 1, np.int64)
+            np.cumsum(lens, out=offs[1:])
+            if str_lens is None:
+                if offs[-1] != len(heap):
+                    raise CorruptLogError(offset, "string lengths do not match the heap size")
+                data = heap
+            else:
+                j = lay.string_columns.index(i)
+                total = int(offs[-1])
+                idx = np.repeat(str_starts[:, j] - offs[:-1], lens) + np.arange(total)
+                data = heap[idx]
+            if offs[-1] >= 2**31:
+                raise CorruptLogError(offset, "string data of one batch exceeds 2 GiB")
+            arr = pa.StringArray.from_buffers(
+                n, pa.py_buffer(offs.astype(np.int32)), pa.py_buffer(data), validity, null_count
+            )
+            try:
+                arr.validate(full=True)
+            except pa.ArrowInvalid as e:
+                raise CorruptLogError(offset, f"column {c.name}: {e}") from None
+        else:
+            vals = rec[f"c{i}"]
+            if c.type is ColumnType.BOOL:
+                data = pa.py_buffer(np.packbits(vals != 0, bitorder="little"))
+            else:
+                data = pa.py_buffer(np.ascontiguousarray(vals))
+            arr = pa.Array.from_buffers(c.type.arrow_type, n, [validity, data], null_count)
+        columns.append(arr)
+    return DecodedRows(schema, columns, flags)
+
+
+def decode_payload(payload: bytes, row_count: int, schema: TableSchema) -> DecodedRows:
+    """Decode a single frame payload (without its header)."""
+    lay = layout_for(schema)
+    rec = np.frombuffer(payload, dtype=lay.dtype, count=row_count)
+    heap = np.frombuffer(payload, dtype=np.uint8, offset=row_count * lay.row_size)
+    return _decode_records(schema, lay, rec, heap, 0)
+
+
+def header_json(header: LogHeader) -> str:
+    return json.dumps(header.schema.canonical())

@@ -1,0 +1,168 @@
+"""Reading and writing whole binary log files (the byte layout itself is in ``format``)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from disd.binlog.format import (
+    CorruptLogError,
+    LogHeader,
+    RowFlag,
+    SchemaMismatchError,
+    decode_frames,
+    decode_header,
+    encode_frame,
+    encode_header,
+    encode_rows,
+    layout_for,
+    scan_frames,
+)
+from disd.schema import TableSchema
+
+#: Rows per frame at most; bigger batches are split.  Small enough that a frame is a modest
+#: unit of work for the tailer and the DIS, big enough that per-frame costs vanish.
+MAX_ROWS_PER_FRAME = 65536
+
+
+@dataclass
+class LogContents:
+    """Every complete row of a log file."""
+
+    header: LogHeader
+    table: pa.Table
+    flags: np.ndarray
+    end_offset: int  # just past the last complete frame: a valid resume point
+    torn: bool  # bytes after end_offset form an incomplete frame
+    frame_ends: list[int]
+    frame_row_counts: list[int]
+
+    @property
+    def schema(self) -> TableSchema:
+        return self.header.schema
+
+
+def read_file(path: str | os.PathLike[str], schema: TableSchema | None = None) -> LogContents:
+    """Decode every complete row of a binary log.
+
+    With ``schema`` the log's fingerprint must match it (SchemaMismatchError otherwise).  A torn
+    tail is not an error: reading stops at the last complete frame and ``torn`` is set.  A
+    complete frame that fails its checksum raises CorruptLogError naming the byte offset.
+    """
+    path = str(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    header = decode_header(data, path)
+    if header is None:
+        raise CorruptLogError(len(data), "file shorter than its header", path)
+    if schema is not None and schema.fingerprint != header.fingerprint:
+        raise SchemaMismatchError(
+            f"{path}: written for schema {header.fingerprint} ({header.schema.key}: "
+            f"{', '.join(f'{c.name}:{c.type.value}' for c in header.schema.columns)}), "
+            f"expected {schema.fingerprint} ({schema.key})"
+        )
+    use = schema or header.schema
+    run = scan_frames(data, 0, use, start=header.size, path=path)
+    if run.starts:
+        rows = decode_frames(data, 0, run, use)
+        table, flags = rows.to_table(), rows.flags
+    else:
+        table = use.arrow_schema().empty_table()
+        flags = np.zeros(0, np.uint8)
+    return LogContents(header, table, flags, run.end_offset, run.torn, run.ends, run.row_counts)
+
+
+def split_points(flags: np.ndarray, max_rows: int = MAX_ROWS_PER_FRAME) -> list[int]:
+    """Frame boundaries for a batch of rows: before every StartTransaction and every
+    ``max_rows``.  Starting a frame at every StartTransaction means the last commit point
+    (EndTransaction or SingleRow) of a frame is always the frame's end, so the offset just past
+    the last committed row of a well-formed log is always a frame boundary."""
+    n = len(flags)
+    starts = set(np.flatnonzero(flags == RowFlag.START_TRANSACTION).tolist())
+    starts.update(range(0, n, max_rows))
+    starts.discard(0)
+    cuts = sorted(starts)
+    out, prev = [], 0
+    for c in cuts:  # re-apply the row cap after transaction cuts
+        while c - prev > max_rows:
+            prev += max_rows
+            out.append(prev)
+        out.append(c)
+        prev = c
+    return out
+
+
+class BinlogWriter:
+    """Appends frames to one log file.
+
+    Opening an existing file checks its header against the schema and cuts off a torn tail left
+    by a writer that died mid-frame, so new frames follow the last complete one.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], schema: TableSchema) -> None:
+        self.path = pathlib.Path(path)
+        self.schema = schema
+        self._layout = layout_for(schema)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._file = os.fdopen(fd, "r+b", buffering=0)
+        size = os.fstat(fd).st_size
+        if size == 0:
+            self._file.write(encode_header(schema))
+            self.offset = self._file.tell()
+        else:
+            data = self._file.read()
+            header = decode_header(data, str(self.path))
+            if header is None:  # a header torn by a crash: start the file afresh
+                self._file.seek(0)
+                self._file.truncate(0)
+                self._file.write(encode_header(schema))
+                self.offset = self._file.tell()
+            else:
+                if header.fingerprint != schema.fingerprint:
+                    self._file.close()
+                    raise SchemaMismatchError(f"{self.path}: existing log has another schema")
+                run = scan_frames(data, 0, schema, start=header.size, path=str(self.path))
+                self.offset = run.end_offset
+                if run.end_offset != size:
+                    self._file.truncate(run.end_offset)
+                self._file.seek(self.offset)
+        self.rows_written = 0
+
+    def write_rows(self, columns: Sequence[pa.Array], flags: np.ndarray) -> int:
+        """Encode and append rows; returns the file offset after them.  One ``write`` call per
+        batch, so a reader never sees a frame before its header is complete... except through a
+        torn write, which the frame checksums expose."""
+        flags = np.asarray(flags, dtype=np.uint8)
+        n = len(flags)
+        if n == 0:
+            return self.offset
+        cuts = [0, *split_points(flags), n]
+        parts = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            cols = [c.slice(a, b - a) for c in columns]
+            payload, rows = encode_rows(self.schema, cols, flags[a:b])
+            parts.append(encode_frame(payload, rows))
+        data = b"".join(parts)
+        self._file.write(data)
+        self.offset += len(data)
+        self.rows_written += n
+        return self.offset
+
+    def fsync(self) -> None:
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> "BinlogWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,309 @@
+"""Table schemas: the column types, their nulls, and the YAML files that declare them.
+
+A schema file lives at ``config/schemas/<Namespace>.<Table>.yaml``::
+
+    namespace: Market
+    table: Trade
+    partition_column: Date        # the column-partition column exposed to readers
+    columns:
+      - {name: Timestamp, type: timestamp}
+      - {name: Sym, type: string}
+
+Every type has a null.  In the binary log nulls are a per-row bitmap; in column files
+fixed-width types use a sentinel value (the Deephaven convention, see docs/storage-format.md)
+and strings a flag bit in their offsets file.  This module owns the facts about each type that
+both formats, the decoders and the readers share: width, numpy dtype, Arrow type, sentinel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+import yaml
+
+from disd.names import InvalidNameError, NameKind, validate_name
+
+
+class ColumnType(str, Enum):
+    BOOL = "bool"
+    BYTE = "byte"
+    SHORT = "short"
+    INT = "int"
+    LONG = "long"
+    FLOAT = "float"
+    DOUBLE = "double"
+    CHAR = "char"
+    STRING = "string"
+    TIMESTAMP = "timestamp"
+
+    @property
+    def is_fixed_width(self) -> bool:
+        return self is not ColumnType.STRING
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """Little-endian storage dtype (for STRING: the dtype of its length/offset entries)."""
+        return _NUMPY[self]
+
+    @property
+    def width(self) -> int:
+        return _NUMPY[self].itemsize
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return _ARROW[self]
+
+    @property
+    def null_sentinel(self) -> Any:
+        """The stored value that means null in column files (fixed-width types only)."""
+        return _SENTINEL[self]
+
+
+_NUMPY: dict[ColumnType, np.dtype] = {
+    ColumnType.BOOL: np.dtype("i1"),  # 0 false, 1 true, -1 null
+    ColumnType.BYTE: np.dtype("i1"),
+    ColumnType.SHORT: np.dtype("<i2"),
+    ColumnType.INT: np.dtype("<i4"),
+    ColumnType.LONG: np.dtype("<i8"),
+    ColumnType.FLOAT: np.dtype("<f4"),
+    ColumnType.DOUBLE: np.dtype("<f8"),
+    ColumnType.CHAR: np.dtype("<u2"),  # one UTF-16 code unit, as Java's char
+    ColumnType.STRING: np.dtype("<u4"),  # byte length of the UTF-8 value in the log
+    ColumnType.TIMESTAMP: np.dtype("<i8"),  # nanoseconds since the epoch, UTC
+}
+
+_ARROW: dict[ColumnType, pa.DataType] = {
+    ColumnType.BOOL: pa.bool_(),
+    ColumnType.BYTE: pa.int8(),
+    ColumnType.SHORT: pa.int16(),
+    ColumnType.INT: pa.int32(),
+    ColumnType.LONG: pa.int64(),
+    ColumnType.FLOAT: pa.float32(),
+    ColumnType.DOUBLE: pa.float64(),
+    ColumnType.CHAR: pa.uint16(),
+    ColumnType.STRING: pa.string(),
+    ColumnType.TIMESTAMP: pa.timestamp("ns", tz="UTC"),
+}
+
+# Deephaven's null sentinels: the minimum value of each signed integer type, -MAX for floats,
+# 0xFFFF for char, -1 for a boolean stored as a byte.
+_SENTINEL: dict[ColumnType, Any] = {
+    ColumnType.BOOL: np.int8(-1),
+    ColumnType.BYTE: np.int8(-(2**7)),
+    ColumnType.SHORT: np.int16(-(2**15)),
+    ColumnType.INT: np.int32(-(2**31)),
+    ColumnType.LONG: np.int64(-(2**63)),
+    ColumnType.FLOAT: np.float32(-np.finfo(np.float32).max),
+    ColumnType.DOUBLE: np.float64(-np.finfo(np.float64).max),
+    ColumnType.CHAR: np.uint16(0xFFFF),
+    ColumnType.STRING: None,
+    ColumnType.TIMESTAMP: np.int64(-(2**63)),
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: ColumnType
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    namespace: str
+    table: str
+    columns: tuple[Column, ...]
+    partition_column: str = "Date"
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        validate_name(NameKind.NAMESPACE, self.namespace)
+        validate_name(NameKind.TABLE, self.table)
+        validate_name(NameKind.COLUMN, self.partition_column)
+        if not self.columns:
+            raise ValueError("a table needs at least one column")
+        seen: set[str] = set()
+        for c in self.columns:
+            validate_name(NameKind.COLUMN, c.name)
+            if c.name in seen:
+                raise ValueError(f"duplicate column {c.name!r}")
+            seen.add(c.name)
+        if self.partition_column in seen:
+            raise ValueError(f"partition column {self.partition_column!r} is also a data column")
+
+    @property
+    def key(self) -> str:
+        """``<Namespace>.<Table>``, the name used in config files."""
+        return f"{self.namespace}.{self.table}"
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.key} has no column {name!r}")
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the table's data columns (no partition column)."""
+        return pa.schema([pa.field(c.name, c.type.arrow_type, nullable=True) for c in self.columns])
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "table": self.table,
+            "partition_column": self.partition_column,
+            "columns": [{"name": c.name, "type": c.type.value} for c in self.columns],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.canonical(), separators=(",", ":"), sort_keys=True)
+
+    @property
+    def fingerprint(self) -> str:
+        """Hex SHA-256 (first 16 bytes) of the ordered column names and types.
+
+        Namespace and table are not part of it: the fingerprint answers "can these bytes be
+        decoded as that table's rows", which depends only on the columns.
+        """
+        cols = [[c.name, c.type.value] for c in self.columns]
+        digest = hashlib.sha256(json.dumps(cols, separators=(",", ":")).encode()).digest()
+        return digest[:16].hex()
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> "TableSchema":
+        return _parse_schema(data, source)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "<json>") -> "TableSchema":
+        return _parse_schema(json.loads(text), source)
+
+
+class SchemaError(ValueError):
+    """A schema file that cannot be used; the message names the file, the key and the problem."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        super().__init__(f"{source}: {key}: {problem}")
+        self.source = source
+        self.key = key
+        self.problem = problem
+
+
+def _parse_schema(data: Any, source: str) -> TableSchema:
+    if not isinstance(data, dict):
+        raise SchemaError(source, "<top>", "must be a mapping with namespace, table and columns")
+    unknown = set(data) - {"namespace", "table", "partition_column", "columns"}
+    if unknown:
+        raise SchemaError(source, sorted(unknown)[0], "unknown key")
+
+    def name(key: str, kind: NameKind, default: str | None = None) -> str:
+        if key not in data:
+            if default is not None:
+                return default
+            raise SchemaError(source, key, "missing")
+        try:
+            return validate_name(kind, data[key])
+        except InvalidNameError as e:
+            raise SchemaError(source, key, e.reason) from None
+
+    namespace = name("namespace", NameKind.NAMESPACE)
+    table = name("table", NameKind.TABLE)
+    partition_column = name("partition_column", NameKind.COLUMN, "Date")
+    raw_cols = data.get("columns")
+    if raw_cols is None:
+        raise SchemaError(source, "columns", "missing")
+    if not isinstance(raw_cols, list) or not raw_cols:
+        raise SchemaError(source, "columns", "must be a non-empty list")
+    cols: list[Column] = []
+    seen: set[str] = set()
+    valid_types = ", ".join(t.value for t in ColumnType)
+    for i, rc in enumerate(raw_cols):
+        where = f"columns[{i}]"
+        if not isinstance(rc, dict):
+            raise SchemaError(source, where, "must be a mapping {name: ..., type: ...}")
+        extra = set(rc) - {"name", "type"}
+        if extra:
+            raise SchemaError(source, f"{where}.{sorted(extra)[0]}", "unknown key")
+        if "name" not in rc:
+            raise SchemaError(source, f"{where}.name", "missing")
+        try:
+            cname = validate_name(NameKind.COLUMN, rc["name"])
+        except InvalidNameError as e:
+            raise SchemaError(source, f"{where}.name", e.reason) from None
+        if cname in seen:
+            raise SchemaError(source, f"{where}.name", f"duplicate column {cname!r}")
+        if cname == partition_column:
+            raise SchemaError(source, f"{where}.name", f"{cname!r} is the partition column")
+        seen.add(cname)
+        if "type" not in rc:
+            raise SchemaError(source, f"{where}.type", "missing")
+        try:
+            ctype = ColumnType(rc["type"])
+        except ValueError:
+            raise SchemaError(
+                source, f"{where}.type", f"unknown type {rc['type']!r} (one of {valid_types})"
+            ) from None
+        cols.append(Column(cname, ctype))
+    return TableSchema(namespace, table, tuple(cols), partition_column, source=source)
+
+
+def load_schema(path: str | pathlib.Path) -> TableSchema:
+    """Load and validate one schema YAML file."""
+    path = pathlib.Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SchemaError(str(path), "<file>", f"cannot read: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SchemaError(str(path), "<yaml>", f"not valid YAML: {e}") from None
+    schema = _parse_schema(data, str(path))
+    expected = f"{schema.namespace}.{schema.table}.yaml"
+    if path.name not in (expected, f"{schema.namespace}.{schema.table}.yml"):
+        raise SchemaError(str(path), "<file name>", f"must be named {expected}")
+    return schema
+
+
+class SchemaRegistry:
+    """All known table schemas, keyed by ``(namespace, table)``."""
+
+    def __init__(self, schemas: Iterable[TableSchema] = ()) -> None:
+        self._by_key: dict[tuple[str, str], TableSchema] = {}
+        for s in schemas:
+            self.add(s)
+
+    def add(self, schema: TableSchema) -> None:
+        key = (schema.namespace, schema.table)
+        if key in self._by_key:
+            raise SchemaError(schema.source or "<schema>", "table", f"{schema.key} defined twice")
+        self._by_key[key] = schema
+
+    @classmethod
+    def load_dir(cls, directory: str | pathlib.Path) -> "SchemaRegistry":
+        directory = pathlib.Path(directory)
+        if not directory.is_dir():
+            raise SchemaError(str(directory), "<dir>", "schema directory does not exist")
+        files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+        return cls(load_schema(p) for p in files)
+
+    def get(self, namespace: str, table: str) -> TableSchema | None:
+        return self._by_key.get((namespace, table))
+
+    def __iter__(self):
+        return iter(sorted(self._by_key.values(), key=lambda s: s.key))
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+def coerce_schema(schema: "TableSchema | str | pathlib.Path") -> TableSchema:
+    return schema if isinstance(schema, TableSchema) else load_schema(schema)

@@ -1,0 +1,52 @@
+"""Build hooks that pyproject.toml cannot express.
+
+* The tailer's source lives in the top-level ``tailer/`` folder but installs as ``disd.tailer``.
+* The gRPC contract in ``proto/`` is compiled to Python by the build itself (``build_py``), so
+  the generated modules are never edited by hand nor committed.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+ROOT = pathlib.Path(__file__).parent.resolve()
+
+
+def generate_protos() -> None:
+    protos = sorted((ROOT / "proto").rglob("*.proto"))
+    if not protos:
+        return
+    from grpc_tools import protoc  # build requirement, see pyproject.toml
+
+    import grpc_tools
+
+    include = pathlib.Path(grpc_tools.__file__).parent / "_proto"
+    args = [
+        "grpc_tools.protoc",
+        f"-I{ROOT / 'proto'}",
+        f"-I{include}",
+        f"--python_out={ROOT / 'dis'}",
+        f"--pyi_out={ROOT / 'dis'}",
+        f"--grpc_python_out={ROOT / 'dis'}",
+        *[str(p) for p in protos],
+    ]
+    if protoc.main(args) != 0:
+        raise RuntimeError("protoc failed on " + ", ".join(map(str, protos)))
+
+
+class BuildPyWithProtos(build_py):
+    def run(self) -> None:
+        generate_protos()
+        super().run()
+
+
+packages = find_packages("dis", include=["disd", "disd.*"]) + ["disd.tailer"]
+
+setup(
+    packages=packages,
+    package_dir={"": "dis", "disd.tailer": "tailer"},
+    cmdclass={"build_py": BuildPyWithProtos},
+)
