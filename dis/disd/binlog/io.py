@@ -83,17 +83,16 @@ def split_points(flags: np.ndarray, max_rows: int = MAX_ROWS_PER_FRAME) -> list[
     (EndTransaction or SingleRow) of a frame is always the frame's end, so the offset just past
     the last committed row of a well-formed log is always a frame boundary."""
     n = len(flags)
-    starts = set(np.flatnonzero(flags == RowFlag.START_TRANSACTION).tolist())
-    starts.update(range(0, n, max_rows))
-    starts.discard(0)
-    cuts = sorted(starts)
-    out, prev = [], 0
-    for c in cuts:  # re-apply the row cap after transaction cuts
-        while c - prev > max_rows:
+    tx_starts = np.flatnonzero(flags == RowFlag.START_TRANSACTION).tolist()
+    out: list[int] = []
+    prev = 0
+    for cut in [*tx_starts, n]:
+        while cut - prev > max_rows:
             prev += max_rows
             out.append(prev)
-        out.append(c)
-        prev = c
+        if 0 < cut < n and cut != prev:
+            out.append(cut)
+        prev = cut
     return out
 
 

@@ -1,0 +1,46 @@
+"""Shared helpers for the benchmarks: reference data and the closing JSON line."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TRADE_SCHEMA = ROOT / "config" / "schemas" / "Market.Trade.yaml"
+SYMS = np.array(["AAPL", "MSFT", "GOOG", "IBM", "AMZN", "NVDA", "TSLA", "META"])
+
+
+def trade_table(n: int, seed: int = 1, start_ns: int = 1_763_800_000_000_000_000) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table(
+        {
+            "Timestamp": pa.array(start_ns + np.arange(n, dtype=np.int64) * 1000).cast(pa.timestamp("ns", tz="UTC")),
+            "Sym": pa.array(SYMS[rng.integers(0, len(SYMS), n)]),
+            "Price": pa.array(rng.random(n) * 100 + 50),
+            "Size": pa.array(rng.integers(1, 1000, n, dtype=np.int32)),
+        }
+    )
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 5) -> float:
+    """Best wall time of ``repeat`` runs: the least disturbed by other load on a shared machine."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def emit(name: str, value: float, unit: str, baseline: float, **extra: Any) -> None:
+    line = {"bench": name, "value": round(value, 3), "unit": unit, "baseline": round(baseline, 3),
+            "ratio": round(value / baseline, 4) if baseline else None}
+    line.update({k: (round(v, 4) if isinstance(v, float) else v) for k, v in extra.items()})
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()

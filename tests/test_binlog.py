@@ -1,0 +1,264 @@
+import datetime as dt
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from disd.binlog import (
+    BinlogWriter,
+    CorruptLogError,
+    InvalidLogFileName,
+    LogFileName,
+    RowFlag,
+    SchemaMismatchError,
+    normalize_columns,
+    read_file,
+    scan_frames,
+)
+from disd.binlog.format import FRAME_HEADER_SIZE, decode_header
+from disd.binlog.io import split_points
+from disd.schema import TableSchema
+
+
+def all_types_table(n: int) -> pa.Table:
+    rng = np.random.default_rng(7)
+    strs = np.array(["AAPL", "", "żółć", "日本語", "x" * 300, "MSFT"], dtype=object)
+    def nulls(k):
+        return rng.random(n) < 0.2
+    cols = {
+        "Bool": pa.array(rng.random(n) < 0.5, mask=nulls(0)),
+        "Byte": pa.array(rng.integers(-128, 128, n, dtype=np.int8), mask=nulls(1)),
+        "Short": pa.array(rng.integers(-(2**15), 2**15, n, dtype=np.int16), mask=nulls(2)),
+        "Int": pa.array(rng.integers(-(2**31), 2**31, n, dtype=np.int32), mask=nulls(3)),
+        "Long": pa.array(rng.integers(-(2**62), 2**62, n, dtype=np.int64), mask=nulls(4)),
+        "Float": pa.array(rng.random(n).astype(np.float32), mask=nulls(5)),
+        "Double": pa.array(rng.random(n), mask=nulls(6)),
+        "Char": pa.array(rng.integers(0, 0xFFFE, n, dtype=np.uint16), mask=nulls(7)),
+        "String": pa.array(strs[rng.integers(0, len(strs), n)].tolist(), pa.string(), mask=nulls(8)),
+        "Timestamp": pa.array(rng.integers(0, 2**62, n, dtype=np.int64), mask=nulls(9)).cast(pa.timestamp("ns", tz="UTC")),
+        "Other": pa.array(strs[rng.integers(0, len(strs), n)].tolist(), pa.string(), mask=nulls(10)),
+    }
+    return pa.table(cols)
+
+
+def write_log(path, schema, table, flags):
+    with BinlogWriter(path, schema) as w:
+        w.write_rows(normalize_columns(schema, table), np.asarray(flags, np.uint8))
+
+
+def test_round_trip_every_type_with_nulls_and_non_ascii(tmp_path, all_types_schema):
+    t = all_types_table(5000)
+    p = tmp_path / "a.bin"
+    write_log(p, all_types_schema, t, np.full(5000, RowFlag.SINGLE_ROW))
+    got = read_file(p, all_types_schema)
+    assert got.table.equals(t.select(all_types_schema.column_names).cast(all_types_schema.arrow_schema()))
+    assert got.table.column("String").null_count > 0
+    assert "żółć" in got.table.column("String").to_pylist()
+    assert (got.flags == RowFlag.SINGLE_ROW).all()
+    assert got.end_offset == os.path.getsize(p)
+    assert not got.torn
+
+
+def test_flags_and_transaction_frames(tmp_path, trade_schema):
+    flags = [3, 3, 1, 0, 0, 2, 3, 1, 0]
+    t = {"Sym": [f"S{i}" for i in range(len(flags))], "Size": list(range(len(flags)))}
+    p = tmp_path / "t.bin"
+    write_log(p, trade_schema, t, flags)
+    got = read_file(p)
+    assert got.flags.tolist() == flags
+    assert [RowFlag(f) for f in got.flags[:3]] == [RowFlag.SINGLE_ROW, RowFlag.SINGLE_ROW, RowFlag.START_TRANSACTION]
+    # a new frame starts at every StartTransaction
+    assert got.frame_row_counts == [2, 5, 2]
+    assert got.table.column("Size").to_pylist() == list(range(len(flags)))
+    assert got.table.column("Price").null_count == len(flags)  # missing column -> nulls
+
+
+def test_split_points_cap_rows():
+    flags = np.full(10, RowFlag.SINGLE_ROW, np.uint8)
+    flags[7] = RowFlag.START_TRANSACTION
+    assert split_points(flags, max_rows=3) == [3, 6, 7]
+
+
+def test_torn_tail_stops_at_last_complete_frame(tmp_path, trade_schema):
+    p = tmp_path / "torn.bin"
+    with BinlogWriter(p, trade_schema) as w:
+        off1 = w.write_rows(normalize_columns(trade_schema, {"Size": [1, 2]}), [3, 3])
+        w.write_rows(normalize_columns(trade_schema, {"Size": [3, 4]}), [3, 3])
+    full = p.read_bytes()
+    for cut in range(off1 + 1, len(full)):
+        p.write_bytes(full[:cut])
+        got = read_file(p)
+        assert got.torn
+        assert got.end_offset == off1
+        assert got.table.column("Size").to_pylist() == [1, 2]
+    # zero-filled tail (space allocated, never written) is a torn tail too
+    p.write_bytes(full[:off1] + bytes(100))
+    got = read_file(p)
+    assert got.torn and got.end_offset == off1
+
+
+def test_writer_reopen_truncates_torn_tail(tmp_path, trade_schema):
+    p = tmp_path / "re.bin"
+    with BinlogWriter(p, trade_schema) as w:
+        off1 = w.write_rows(normalize_columns(trade_schema, {"Size": [1]}), [3])
+        w.write_rows(normalize_columns(trade_schema, {"Size": [2]}), [3])
+    p.write_bytes(p.read_bytes()[:-3])
+    with BinlogWriter(p, trade_schema) as w:
+        assert w.offset == off1
+        w.write_rows(normalize_columns(trade_schema, {"Size": [5]}), [3])
+    got = read_file(p)
+    assert not got.torn
+    assert got.table.column("Size").to_pylist() == [1, 5]
+
+
+@pytest.mark.parametrize("where", ["header", "payload"])
+def test_corrupt_frame_is_an_error_with_offset(tmp_path, trade_schema, where):
+    p = tmp_path / "c.bin"
+    with BinlogWriter(p, trade_schema) as w:
+        off1 = w.write_rows(normalize_columns(trade_schema, {"Sym": ["A"], "Size": [1]}), [3])
+        w.write_rows(normalize_columns(trade_schema, {"Sym": ["B"], "Size": [2]}), [3])
+    data = bytearray(p.read_bytes())
+    data[off1 + (2 if where == "header" else FRAME_HEADER_SIZE + 3)] ^= 0x40
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptLogError) as ei:
+        read_file(p)
+    assert ei.value.offset == off1
+    assert str(off1) in str(ei.value)
+
+
+def test_bad_magic_and_header_checksum(tmp_path, trade_schema):
+    p = tmp_path / "h.bin"
+    write_log(p, trade_schema, {"Size": [1]}, [3])
+    data = bytearray(p.read_bytes())
+    bad = bytes(data)
+    p.write_bytes(b"NOTALOG!" + bad[8:])
+    with pytest.raises(CorruptLogError, match="bad magic"):
+        read_file(p)
+    data[40] ^= 1
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptLogError, match="header"):
+        read_file(p)
+
+
+def test_wrong_schema_is_refused(tmp_path, trade_schema):
+    p = tmp_path / "w.bin"
+    write_log(p, trade_schema, {"Size": [1]}, [3])
+    other = TableSchema.from_dict(
+        {"namespace": "Market", "table": "Trade", "columns": [{"name": "Size", "type": "long"}]}
+    )
+    with pytest.raises(SchemaMismatchError, match="expected"):
+        read_file(p, other)
+    with pytest.raises(SchemaMismatchError):
+        BinlogWriter(p, other)
+    assert decode_header(p.read_bytes()).schema == trade_schema
+
+
+def test_unknown_flag_is_corruption(tmp_path, trade_schema):
+    p = tmp_path / "f.bin"
+    write_log(p, trade_schema, {"Size": [1]}, [7])
+    with pytest.raises(CorruptLogError, match="flag"):
+        read_file(p)
+
+
+def test_scan_frames_in_pieces(tmp_path, trade_schema):
+    p = tmp_path / "s.bin"
+    with BinlogWriter(p, trade_schema) as w:
+        for i in range(5):
+            w.write_rows(normalize_columns(trade_schema, {"Size": [i, i]}), [3, 3])
+    data = p.read_bytes()
+    hdr = decode_header(data)
+    run = scan_frames(data[: hdr.size + 30], 0, trade_schema, start=hdr.size)
+    assert run.starts == [] and run.torn and run.end_offset == hdr.size
+    run = scan_frames(data, 0, trade_schema, start=hdr.size)
+    assert len(run.starts) == 5 and run.end_offset == len(data) and not run.torn
+
+
+# ---------------------------------------------------------------------------------------------
+# File names
+
+def test_file_name_round_trip():
+    name = "Market.Trade.System.feed_host1.2026-11-22.bin.2026-11-22.151353.472+0000"
+    f = LogFileName.parse(name)
+    assert (f.namespace, f.table, f.namespace_set.value, f.internal_partition, f.column_partition) == (
+        "Market", "Trade", "System", "feed_host1", "2026-11-22")
+    assert f.timestamp == dt.datetime(2026, 11, 22, 15, 13, 53, 472000, tzinfo=dt.timezone.utc)
+    assert f.format() == name
+    neg = LogFileName.parse("A.B.User.ip.2026-01-01.bin.2026-01-01.010203.004-0500")
+    assert neg.format() == "A.B.User.ip.2026-01-01.bin.2026-01-01.010203.004-0500"
+
+
+def test_file_names_order_by_timestamp_in_utc():
+    a = LogFileName.parse("A.B.System.ip.cp.bin.2026-11-22.100000.000+0200")  # 08:00 UTC
+    b = LogFileName.parse("A.B.System.ip.cp.bin.2026-11-22.090000.000+0000")  # 09:00 UTC
+    assert sorted([b, a], key=lambda f: f.sort_key) == [a, b]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "Market.Trade.System.ip.2026-11-22.bin",
+        "Market.Trade.Other.ip.cp.bin.2026-11-22.151353.472+0000",
+        "Market.Trade.System.ip.cp.log.2026-11-22.151353.472+0000",
+        "Market.Trade.System.ip.cp.bin.2026-13-22.151353.472+0000",
+        "Market.Trade.System.ip.cp.bin.2026-11-22.151353.472+0000.tmp",
+        "..Trade.System.ip.cp.bin.2026-11-22.151353.472+0000",
+        "Market/x.Trade.System.ip.cp.bin.2026-11-22.151353.472+0000",
+    ],
+)
+def test_bad_file_names_are_reported(bad):
+    with pytest.raises(InvalidLogFileName):
+        LogFileName.parse(bad)
+    assert LogFileName.try_parse(bad) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Property: any rows and flags survive write + decode
+
+_SCHEMA = TableSchema.from_dict(
+    {
+        "namespace": "P",
+        "table": "Q",
+        "columns": [
+            {"name": "I", "type": "int"},
+            {"name": "S", "type": "string"},
+            {"name": "D", "type": "double"},
+            {"name": "T", "type": "string"},
+            {"name": "B", "type": "bool"},
+        ],
+    }
+)
+
+_row = st.tuples(
+    st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)),
+    st.one_of(st.none(), st.text(max_size=20)),
+    st.one_of(st.none(), st.floats(allow_nan=False)),
+    st.one_of(st.none(), st.text(max_size=5)),
+    st.one_of(st.none(), st.booleans()),
+    st.sampled_from(list(RowFlag)),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(_row, min_size=0, max_size=30), min_size=1, max_size=6))
+def test_property_any_rows_and_flags_round_trip(tmp_path_factory, batches):
+    p = tmp_path_factory.mktemp("prop") / "p.bin"
+    expect = []
+    with BinlogWriter(p, _SCHEMA) as w:
+        for batch in batches:
+            cols = {name: [r[i] for r in batch] for i, name in enumerate(["I", "S", "D", "T", "B"])}
+            cols = {
+                "I": pa.array(cols["I"], pa.int32()),
+                "S": pa.array(cols["S"], pa.string()),
+                "D": pa.array(cols["D"], pa.float64()),
+                "T": pa.array(cols["T"], pa.string()),
+                "B": pa.array(cols["B"], pa.bool_()),
+            }
+            w.write_rows(normalize_columns(_SCHEMA, cols), np.array([int(r[5]) for r in batch], np.uint8))
+            expect.extend(batch)
+    got = read_file(p, _SCHEMA)
+    assert got.table.num_rows == len(expect)
+    rows = list(zip(*[got.table.column(n).to_pylist() for n in ["I", "S", "D", "T", "B"]], got.flags.tolist()))
+    assert rows == [tuple(r[:5]) + (int(r[5]),) for r in expect]
