@@ -1,0 +1,100 @@
+"""Client channels to a DIS: plaintext on loopback, TLS/mTLS, and the bearer token."""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+import grpc
+
+#: Frames are at most 32 MiB; leave room for the message envelope.
+MAX_MESSAGE_BYTES = 48 << 20
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How a client authenticates: CA to trust, optional client certificate, optional token."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    token: str | None = None
+    server_name: str | None = None  # override the TLS host name check (tests, IP addresses)
+
+    @property
+    def tls(self) -> bool:
+        return self.ca is not None
+
+
+class _TokenAuth(grpc.AuthMetadataPlugin):
+    def __init__(self, token: str) -> None:
+        self._md = (("authorization", f"Bearer {token}"),)
+
+    def __call__(self, context, callback) -> None:  # noqa: ANN001
+        callback(self._md, None)
+
+
+class _TokenInterceptor(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds the token on a plaintext channel (gRPC refuses call credentials without TLS)."""
+
+    def __init__(self, token: str) -> None:
+        self._md = ("authorization", f"Bearer {token}")
+
+    def _details(self, d):  # noqa: ANN001
+        md = list(d.metadata or []) + [self._md]
+        return d._replace(metadata=md) if hasattr(d, "_replace") else _Details(d, md)
+
+    def intercept_unary_unary(self, cont, d, req):  # noqa: ANN001
+        return cont(self._details(d), req)
+
+    def intercept_unary_stream(self, cont, d, req):  # noqa: ANN001
+        return cont(self._details(d), req)
+
+    def intercept_stream_unary(self, cont, d, it):  # noqa: ANN001
+        return cont(self._details(d), it)
+
+    def intercept_stream_stream(self, cont, d, it):  # noqa: ANN001
+        return cont(self._details(d), it)
+
+
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, d, metadata) -> None:  # noqa: ANN001
+        self.method = d.method
+        self.timeout = d.timeout
+        self.metadata = metadata
+        self.credentials = d.credentials
+        self.wait_for_ready = getattr(d, "wait_for_ready", None)
+        self.compression = getattr(d, "compression", None)
+
+
+def open_channel(address: str, security: ClientSecurity | None = None) -> grpc.Channel:
+    security = security or ClientSecurity()
+    options = list(CHANNEL_OPTIONS)
+    if security.tls:
+        root = pathlib.Path(security.ca).read_bytes()
+        cert = pathlib.Path(security.cert).read_bytes() if security.cert else None
+        key = pathlib.Path(security.key).read_bytes() if security.key else None
+        creds = grpc.ssl_channel_credentials(root, key, cert)
+        if security.token:
+            creds = grpc.composite_channel_credentials(creds, grpc.metadata_call_credentials(_TokenAuth(security.token)))
+        if security.server_name:
+            options.append(("grpc.ssl_target_name_override", security.server_name))
+        return grpc.secure_channel(address, creds, options=options)
+    channel = grpc.insecure_channel(address, options=options)
+    if security.token:
+        channel = grpc.intercept_channel(channel, _TokenInterceptor(security.token))
+    return channel
