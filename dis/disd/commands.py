@@ -1,9 +1,150 @@
-"""Sub-commands of ``dis`` that talk to the daemon or its database (serve, ls, verify, status)."""
+"""Sub-commands of ``dis`` that run or talk to the daemon: serve, ls, status, verify."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+
+
+def _client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", default=None, help="host:port of a DIS (default 127.0.0.1:22021)")
+    p.add_argument("--routing", default=None, help="routing file instead of --address")
+    p.add_argument("--ca", default=None, help="CA certificate: connect with TLS")
+    p.add_argument("--cert", default=None, help="client certificate (mutual TLS)")
+    p.add_argument("--key", default=None, help="client key (mutual TLS)")
+    p.add_argument("--token-file", default=None, help="file holding the bearer token")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _connect(args: argparse.Namespace):  # noqa: ANN202
+    from disd.client import connect
+    from disd.config import read_token
+    from disd.rpc.channel import ClientSecurity
+
+    token = read_token(args.token_file, "--token-file") if args.token_file else None
+    sec = ClientSecurity(ca=args.ca, cert=args.cert, key=args.key, token=token)
+    address = args.address if args.address or args.routing else "127.0.0.1:22021"
+    return connect(address, args.routing, sec)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from disd.config import ConfigError, load_dis_config
+    from disd.logs import configure_logging
+    from disd.schema import SchemaError
+    from disd.server.daemon import serve
+
+    configure_logging(json=True if args.json_logs else None)
+    try:
+        cfg = load_dis_config(args.config)
+        return serve(cfg)
+    except (ConfigError, SchemaError) as e:
+        print(f"dis serve: {e}", file=sys.stderr)
+        return 2
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    from disd.client import DisClientError
+
+    try:
+        with _connect(args) as c:
+            tables = c.tables()
+            locs = c.locations()
+    except DisClientError as e:
+        print(f"dis ls: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({
+            "tables": [s.canonical() | {"fingerprint": s.fingerprint} for s in tables],
+            "locations": [
+                {"namespace": l.key.namespace, "table": l.key.table, "internal_partition": l.key.internal_partition,
+                 "column_partition": l.key.column_partition, "rows": l.rows, "files": l.files, "dis": l.address}
+                for l in locs
+            ],
+        }))
+        return 0
+    for s in tables:
+        mine = [l for l in locs if (l.key.namespace, l.key.table) == (s.namespace, s.table)]
+        print(f"{s.key}  ({len(mine)} locations, {sum(l.rows for l in mine)} rows)  "
+              f"{', '.join(f'{c.name}:{c.type.value}' for c in s.columns)}")
+        for l in mine:
+            print(f"  {l.key.internal_partition}/{l.key.column_partition}  rows={l.rows}  "
+                  f"bytes={sum(l.files.values())}  dis={l.address}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from disd.client import DisClientError
+
+    try:
+        with _connect(args) as c:
+            replies = [(a, c.status(a)) for a in c.routing.addresses]
+    except DisClientError as e:
+        print(f"dis status: {e}", file=sys.stderr)
+        return 1
+    rows = []
+    for address, st in replies:
+        for l in st.locations:
+            rows.append({
+                "dis": address, "namespace": l.key.namespace, "table": l.key.table,
+                "internal_partition": l.key.internal_partition, "column_partition": l.key.column_partition,
+                "rows": l.rows, "checkpointed_rows": l.checkpointed_rows,
+                "last_flush_age_s": round(l.last_flush_age_s, 3) if l.last_flush_age_s >= 0 else None,
+                "checkpoint_age_s": round(l.checkpoint_age_s, 3) if l.checkpoint_age_s >= 0 else None,
+                "tailer": l.tailer or None, "error": l.error or None,
+            })
+    if args.json:
+        print(json.dumps({"instances": [{"dis": a, "version": s.version, "uptime_s": round(s.uptime_s, 1)}
+                                        for a, s in replies], "locations": rows}))
+        return 0
+    for a, s in replies:
+        print(f"DIS {a}  version {s.version}  up {s.uptime_s:.0f}s  {len(s.locations)} locations")
+    hdr = ["LOCATION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE", "TAILER", "ERROR"]
+    table = [hdr] + [[
+        f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}", str(r["rows"]),
+        str(r["checkpointed_rows"]), _age(r["last_flush_age_s"]), _age(r["checkpoint_age_s"]),
+        r["tailer"] or "-", r["error"] or "-",
+    ] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(hdr))]
+    for row in table:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _age(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}s"
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from disd.storage.verify import verify_db
+
+    report = verify_db(args.db_root, args.schemas)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for loc in report["locations"]:
+            mark = "ok " if loc["ok"] else "BAD"
+            print(f"{mark} {loc['location']}  rows={loc.get('rows')}  {'; '.join(loc['problems'])}")
+        print(f"{report['ok_count']} ok, {report['bad_count']} bad")
+    return 0 if report["bad_count"] == 0 else 1
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Add the daemon-related sub-commands to the ``dis`` parser."""
+    serve = sub.add_parser("serve", help="run the DIS daemon")
+    serve.add_argument("--config", default="config/dis.yaml")
+    serve.add_argument("--json-logs", action="store_true", help="JSON logs even on a terminal")
+    serve.set_defaults(func=_cmd_serve)
+
+    ls = sub.add_parser("ls", help="list tables, locations and sizes of a running DIS")
+    _client_args(ls)
+    ls.set_defaults(func=_cmd_ls)
+
+    status = sub.add_parser("status", help="one screen per location: rows, flush/checkpoint age, tailer, errors")
+    _client_args(status)
+    status.set_defaults(func=_cmd_status)
+
+    verify = sub.add_parser("verify", help="check every location on disk against its checkpoint (offline)")
+    verify.add_argument("--db-root", required=True)
+    verify.add_argument("--schemas", default="config/schemas")
+    verify.add_argument("--json", action="store_true")
+    verify.set_defaults(func=_cmd_verify)

@@ -1,0 +1,1 @@
+"""The DIS daemon: gRPC services (Ingest, TableData, health, reflection) over the storage engine."""

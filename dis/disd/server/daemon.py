@@ -1,0 +1,159 @@
+"""``dis serve``: the daemon's life cycle.
+
+Start: load schemas, open the storage engine (recovering every location from its checkpoint),
+start the flush/checkpoint scheduler, the gRPC server (Ingest, TableData, health, reflection),
+the Prometheus endpoint, then tell systemd READY=1.  Stop (SIGTERM/SIGINT): STOPPING=1, stop
+accepting and end the streams, then flush and checkpoint every location, exit 0.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import signal
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from disd.config import DisConfig
+from disd.notify import Notifier, start_watchdog
+from disd.rpc.channel import MAX_MESSAGE_BYTES
+from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.schema import SchemaRegistry
+from disd.server.auth import TokenInterceptor, server_credentials
+from disd.server.blockcache import BlockCache
+from disd.server.ingest import IngestService, SessionRegistry
+from disd.server.tabledata import TableDataService
+from disd.storage import ImportConfig, StorageConfig, StorageEngine
+
+log = structlog.get_logger(__name__)
+
+SERVICE_NAMES = (
+    dis_pb2.DESCRIPTOR.services_by_name["Ingest"].full_name,
+    dis_pb2.DESCRIPTOR.services_by_name["TableData"].full_name,
+)
+
+
+class DisServer:
+    def __init__(self, config: DisConfig) -> None:
+        self.config = config
+        self.schemas = SchemaRegistry.load_dir(config.schemas)
+        self.engine: StorageEngine | None = None
+        self.server: grpc.Server | None = None
+        self.port: int | None = None
+        self.metrics_port: int | None = None
+        self._metrics_server = None
+        self.health = health.HealthServicer()
+        self.sessions: SessionRegistry | None = None
+        self.started = time.time()
+
+    def routed(self, namespace: str, table: str) -> bool:
+        pats = self.config.routed_tables
+        return pats is None or any(fnmatch.fnmatchcase(f"{namespace}.{table}", p) for p in pats)
+
+    def start(self) -> int:
+        cfg = self.config
+        os.makedirs(cfg.db_root, exist_ok=True)
+        self.engine = StorageEngine(
+            cfg.db_root,
+            self.schemas,
+            StorageConfig(block_size_bytes=cfg.block_size_bytes, max_open_files=cfg.max_open_files),
+            ImportConfig(cfg.import_default.flush_interval_ms, cfg.import_default.checkpoint_interval_ms),
+            {k: ImportConfig(v.flush_interval_ms, v.checkpoint_interval_ms) for k, v in cfg.import_tables.items()},
+        )
+        self.engine.start()
+        self.sessions = SessionRegistry(cfg.idle_timeout_s)
+        interceptors = []
+        token = cfg.token()
+        if token:
+            interceptors.append(TokenInterceptor(token))
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="grpc"),
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=cfg.max_workers,
+        )
+        cache = BlockCache(cfg.block_cache_bytes)
+        dis_pb2_grpc.add_IngestServicer_to_server(IngestService(self.engine, self.sessions, self.routed), self.server)
+        dis_pb2_grpc.add_TableDataServicer_to_server(
+            TableDataService(self.engine, self.sessions, cache, cfg.block_size_bytes, self.routed, self.started),
+            self.server,
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            self.server,
+        )
+        address = f"{cfg.host}:{cfg.port}"
+        if cfg.tls:
+            self.port = self.server.add_secure_port(address, server_credentials(cfg.tls))
+        else:
+            self.port = self.server.add_insecure_port(address)
+        if not self.port:
+            raise OSError(f"cannot listen on {address}")
+        self.server.start()
+        for name in ("", *SERVICE_NAMES):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if cfg.metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host)
+            self._metrics_server = srv
+            self.metrics_port = srv.server_address[1]
+        log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port,
+                 db_root=cfg.db_root, tables=len(self.schemas), tls=bool(cfg.tls), token=bool(token))
+        return self.port
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, end the streams, then flush and checkpoint every location."""
+        if self.server is not None:
+            self.health.enter_graceful_shutdown()
+            self.server.stop(grace_s).wait()
+            self.server = None
+        if self.sessions is not None:
+            self.sessions.close()
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+        log.info("dis stopped")
+
+
+def serve(config: DisConfig) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code."""
+    notifier = Notifier()
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum, frame) -> None:  # noqa: ANN001
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = DisServer(config)
+    server.start()
+    notifier.ready(f"serving on {config.host}:{server.port}")
+    start_watchdog(notifier, stop)
+    while not stop.wait(1.0):
+        pass
+    log.info("shutting down", signal=signal.Signals(received[0]).name if received else None)
+    notifier.stopping()
+    server.stop()
+    return 0

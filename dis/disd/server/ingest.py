@@ -1,0 +1,242 @@
+"""The Ingest service: one bidirectional stream per location, from a tailer.
+
+The protocol is in proto/disd/rpc/v1/dis.proto.  This module validates every message (names,
+schema fingerprint, file order, offsets, frame boundaries, checksums) before the storage engine
+sees a byte, so hostile or broken input gets a precise gRPC status and loses nothing.  When a
+stream ends for any reason, the location's open transaction is rolled back: its rows were never
+published, and the tailer resends them from the resume point.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import grpc
+import structlog
+
+from disd.binlog import (
+    CorruptLogError,
+    InvalidLogFileName,
+    LocationKey,
+    LogFileName,
+    decode_frames,
+    decode_header,
+    scan_frames,
+)
+from disd.names import InvalidNameError
+from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.server import metrics
+from disd.storage import LocationError, StorageEngine
+
+log = structlog.get_logger(__name__)
+
+
+class Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def location_key(msg: dis_pb2.LocationKey) -> LocationKey:
+    try:
+        return LocationKey(msg.namespace, msg.table, msg.internal_partition, msg.column_partition)
+    except InvalidNameError as e:
+        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+
+
+@dataclass
+class Session:
+    key: LocationKey
+    tailer_id: str
+    peer: str
+    context: grpc.ServicerContext
+    started: float = field(default_factory=time.time)
+    last_message: float = field(default_factory=time.monotonic)
+    file_name: str | None = None
+    offset: int = 0
+    idle_cancelled: bool = False
+    taken_over: bool = False
+
+
+class SessionRegistry:
+    """The open ingest streams: at most one per location (a newer stream takes over), and the
+    idle reaper that cancels streams that send nothing for ``idle_timeout_s``."""
+
+    def __init__(self, idle_timeout_s: float) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self._by_key: dict[LocationKey, Session] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap, name="ingest-idle-reaper", daemon=True)
+        self._reaper.start()
+
+    def add(self, s: Session) -> None:
+        with self._lock:
+            old = self._by_key.get(s.key)
+            self._by_key[s.key] = s
+        if old is not None:
+            old.taken_over = True
+            log.warning("ingest stream taken over", location=str(s.key), old=old.tailer_id, new=s.tailer_id)
+            old.context.cancel()
+
+    def remove(self, s: Session) -> None:
+        with self._lock:
+            if self._by_key.get(s.key) is s:
+                del self._by_key[s.key]
+
+    def get(self, key: LocationKey) -> Session | None:
+        with self._lock:
+            return self._by_key.get(key)
+
+    def sessions(self) -> list[Session]:
+        with self._lock:
+            return list(self._by_key.values())
+
+    def _reap(self) -> None:
+        while not self._stop.wait(min(1.0, self.idle_timeout_s / 4)):
+            now = time.monotonic()
+            for s in self.sessions():
+                if now - s.last_message > self.idle_timeout_s and not s.idle_cancelled:
+                    s.idle_cancelled = True
+                    log.warning("ingest stream idle, closing", location=str(s.key), tailer=s.tailer_id,
+                                idle_s=round(now - s.last_message, 1))
+                    s.context.cancel()
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def _ack(s: Session, committed: int) -> dis_pb2.IngestResponse:
+    return dis_pb2.IngestResponse(ack=dis_pb2.Ack(file_name=s.file_name or "", offset=s.offset, committed_rows=committed))
+
+
+class IngestService(dis_pb2_grpc.IngestServicer):
+    def __init__(self, engine: StorageEngine, sessions: SessionRegistry, routed: Callable[[str, str], bool]) -> None:
+        self.engine = engine
+        self.sessions = sessions
+        self.routed = routed
+
+    def Stream(self, request_iterator: Iterator[dis_pb2.IngestRequest], context: grpc.ServicerContext):  # noqa: N802
+        session: Session | None = None
+        loc = None
+        try:
+            first = next(request_iterator, None)
+            if first is None or first.WhichOneof("body") != "open":
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
+            key = location_key(first.open.location)
+            schema = self.engine.schemas.get(key.namespace, key.table)
+            if schema is None:
+                raise Refused(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
+            if not self.routed(key.namespace, key.table):
+                raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
+            if first.open.schema_fingerprint != schema.fingerprint:
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"schema mismatch for {key.table_key}: log fingerprint {first.open.schema_fingerprint or '(none)'}"
+                    f", DIS schema {schema.fingerprint}",
+                )
+            try:
+                loc = self.engine.location(key, create=True)
+            except LocationError as e:
+                raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
+            if loc.in_error:
+                raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {loc.error}")
+            session = Session(key, first.open.tailer_id or "?", context.peer(), context)
+            self.sessions.add(session)
+            metrics.CONNECTED_TAILERS.inc()
+            rp = loc.resume_point
+            session.file_name, session.offset = rp.file_name, rp.offset
+            log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
+                     resume_file=rp.file_name, resume_offset=rp.offset)
+            yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=rp.file_name or "", offset=rp.offset))
+            for req in request_iterator:
+                session.last_message = time.monotonic()
+                if req.WhichOneof("body") != "chunk":
+                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "only 'chunk' messages may follow 'open'")
+                self._ingest_chunk(session, loc, schema, req.chunk)
+                yield _ack(session, loc.committed_rows)
+        except Refused as r:
+            metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
+            log.warning("ingest refused", code=r.code.name, details=r.details, peer=context.peer(),
+                        location=str(session.key) if session else None)
+            context.abort(r.code, r.details)
+        finally:
+            if session is not None:
+                self.sessions.remove(session)
+                metrics.CONNECTED_TAILERS.dec()
+                if loc is not None and not session.taken_over:
+                    try:
+                        loc.rollback()
+                    except Exception as e:  # the location reports its own error state
+                        log.error("rollback failed", location=str(session.key), error=str(e))
+                reason = "idle timeout" if session.idle_cancelled else ("taken over" if session.taken_over else "closed")
+                log.info("ingest stream closed", location=str(session.key), tailer=session.tailer_id, reason=reason)
+
+    def _ingest_chunk(self, s: Session, loc, schema, chunk: dis_pb2.LogChunk) -> None:  # noqa: ANN001
+        try:
+            name = LogFileName.parse(chunk.file_name)
+        except InvalidLogFileName as e:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+        if name.location != s.key:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"file {chunk.file_name} is not of location {s.key}")
+        data = chunk.data
+        if chunk.file_name == s.file_name:
+            if chunk.offset != s.offset:
+                raise Refused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{chunk.file_name}: chunk at offset {chunk.offset}, expected {s.offset}",
+                )
+        else:
+            if chunk.offset != 0:
+                raise Refused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{chunk.file_name}: a new file must start at offset 0, got {chunk.offset}",
+                )
+            if s.file_name is not None:
+                cur = LogFileName.try_parse(s.file_name)
+                if cur is not None and (name.sort_key, chunk.file_name) < (cur.sort_key, s.file_name):
+                    raise Refused(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{chunk.file_name} is older than {s.file_name}, already ingested",
+                    )
+        start = 0
+        if chunk.offset == 0:
+            try:
+                header = decode_header(data, chunk.file_name)
+            except CorruptLogError as e:
+                raise Refused(grpc.StatusCode.DATA_LOSS, str(e)) from None
+            if header is None:
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"{chunk.file_name}: first chunk lacks the whole header")
+            if header.fingerprint != schema.fingerprint:
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{chunk.file_name}: schema mismatch: log fingerprint {header.fingerprint}, "
+                    f"DIS schema {schema.fingerprint}",
+                )
+            start = header.size
+        try:
+            run = scan_frames(data, chunk.offset, schema, start=start, path=chunk.file_name)
+        except CorruptLogError as e:
+            raise Refused(grpc.StatusCode.DATA_LOSS, str(e)) from None
+        if run.end_offset != chunk.offset + len(data):
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{chunk.file_name}: chunk at {chunk.offset} does not end on a frame boundary "
+                f"(whole frames end at {run.end_offset}, chunk at {chunk.offset + len(data)})",
+            )
+        if run.starts:
+            try:
+                rows = decode_frames(data, chunk.offset, run, schema)
+            except CorruptLogError as e:
+                raise Refused(grpc.StatusCode.DATA_LOSS, str(e)) from None
+            try:
+                loc.ingest(chunk.file_name, run, rows)
+            except LocationError as e:
+                raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {s.key} is in error: {e}") from None
+            metrics.INGEST_CHUNKS.labels(s.key.table_key).inc()
+        s.file_name = chunk.file_name
+        s.offset = chunk.offset + len(data)

@@ -1,0 +1,170 @@
+"""The TableData service: what readers (disd.client, dis ls, the Spark source) call.
+
+Listing and subscription report each location's published row count with the sizes of its
+column files at that count; ReadBlock returns raw bytes of published rows only, so a reader that
+plans a scan at one size reads exactly those rows however far ingestion has moved on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import grpc
+
+from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.server import metrics
+from disd.server.blockcache import BlockCache
+from disd.server.ingest import Refused, SessionRegistry, location_key
+from disd.storage import StorageEngine
+
+
+def key_msg(key) -> dis_pb2.LocationKey:  # noqa: ANN001
+    return dis_pb2.LocationKey(
+        namespace=key.namespace, table=key.table,
+        internal_partition=key.internal_partition, column_partition=key.column_partition,
+    )
+
+
+def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
+    rows = loc.published_rows  # read before the files: files then cover at least these rows
+    files = loc.column_files()
+    return dis_pb2.LocationInfo(
+        key=key_msg(loc.key), rows=rows, block_size=block_size,
+        files=[dis_pb2.ColumnFile(name=n, size=sz) for n, sz in sorted(files.items())],
+    )
+
+
+class _Updates:
+    """A subscriber's pending updates, coalesced per location: bounded by the number of
+    locations however slowly the subscriber reads."""
+
+    def __init__(self) -> None:
+        self.pending: dict = {}
+        self.cond = threading.Condition()
+
+    def push(self, loc) -> None:  # noqa: ANN001
+        with self.cond:
+            self.pending[loc.key] = loc
+            self.cond.notify()
+
+    def take(self, timeout: float) -> list:
+        with self.cond:
+            if not self.pending:
+                self.cond.wait(timeout)
+            out = list(self.pending.values())
+            self.pending.clear()
+            return out
+
+
+class TableDataService(dis_pb2_grpc.TableDataServicer):
+    def __init__(self, engine: StorageEngine, sessions: SessionRegistry, cache: BlockCache,
+                 block_size: int, routed: Callable[[str, str], bool], started: float) -> None:
+        self.engine = engine
+        self.sessions = sessions
+        self.cache = cache
+        self.block_size = block_size
+        self.routed = routed
+        self.started = started
+
+    def _matching(self, namespace: str, table: str):
+        for loc in self.engine.locations():
+            if namespace and loc.key.namespace != namespace:
+                continue
+            if table and loc.key.table != table:
+                continue
+            yield loc
+
+    def ListTables(self, request, context):  # noqa: N802
+        return dis_pb2.ListTablesResponse(
+            tables=[
+                dis_pb2.TableInfo(namespace=s.namespace, table=s.table, partition_column=s.partition_column,
+                                  schema_json=s.to_json(), fingerprint=s.fingerprint)
+                for s in self.engine.schemas if self.routed(s.namespace, s.table)
+            ]
+        )
+
+    def ListLocations(self, request, context):  # noqa: N802
+        return dis_pb2.ListLocationsResponse(
+            locations=[location_info(loc, self.block_size) for loc in self._matching(request.namespace, request.table)]
+        )
+
+    def Subscribe(self, request, context):  # noqa: N802
+        updates = _Updates()
+
+        def on_change(loc, _rows=None) -> None:  # noqa: ANN001
+            if (not request.namespace or loc.key.namespace == request.namespace) and (
+                not request.table or loc.key.table == request.table
+            ):
+                updates.push(loc)
+
+        unsubscribe = self.engine.subscribe(on_change)
+        metrics.SUBSCRIBERS.inc()
+        try:
+            for loc in self._matching(request.namespace, request.table):
+                yield location_info(loc, self.block_size)
+            while context.is_active():
+                for loc in updates.take(timeout=1.0):
+                    yield location_info(loc, self.block_size)
+        finally:
+            unsubscribe()
+            metrics.SUBSCRIBERS.dec()
+
+    def ReadBlock(self, request, context):  # noqa: N802
+        try:
+            key = location_key(request.location)
+        except Refused as r:
+            context.abort(r.code, r.details)
+        schema = self.engine.schemas.get(key.namespace, key.table)
+        if schema is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
+        try:
+            loc = self.engine.location(key, create=False)
+        except (KeyError, LookupError, FileNotFoundError):
+            loc = None
+        if loc is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no location {key}")
+        files = loc.column_files()
+        size = files.get(request.file)
+        if size is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"location {key} has no column file {request.file!r}")
+        metrics.BLOCK_READS.inc()
+        bs = self.block_size
+        start = request.block_index * bs
+        if start >= size:
+            return dis_pb2.ReadBlockResponse(data=b"", file_size=size)
+        cache_key = (key, request.file, request.block_index)
+        full = start + bs <= size
+        if full:
+            data = self.cache.get(cache_key)
+            if data is not None:
+                metrics.BLOCK_CACHE_HITS.inc()
+                return dis_pb2.ReadBlockResponse(data=data, file_size=size)
+        data = loc.read_block(request.file, request.block_index, bs)
+        data = data[: max(0, min(bs, size - start))]
+        if full and len(data) == bs:
+            self.cache.put(cache_key, data)
+            metrics.BLOCK_CACHE_BYTES.set(self.cache.size_bytes)
+        return dis_pb2.ReadBlockResponse(data=data, file_size=size)
+
+    def Status(self, request, context):  # noqa: N802
+        now = time.time()
+        out = []
+        for loc in self.engine.locations():
+            sess = self.sessions.get(loc.key)
+            last_flush = getattr(loc, "last_flush_time", None)
+            last_ckpt = getattr(loc, "last_checkpoint_time", None)
+            out.append(
+                dis_pb2.LocationStatus(
+                    key=key_msg(loc.key), rows=loc.published_rows,
+                    last_flush_age_s=(now - last_flush) if last_flush else -1.0,
+                    checkpoint_age_s=(now - last_ckpt) if last_ckpt else -1.0,
+                    tailer=sess.tailer_id if sess else "",
+                    error=loc.error or "" if loc.in_error else "",
+                    checkpointed_rows=getattr(loc, "checkpointed_rows", 0),
+                )
+            )
+        from disd import __version__
+
+        return dis_pb2.StatusResponse(version=__version__, uptime_s=now - self.started, locations=out)
