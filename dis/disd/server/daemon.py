@@ -107,6 +107,12 @@ class DisServer:
         self.server.start()
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        from prometheus_client import REGISTRY
+
+        from disd.server.metrics import EngineCollector
+
+        self._collector = EngineCollector(self.engine, cfg.db_root)
+        REGISTRY.register(self._collector)
         if cfg.metrics_port is not None:
             from prometheus_client import start_http_server
 
@@ -128,6 +134,11 @@ class DisServer:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+        if getattr(self, "_collector", None) is not None:
+            from prometheus_client import REGISTRY
+
+            REGISTRY.unregister(self._collector)
+            self._collector = None
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
