@@ -1,0 +1,34 @@
+"""Prometheus metrics of the storage engine (the gRPC services' are in disd.server.metrics).
+
+All on prometheus_client's default registry; names follow Prometheus conventions: the ``dis_``
+prefix, base units (seconds, bytes), ``_total`` for counters.
+"""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+ROWS_INGESTED = Counter("dis_rows_ingested_total", "Rows written to column files", ["table"])
+ROWS_COMMITTED = Counter("dis_rows_committed_total", "Rows committed (single rows and ended transactions)", ["table"])
+BYTES_INGESTED = Counter("dis_bytes_ingested_total", "Log bytes of ingested frames", ["table"])
+ROWS_ROLLED_BACK = Counter("dis_rows_rolled_back_total", "Uncommitted transaction rows truncated away", ["table"])
+MALFORMED_FLAGS = Counter(
+    "dis_malformed_flag_sequences_total", "End without Start, Start or SingleRow inside a transaction", ["table", "kind"]
+)
+WRITE_SIZE = Histogram(
+    "dis_write_size_bytes", "Size of each write to a column file",
+    buckets=(1, 16, 256, 1024, 4096, 16384, 32768, 65536),
+)
+FLUSH_DURATION = Histogram(
+    "dis_flush_duration_seconds", "Time to write a location's dirty buffers and publish",
+    buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0),
+)
+CHECKPOINT_DURATION = Histogram(
+    "dis_checkpoint_duration_seconds", "Time to checkpoint a location (fsyncs and table.size rename)",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0),
+)
+OPEN_FILE_HANDLES = Gauge("dis_open_file_handles", "Column-file descriptors currently open")
+HANDLE_RECLAIMS = Counter("dis_file_handle_reclaims_total", "Open column-file handles closed to stay under the limit")
+HANDLE_FAST_CYCLING = Counter(
+    "dis_file_handle_fast_cycling_total", "Times 20% of max_open_files were reclaimed within 60 s"
+)
+PARTITIONS_IN_ERROR = Gauge("dis_partitions_in_error", "Locations in error state (not accepting rows)")
+LOCATIONS = Gauge("dis_locations", "Locations open")

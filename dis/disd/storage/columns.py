@@ -1,0 +1,172 @@
+"""The column file format: how one column's values become bytes on disk, and back.
+
+See docs/storage-format.md.  In short, for a column ``C``:
+
+* fixed-width types: ``C.dat`` holds row i at bytes [i*w, (i+1)*w), little-endian; null is the
+  type's sentinel (``ColumnType.null_sentinel``, the Deephaven convention).
+* string: ``C.off`` holds one u64 per row, the end offset of the row's UTF-8 bytes in ``C.dat``;
+  bit 63 set means null (the offset in the low 63 bits is then equal to the previous end).
+
+Both directions are whole-array numpy/Arrow operations.  Decoding needs only the bytes of the
+rows asked for (plus one offset before them for strings), so a reader holding 64 KiB blocks of a
+file can rebuild any row range without the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from disd.schema import Column, ColumnType, TableSchema
+
+NULL_BIT = np.uint64(1 << 63)
+OFFSET_MASK = np.uint64((1 << 63) - 1)
+OFFSET_WIDTH = 8
+
+
+def file_names(col: Column) -> list[str]:
+    """The files of a column, offsets file first for strings."""
+    if col.type is ColumnType.STRING:
+        return [f"{col.name}.off", f"{col.name}.dat"]
+    return [f"{col.name}.dat"]
+
+
+def _validity(arr: pa.Array) -> np.ndarray | None:
+    """Boolean array of valid (non-null) slots, or None when there are no nulls."""
+    if arr.null_count == 0:
+        return None
+    return np.asarray(arr.is_valid())
+
+
+def encode_fixed(col: Column, arr: pa.Array) -> np.ndarray:
+    """The stored values of a fixed-width column (nulls replaced by the sentinel)."""
+    t = col.type
+    n = len(arr)
+    if t is ColumnType.BOOL:
+        vals = np.asarray(arr.fill_null(False)).astype(np.int8) if n else np.zeros(0, np.int8)
+    else:
+        dtype = t.numpy_dtype
+        buf = arr.buffers()[1]
+        vals = np.frombuffer(buf, dtype=dtype, count=arr.offset + n)[arr.offset :] if n else np.zeros(0, dtype)
+    valid = _validity(arr)
+    if valid is not None:
+        vals = vals.copy()
+        vals[~valid] = t.null_sentinel
+    return vals
+
+
+def encode_string(arr: pa.Array, data_base: int) -> tuple[np.ndarray, np.ndarray, memoryview]:
+    """(ends, lengths, data) for appending a string array after ``data_base`` bytes of data.
+
+    ``ends`` are the u64 entries of the offsets file (with the null bit), ``lengths`` the byte
+    length of each row, ``data`` the UTF-8 bytes of all rows in order."""
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64), memoryview(b"")
+    if arr.type != pa.string():
+        arr = arr.cast(pa.string())
+    bufs = arr.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset :].astype(np.int64)
+    lens = np.diff(offs)
+    valid = _validity(arr)
+    data_buf = bufs[2]
+    if valid is not None and lens[~valid].any():
+        # null slots that still cover bytes: drop them (decode_frames never produces these)
+        lens = lens.copy()
+        keep = np.repeat(valid, np.diff(offs))
+        raw = np.frombuffer(data_buf, np.uint8)[offs[0] : offs[-1]][keep]
+        lens[~valid] = 0
+        data = memoryview(raw.tobytes())
+    else:
+        data = memoryview(data_buf)[offs[0] : offs[-1]] if data_buf is not None else memoryview(b"")
+    ends = (np.cumsum(lens) + data_base).astype(np.uint64)
+    if valid is not None:
+        ends[~valid] |= NULL_BIT
+    return ends, lens, data
+
+
+def decode_fixed(col: Column, data: bytes | memoryview, nrows: int) -> pa.Array:
+    t = col.type
+    vals = np.frombuffer(data, dtype=t.numpy_dtype, count=nrows)
+    sentinel = t.null_sentinel
+    isnull = vals == sentinel
+    has_nulls = bool(isnull.any())
+    validity = pa.py_buffer(np.packbits(~isnull, bitorder="little")) if has_nulls else None
+    null_count = int(isnull.sum()) if has_nulls else 0
+    if t is ColumnType.BOOL:
+        values = pa.py_buffer(np.packbits(vals > 0, bitorder="little"))
+    else:
+        values = pa.py_buffer(np.ascontiguousarray(vals))
+    return pa.Array.from_buffers(t.arrow_type, nrows, [validity, values], null_count)
+
+
+def decode_string(ends_raw: bytes | memoryview, prev_end: int, data: bytes | memoryview, nrows: int) -> pa.Array:
+    """Rebuild a string array from the offsets entries of its rows, the end of the row before
+    them (``prev_end``, 0 for row 0) and the data bytes starting at ``prev_end``."""
+    ends = np.frombuffer(ends_raw, dtype="<u8", count=nrows)
+    isnull = (ends & NULL_BIT) != 0
+    pos = (ends & OFFSET_MASK).astype(np.int64) - prev_end
+    offs = np.empty(nrows + 1, np.int64)
+    offs[0] = 0
+    offs[1:] = pos
+    has_nulls = bool(isnull.any())
+    validity = pa.py_buffer(np.packbits(~isnull, bitorder="little")) if has_nulls else None
+    total = int(offs[-1]) if nrows else 0
+    data_buf = pa.py_buffer(bytes(data[:total]) if not isinstance(data, (bytes, bytearray)) or len(data) != total else data)
+    if total < 2**31:
+        return pa.StringArray.from_buffers(nrows, pa.py_buffer(offs.astype(np.int32)), data_buf, validity,
+                                           int(isnull.sum()) if has_nulls else 0)
+    big = pa.LargeStringArray.from_buffers(nrows, pa.py_buffer(offs), data_buf, validity,
+                                           int(isnull.sum()) if has_nulls else 0)
+    return big.cast(pa.string())
+
+
+Fetch = Callable[[str, int, int], bytes]
+"""fetch(file_name, start, stop) -> bytes [start, stop) of a column file."""
+
+
+def read_column(col: Column, start: int, stop: int, fetch: Fetch) -> pa.Array:
+    """Rows [start, stop) of one column, fetching only the byte ranges they need."""
+    n = stop - start
+    if col.type is ColumnType.STRING:
+        off_name, dat_name = file_names(col)
+        lo = (start - 1) * OFFSET_WIDTH if start > 0 else 0
+        raw = fetch(off_name, lo, stop * OFFSET_WIDTH)
+        if start > 0:
+            prev_end = int(np.frombuffer(raw[:OFFSET_WIDTH], "<u8")[0] & OFFSET_MASK)
+            raw = raw[OFFSET_WIDTH:]
+        else:
+            prev_end = 0
+        if n == 0:
+            return pa.array([], pa.string())
+        last_end = int(np.frombuffer(raw[(n - 1) * OFFSET_WIDTH : n * OFFSET_WIDTH], "<u8")[0] & OFFSET_MASK)
+        data = fetch(dat_name, prev_end, last_end)
+        return decode_string(raw, prev_end, data, n)
+    w = col.type.width
+    if n == 0:
+        return pa.array([], col.type.arrow_type)
+    return decode_fixed(col, fetch(file_names(col)[0], start * w, stop * w), n)
+
+
+def read_rows(schema: TableSchema, columns: Sequence[str] | None, start: int, stop: int, fetch: Fetch) -> pa.Table:
+    """Rows [start, stop) of the given columns (all when None) as a Table with the schema's
+    Arrow types."""
+    names = list(columns) if columns is not None else schema.column_names
+    arrays = [read_column(schema.column(c), start, stop, fetch) for c in names]
+    arrow = schema.arrow_schema()
+    return pa.Table.from_arrays(arrays, schema=pa.schema([arrow.field(c) for c in names]))
+
+
+def file_sizes(schema: TableSchema, rows: int, string_data_sizes: dict[str, int]) -> dict[str, int]:
+    """Sizes of every column file holding exactly ``rows`` rows."""
+    out: dict[str, int] = {}
+    for c in schema.columns:
+        if c.type is ColumnType.STRING:
+            off, dat = file_names(c)
+            out[off] = rows * OFFSET_WIDTH
+            out[dat] = string_data_sizes[c.name]
+        else:
+            out[file_names(c)[0]] = rows * c.type.width
+    return out

@@ -1,0 +1,184 @@
+"""The storage engine: every location of a database root, and the flush and checkpoint clocks.
+
+Two threads drive the three routines of the seeds: the flusher writes each location's dirty
+buffers and publishes every ``flush_interval_ms``; the checkpointer checkpoints each location
+every ``checkpoint_interval_ms``.  They are separate so a slow fsync never delays publishing.
+Locations are independent: one in error state stops only itself.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import structlog
+
+from disd import metrics
+from disd.binlog import LocationKey
+from disd.names import InvalidNameError
+from disd.schema import SchemaRegistry
+from disd.storage.checkpoint import FileOps
+from disd.storage.filehandles import TrackedFileHandleFactory
+from disd.storage.location import Location
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class StorageConfig:
+    block_size_bytes: int = 65536
+    max_open_files: int = 512
+
+
+@dataclass
+class ImportConfig:
+    flush_interval_ms: int = 100
+    checkpoint_interval_ms: int = 30000
+
+
+class UnknownTableError(LookupError):
+    """No schema for (namespace, table)."""
+
+
+def location_path(db_root: str, key: LocationKey) -> str:
+    return os.path.join(db_root, "Intraday", key.namespace, key.table, key.internal_partition,
+                        key.column_partition, key.table)
+
+
+class StorageEngine:
+    def __init__(self, db_root: str, schemas: SchemaRegistry, storage: StorageConfig | None = None,
+                 import_default: ImportConfig | None = None, import_tables: dict[str, ImportConfig] | None = None,
+                 file_ops: FileOps | None = None) -> None:
+        self.db_root = str(db_root)
+        self.schemas = schemas
+        self.storage = storage or StorageConfig()
+        self.import_default = import_default or ImportConfig()
+        self.import_tables = dict(import_tables or {})
+        self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files)
+        self.file_ops = file_ops
+        self._locs: dict[LocationKey, Location] = {}
+        self._lock = threading.Lock()
+        self._subscribers: list[Callable] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._discover()
+
+    def import_config(self, table_key: str) -> ImportConfig:
+        return self.import_tables.get(table_key, self.import_default)
+
+    # -- locations -----------------------------------------------------------------------------
+    def _discover(self) -> None:
+        """Open (and so recover) every location found under the database root."""
+        base = os.path.join(self.db_root, "Intraday")
+        if not os.path.isdir(base):
+            return
+        for ns in sorted(os.listdir(base)):
+            for table in sorted(_dirs(os.path.join(base, ns))):
+                if self.schemas.get(ns, table) is None:
+                    log.warning("location directory of an unknown table ignored", namespace=ns, table=table)
+                    continue
+                for ip in sorted(_dirs(os.path.join(base, ns, table))):
+                    for cp in sorted(_dirs(os.path.join(base, ns, table, ip))):
+                        try:
+                            key = LocationKey(ns, table, ip, cp)
+                        except InvalidNameError as e:
+                            log.warning("location directory with an invalid name ignored", error=str(e))
+                            continue
+                        if os.path.isdir(location_path(self.db_root, key)):
+                            self.location(key)
+
+    def location(self, key: LocationKey, create: bool = True) -> Location:
+        with self._lock:
+            loc = self._locs.get(key)
+            if loc is not None:
+                return loc
+            schema = self.schemas.get(key.namespace, key.table)
+            if schema is None:
+                raise UnknownTableError(f"unknown table {key.namespace}.{key.table}")
+            path = location_path(self.db_root, key)
+            if not create and not os.path.isdir(path):
+                raise LookupError(f"no location {key}")
+            loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
+                           self.import_config(schema.key), on_publish=self._published, file_ops=self.file_ops)
+            self._locs[key] = loc
+            metrics.LOCATIONS.set(len(self._locs))
+        self._published(loc)
+        return loc
+
+    def locations(self) -> list[Location]:
+        with self._lock:
+            return list(self._locs.values())
+
+    # -- subscriptions -------------------------------------------------------------------------
+    def subscribe(self, callback: Callable) -> Callable[[], None]:
+        """``callback(location, published_rows)`` on each new location and each publish."""
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _published(self, loc: Location) -> None:
+        with self._lock:
+            subs = list(self._subscribers)
+        for cb in subs:
+            try:
+                cb(loc, loc.published_rows)
+            except Exception as e:  # a subscriber's failure is its own
+                log.warning("subscriber failed", error=str(e))
+
+    # -- clocks --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.file_handles.start()
+        for name, routine, interval in (
+            ("flusher", Location.flush, lambda c: c.flush_interval_ms),
+            ("checkpointer", Location.checkpoint, lambda c: c.checkpoint_interval_ms),
+        ):
+            t = threading.Thread(target=self._clock, args=(routine, interval), name=f"dis-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _clock(self, routine: Callable[[Location], object], interval_of: Callable[[ImportConfig], int]) -> None:
+        due: dict[LocationKey, float] = {}
+        while not self._stop.is_set():
+            now = time.monotonic()
+            next_due = now + 0.05
+            for loc in self.locations():
+                ivl = interval_of(loc.import_config) / 1000.0
+                t = due.setdefault(loc.key, now + ivl)
+                if t <= now:
+                    try:
+                        routine(loc)
+                    except Exception as e:  # noqa: BLE001 - one location must not stop the others
+                        log.error("location routine failed", location=str(loc.key), error=repr(e))
+                    t = due[loc.key] = max(t + ivl, time.monotonic())
+                next_due = min(next_due, t)
+            self._stop.wait(max(0.0, next_due - time.monotonic()))
+
+    def close(self) -> None:
+        """Stop the clocks, then flush and checkpoint every location and close its files."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=60)
+        self._threads.clear()
+        for loc in self.locations():
+            try:
+                loc.checkpoint()
+            except Exception as e:  # noqa: BLE001
+                log.error("final checkpoint failed", location=str(loc.key), error=repr(e))
+            loc.close()
+        self.file_handles.close_all()
+
+
+def _dirs(path: str) -> list[str]:
+    try:
+        return [e.name for e in os.scandir(path) if e.is_dir()]
+    except OSError:
+        return []
