@@ -30,9 +30,9 @@ def all_types_table(n: int) -> pa.Table:
         return rng.random(n) < 0.2
     cols = {
         "Bool": pa.array(rng.random(n) < 0.5, mask=nulls(0)),
-        "Byte": pa.array(rng.integers(-128, 128, n, dtype=np.int8), mask=nulls(1)),
-        "Short": pa.array(rng.integers(-(2**15), 2**15, n, dtype=np.int16), mask=nulls(2)),
-        "Int": pa.array(rng.integers(-(2**31), 2**31, n, dtype=np.int32), mask=nulls(3)),
+        "Byte": pa.array(rng.integers(-127, 128, n, dtype=np.int8), mask=nulls(1)),
+        "Short": pa.array(rng.integers(-(2**15) + 1, 2**15, n, dtype=np.int16), mask=nulls(2)),
+        "Int": pa.array(rng.integers(-(2**31) + 1, 2**31, n, dtype=np.int32), mask=nulls(3)),
         "Long": pa.array(rng.integers(-(2**62), 2**62, n, dtype=np.int64), mask=nulls(4)),
         "Float": pa.array(rng.random(n).astype(np.float32), mask=nulls(5)),
         "Double": pa.array(rng.random(n), mask=nulls(6)),
