@@ -85,7 +85,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
     last_rows = 0
     mid = 0
     for _ in range(50):
-        run_child(db_root, log, pause=0.004, kill_after=rng.uniform(0.35, 0.9))
+        run_child(db_root, log, pause=0.01, kill_after=rng.uniform(0.35, 0.9))
         eng = StorageEngine(str(db_root), SCHEMAS)
         loc = eng.location(KEY)
         assert not loc.in_error, loc.error
