@@ -1,0 +1,171 @@
+"""End to end on loopback: pre-written logs -> dis-tailer -> dis serve (separate processes).
+
+1. Throughput: N rows of Market.Trade already in the log directory; time from the tailer's start
+   until every row is published.  Target: at least 2 million rows/s.
+2. Visibility latency: the logger writes 200-row batches every 10 ms while a subscriber watches;
+   for each batch, the time from its write to the first update that shows it.  Target: p99 at
+   most 200 ms with the default 100 ms flush.
+Baselines in the same run: the same log bytes streamed over a bare loopback gRPC stream, and
+written to disk with plain writes.  Last line: one JSON object with ``rows_per_s`` and
+``p99_visibility_ms``; ``ratio`` = pipeline rows/s / bare-gRPC rows/s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+import grpc  # noqa: E402
+import numpy as np  # noqa: E402
+
+from _common import TRADE_SCHEMA, emit, trade_table  # noqa: E402
+from disd.client import connect  # noqa: E402
+from disd.logger import IntradayLoggerBuilder  # noqa: E402
+from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config  # noqa: E402
+
+N = int(os.environ.get("BENCH_ROWS", 4_000_000))
+TARGET_ROWS = 2_000_000
+TARGET_P99_MS = 200.0
+
+
+def published(port: int) -> int:
+    with connect(f"127.0.0.1:{port}") as c:
+        return sum(l.rows for l in c.locations("Market", "Trade"))
+
+
+def bare_grpc_seconds(data: bytes, chunk: int = 4 << 20) -> float:
+    """Stream the bytes through a do-nothing gRPC stream on loopback (the transport's limit)."""
+    def sink(request_iterator, context):  # noqa: ANN001
+        n = 0
+        for m in request_iterator:
+            n += len(m)
+        return n.to_bytes(8, "little")
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Sink", {"Put": grpc.stream_unary_rpc_method_handler(sink)})
+    server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.max_receive_message_length", 64 << 20)])
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
+    put = ch.stream_unary("/bench.Sink/Put")
+    mv = memoryview(data)
+    t0 = time.perf_counter()
+    put(iter([bytes(mv[i:i + chunk]) for i in range(0, len(data), chunk)]))
+    el = time.perf_counter() - t0
+    ch.close()
+    server.stop(0)
+    return el
+
+
+def main() -> None:
+    work = tempfile.mkdtemp(dir=os.environ.get("BENCH_DIR"))
+    procs = []
+    try:
+        logs = os.path.join(work, "logs")
+        log = (IntradayLoggerBuilder(str(TRADE_SCHEMA)).set_log_dir(logs).set_internal_partition("bench")
+               .set_column_partition_value("2026-11-22").build())
+        table = trade_table(N)
+        for i in range(0, N, 100_000):
+            log.log_batch(table.slice(i, 100_000))
+        log.close()
+        log_bytes = sum(os.path.getsize(os.path.join(logs, f)) for f in os.listdir(logs))
+
+        import pathlib
+
+        tmp = pathlib.Path(work)
+        port = free_port()
+        dis_cfg = write_dis_config(tmp, port, **{"import": {"default": {"flush_interval_ms": 100,
+                                                                         "checkpoint_interval_ms": 30000}}})
+        dis = start_dis(tmp, dis_cfg)
+        procs.append(dis)
+        t0 = time.perf_counter()
+        tailer = start_tailer(tmp, write_tailer_config(tmp, port, pathlib.Path(logs)))
+        procs.append(tailer)
+        while published(port) < N:
+            time.sleep(0.02)
+            if time.perf_counter() - t0 > 300:
+                raise SystemExit("pipeline did not publish every row in 300 s")
+        el = time.perf_counter() - t0
+        rows_per_s = N / el
+
+        # -- visibility latency ----------------------------------------------------------------
+        lat_log = (IntradayLoggerBuilder(str(TRADE_SCHEMA)).set_log_dir(logs).set_internal_partition("latency")
+                   .set_column_partition_value("2026-11-22").build())
+        written: list[tuple[int, float]] = []  # (cumulative rows, write time)
+        latencies: list[float] = []
+        stop = threading.Event()
+        ready = threading.Event()
+
+        def watch() -> None:
+            seen = 0
+            with connect(f"127.0.0.1:{port}") as c:
+                for snap in c.subscribe("Market", "Trade"):
+                    ready.set()
+                    if snap.key.internal_partition != "latency":
+                        if stop.is_set():
+                            return
+                        continue
+                    now = time.perf_counter()
+                    while seen < len(written) and written[seen][0] <= snap.rows:
+                        latencies.append(now - written[seen][1])
+                        seen += 1
+                    if stop.is_set() and seen >= len(written):
+                        return
+
+        th = threading.Thread(target=watch, daemon=True)
+        th.start()
+        ready.wait(10)
+        small = trade_table(200, seed=5)
+        total = 0
+        for _ in range(300):
+            lat_log.log_batch(small)
+            total += 200
+            written.append((total, time.perf_counter()))
+            time.sleep(0.01)
+        lat_log.close()
+        stop.set()
+        th.join(20)
+        lat_ms = np.array(latencies) * 1000
+        p50, p99 = (float(np.percentile(lat_ms, q)) for q in (50, 99)) if len(lat_ms) else (float("nan"),) * 2
+
+        # -- baselines -------------------------------------------------------------------------
+        blob = b"".join(open(os.path.join(logs, f), "rb").read() for f in sorted(os.listdir(logs)) if "bench" in f)
+        grpc_s = bare_grpc_seconds(blob)
+        raw = os.path.join(work, "raw")
+        t1 = time.perf_counter()
+        with open(raw, "wb", buffering=0) as f:
+            mv = memoryview(blob)
+            for i in range(0, len(blob), 4 << 20):
+                f.write(mv[i:i + (4 << 20)])
+        disk_s = time.perf_counter() - t1
+    finally:
+        for p in procs:
+            if p.alive():
+                p.terminate()
+        shutil.rmtree(work, ignore_errors=True)
+    grpc_rows = N / grpc_s
+    disk_rows = N / disk_s
+    print(f"rows={N} log bytes={log_bytes}")
+    print(f"pipeline: {el:.2f} s  {rows_per_s / 1e6:.2f} M rows/s (target {TARGET_ROWS / 1e6:.0f} M)")
+    print(f"visibility: {len(lat_ms)} batches  p50 {p50:.1f} ms  p99 {p99:.1f} ms (target <= {TARGET_P99_MS:.0f} ms)")
+    print(f"bare loopback gRPC stream of the same bytes: {grpc_s:.3f} s  {grpc_rows / 1e6:.2f} M rows/s")
+    print(f"plain disk writes of the same bytes: {disk_s:.3f} s  {disk_rows / 1e6:.2f} M rows/s")
+    ok = rows_per_s >= TARGET_ROWS and p99 <= TARGET_P99_MS
+    print("PASS" if ok else "BELOW TARGET")
+    emit("pipeline", rows_per_s, "rows/s", grpc_rows, rows_per_s=rows_per_s, p99_visibility_ms=p99,
+         p50_visibility_ms=p50, disk_rows_per_s=disk_rows, target_rows_per_s=TARGET_ROWS,
+         target_p99_ms=TARGET_P99_MS, meets_target=ok)
+
+
+if __name__ == "__main__":
+    main()
