@@ -1,6 +1,9 @@
-"""``dis demo`` (what ``make run`` runs): the main job on the embedded default configuration.
+"""``dis demo`` (what ``make run`` runs): the live pipeline on the embedded default configuration.
 
-Writes a sample Market.Trade binary log and reads it back.
+Starts a DIS on loopback over a fresh database under ``--workdir``, a tailer on its log
+directory, and a logger that writes Market.Trade rows (single rows, batches, a transaction and an
+abandoned transaction); then waits until every committed row is visible through the table-data
+client and checks that what is read equals what was logged.
 """
 
 from __future__ import annotations
@@ -8,11 +11,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import pathlib
+import shutil
+import time
 
 import numpy as np
 import pyarrow as pa
+import yaml
 
-from disd.binlog import BinlogWriter, LogFileName, NamespaceSet, RowFlag, normalize_columns, read_file
 from disd.schema import TableSchema
 
 EMBEDDED_SCHEMA = {
@@ -28,42 +33,85 @@ EMBEDDED_SCHEMA = {
 }
 
 
-def sample_trades(n: int, now: dt.datetime) -> pa.Table:
-    rng = np.random.default_rng(0)
-    start = int(now.timestamp() * 1e9)
+def sample_trades(start: int, n: int, t0_ns: int) -> pa.Table:
+    rng = np.random.default_rng(start)
     syms = np.array(["AAPL", "MSFT", "GOOG", "IBM"])
-    return pa.table(
-        {
-            "Timestamp": pa.array(start + np.arange(n, dtype=np.int64) * 1_000_000).cast(pa.timestamp("ns", tz="UTC")),
-            "Sym": syms[rng.integers(0, 4, n)],
-            "Price": np.round(rng.random(n) * 100 + 100, 2),
-            "Size": rng.integers(1, 500, n, dtype=np.int32),
-        }
-    )
+    idx = np.arange(start, start + n)
+    return pa.table({
+        "Timestamp": pa.array(t0_ns + idx * 1_000_000).cast(pa.timestamp("ns", tz="UTC")),
+        "Sym": syms[rng.integers(0, 4, n)],
+        "Price": np.round(rng.random(n) * 100 + 100, 2),
+        "Size": idx.astype(np.int32),
+    })
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    schema = TableSchema.from_dict(EMBEDDED_SCHEMA, "<embedded>")
+    from disd.client import connect
+    from disd.config import parse_dis_config
+    from disd.logger import IntradayLoggerBuilder
+    from disd.logs import configure_logging
+    from disd.routing import Routing
+    from disd.server.daemon import DisServer
+    from disd.tailer import Tailer, TailerConfig
+
+    configure_logging(level="warning")
     work = pathlib.Path(args.workdir)
+    if work.exists():
+        shutil.rmtree(work)
+    (work / "schemas").mkdir(parents=True)
+    schema = TableSchema.from_dict(EMBEDDED_SCHEMA, "<embedded>")
+    (work / "schemas" / "Market.Trade.yaml").write_text(yaml.safe_dump(EMBEDDED_SCHEMA, sort_keys=False))
     logs = work / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc)
-    name = LogFileName(schema.namespace, schema.table, NamespaceSet.SYSTEM, "demo", now.date().isoformat(), now)
-    path = logs / name.format()
-    table = sample_trades(args.rows, now)
-    with BinlogWriter(path, schema) as w:
-        w.write_rows(normalize_columns(schema, table), np.full(args.rows, RowFlag.SINGLE_ROW, np.uint8))
-        w.fsync()
-    back = read_file(path, schema)
-    assert back.table.equals(table), "read-back differs from what was written"
-    print(f"wrote {back.table.num_rows} rows to {path} ({back.end_offset} bytes) and read them back")
-    print(back.table.slice(0, 5).to_pandas().to_string() if _has_pandas() else back.table.slice(0, 5))
-    return 0
-
-
-def _has_pandas() -> bool:
+    logs.mkdir()
+    cfg = parse_dis_config({
+        "db_root": str(work / "db"), "schemas": str(work / "schemas"),
+        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0},
+        "import": {"default": {"flush_interval_ms": 100, "checkpoint_interval_ms": 1000}},
+    }, "<embedded>")
+    server = DisServer(cfg)
+    port = server.start()
+    address = f"127.0.0.1:{port}"
+    print(f"DIS serving on {address} (metrics on :{server.metrics_port}), database {cfg.db_root}")
+    tailer = Tailer(TailerConfig(routing=Routing.single(address), log_dirs=[str(logs)])).start()
+    print(f"tailer watching {logs}")
+    log = (IntradayLoggerBuilder(schema).set_process_name("demo").set_log_dir(logs)
+           .set_internal_partition("demo").set_column_partition_value(dt.date.today().isoformat()).build())
+    t0_ns = time.time_ns()
+    rows = args.rows
+    logged = []
     try:
-        import pandas  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        done = 0
+        batch = max(1, rows // 10)
+        while done < rows:
+            n = min(batch, rows - done)
+            t = sample_trades(done, n, t0_ns)
+            log.log_batch(t, atomic=(done // batch) % 2 == 1)
+            logged.append(t)
+            done += n
+            time.sleep(0.05)
+        try:
+            with log.transaction():
+                log.log(Sym="NEVER", Price=0.0, Size=-1)
+                raise RuntimeError("abandoned on purpose: these rows must never be visible")
+        except RuntimeError:
+            pass
+        log.flush()
+        t_written = time.perf_counter()
+        with connect(address) as client:
+            while sum(l.rows for l in client.locations("Market", "Trade")) < rows:
+                if time.perf_counter() - t_written > 30:
+                    print("rows did not become visible within 30 s")
+                    return 1
+                time.sleep(0.01)
+            visible_ms = (time.perf_counter() - t_written) * 1000
+            back = client.read_table("Market", "Trade")
+        expect = pa.concat_tables(logged)
+        same = back.drop_columns(["Date"]).equals(expect)
+        print(f"logged {rows} rows; all visible {visible_ms:.0f} ms after the last write; "
+              f"read back {back.num_rows} rows, equal to what was logged: {same}")
+        print(back.slice(0, 5).to_pandas().to_string(index=False))
+        return 0 if same else 1
+    finally:
+        log.close()
+        tailer.stop()
+        server.stop()
