@@ -1,0 +1,57 @@
+"""Spark reads live DIS partitions: the ``dis`` PySpark data source (batch and streaming).
+
+    import disd.spark
+    spark = disd.spark.session()          # local[*] with the settings below; or bring your own
+    disd.spark.register(spark)            # once per session (session() already does it)
+    df = (spark.read.format("dis").option("address", "127.0.0.1:22021")
+          .option("namespace", "Market").option("table", "Trade").load())
+
+Everything about options, types, pruning and streaming is in docs/spark.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+from disd.spark.errors import DisSourceError
+from disd.spark.source import PUSHDOWN_CONF, DisDataSource
+
+__all__ = ["DisDataSource", "DisSourceError", "SESSION_CONF", "register", "session"]
+
+#: The settings ``session()`` applies; a session you build yourself should have the first one
+#: for WHERE clauses on the partition column to prune locations.
+SESSION_CONF: dict[str, str] = {
+    PUSHDOWN_CONF: "true",  # hand filters to the source (partition pruning)
+    "spark.sql.session.timeZone": "UTC",  # show DIS timestamps (UTC) as they are
+}
+
+
+def register(spark) -> None:  # noqa: ANN001 - pyspark.sql.SparkSession
+    """Make ``format("dis")`` known to ``spark`` (idempotent)."""
+    spark.dataSource.register(DisDataSource)
+
+
+def session(master: str | None = None, app_name: str = "dis", conf: Mapping[str, str] | None = None):  # noqa: ANN201
+    """A SparkSession (``local[*]`` unless ``master`` or an existing session says otherwise)
+    with filter pushdown on, UTC session time, the worker Python set to this interpreter, and the
+    ``dis`` source registered.  ``conf`` adds or overrides settings."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    elif "spark.master" not in (conf or {}) and not os.environ.get("MASTER"):
+        builder = builder.master("local[*]")
+    for k, v in {**SESSION_CONF, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    for k, v in {**SESSION_CONF, **(conf or {})}.items():
+        # getOrCreate() may return a running session: apply the SQL settings to it too
+        if k.startswith("spark.sql."):
+            spark.conf.set(k, v)
+    register(spark)
+    return spark

@@ -1,0 +1,226 @@
+"""Spark types of DIS columns, and turning what the client reads into the RecordBatches Spark takes.
+
+Spark 4.x checks that every RecordBatch a Python source yields equals
+``to_arrow_schema(schema, timezone="UTC")`` exactly: types, order, names and nullability.  So:
+
+=========  ====================  ========================================================
+DIS type   Spark type            conversion
+=========  ====================  ========================================================
+bool       BooleanType           none
+byte       ByteType              none
+short      ShortType             none
+int        IntegerType           none
+long       LongType              none
+float      FloatType             none
+double     DoubleType            none
+char       StringType            the UTF-16 code unit as a one-character string (a lone
+                                 surrogate becomes U+FFFD); null stays null
+string     StringType            none
+timestamp  TimestampType         nanoseconds truncated to microseconds (Spark's precision)
+partition  StringType, non-null  the location's column partition, e.g. ``2026-11-22``
+=========  ====================  ========================================================
+
+A user-given ``.schema(...)`` may name any subset of the columns in any order (matched without
+regard to case) and may ask for another type Arrow can cast to (e.g. ``Size long``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from disd.schema import ColumnType, TableSchema
+from disd.spark.errors import DisSourceError
+
+SPARK_TYPES: dict[ColumnType, DataType] = {
+    ColumnType.BOOL: BooleanType(),
+    ColumnType.BYTE: ByteType(),
+    ColumnType.SHORT: ShortType(),
+    ColumnType.INT: IntegerType(),
+    ColumnType.LONG: LongType(),
+    ColumnType.FLOAT: FloatType(),
+    ColumnType.DOUBLE: DoubleType(),
+    ColumnType.CHAR: StringType(),
+    ColumnType.STRING: StringType(),
+    ColumnType.TIMESTAMP: TimestampType(),
+}
+
+TS_US = pa.timestamp("us", tz="UTC")
+
+
+def spark_schema(table: TableSchema, columns: tuple[str, ...] | None = None) -> StructType:
+    """The table's columns then its partition column; or only ``columns`` (any of them, the
+    partition column included), in that order."""
+    fields = {c.name: StructField(c.name, SPARK_TYPES[c.type], True) for c in table.columns}
+    fields[table.partition_column] = StructField(table.partition_column, StringType(), False)
+    if columns is None:
+        return StructType(list(fields.values()))
+    out = []
+    for name in columns:
+        match = _lookup(list(fields), name)
+        if match is None:
+            raise DisSourceError(
+                f"option 'columns': {table.key} has no column {name!r} "
+                f"(columns: {', '.join(fields)})")
+        out.append(fields[match])
+    return StructType(out)
+
+
+def _lookup(names: list[str], name: str) -> str | None:
+    if name in names:
+        return name
+    lowered = [n for n in names if n.lower() == name.lower()]
+    return lowered[0] if len(lowered) == 1 else None
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """One column of the batches: where it comes from and what Spark wants."""
+
+    name: str  # the name Spark asked for (the field name of the reader's schema)
+    source: str  # the DIS column, or the partition column
+    is_partition: bool
+    kind: ColumnType | None  # the DIS type (None for the partition column)
+    spark_type_json: str
+    nullable: bool
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The reader's output: the DIS columns to fetch and how to build each output column.
+    Plain values only, so it pickles into every input partition."""
+
+    table_json: str
+    columns: tuple[OutputColumn, ...]
+
+    @property
+    def fetch(self) -> list[str]:
+        """DIS data columns to read, each once, in output order."""
+        out: list[str] = []
+        for c in self.columns:
+            if not c.is_partition and c.source not in out:
+                out.append(c.source)
+        return out
+
+    def spark_schema(self) -> StructType:
+        from pyspark.sql.types import _parse_datatype_json_string
+
+        return StructType([StructField(c.name, _parse_datatype_json_string(c.spark_type_json), c.nullable)
+                           for c in self.columns])
+
+    def arrow_schema(self) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.spark_schema(), timezone="UTC")
+
+    def partition_source(self, name: str) -> bool:
+        return any(c.is_partition and c.name == name for c in self.columns)
+
+
+def projection(table: TableSchema, schema: StructType) -> Projection:
+    """Match the schema Spark gives the reader (the source's own or the user's) to the table."""
+    names = table.column_names + [table.partition_column]
+    out = []
+    for f in schema.fields:
+        source = _lookup(names, f.name)
+        if source is None:
+            raise DisSourceError(
+                f"schema field {f.name!r} is not a column of {table.key} "
+                f"(columns: {', '.join(names)})")
+        if source == table.partition_column:
+            kind, natural = None, StringType()
+        else:
+            kind = table.column(source).type
+            natural = SPARK_TYPES[kind]
+        if f.dataType != natural:
+            _check_cast(table, source, natural, f.dataType)
+        out.append(OutputColumn(f.name, source, kind is None, kind, f.dataType.json(), f.nullable))
+    if not out:
+        raise DisSourceError("the schema has no fields")
+    return Projection(table.to_json(), tuple(out))
+
+
+def _check_cast(table: TableSchema, source: str, natural: DataType, wanted: DataType) -> None:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        src, dst = to_arrow_type(natural, timezone="UTC"), to_arrow_type(wanted, timezone="UTC")
+        pa.array([], src).cast(dst)
+    except Exception:  # noqa: BLE001 - any failure means "cannot give this type"
+        raise DisSourceError(
+            f"schema field {source!r}: {table.key}.{source} is {natural.simpleString()}, "
+            f"cannot read it as {wanted.simpleString()}") from None
+
+
+# -- batches ------------------------------------------------------------------------------------
+def char_to_string(arr: pa.Array) -> pa.StringArray:
+    """uint16 UTF-16 code units -> one-character UTF-8 strings, vectorized."""
+    n = len(arr)
+    vals = np.frombuffer(arr.buffers()[1], dtype="<u2", count=arr.offset + n)[arr.offset:].astype(np.uint32)
+    surrogate = (vals >= 0xD800) & (vals <= 0xDFFF)
+    if surrogate.any():
+        vals = np.where(surrogate, np.uint32(0xFFFD), vals)
+    valid = np.asarray(arr.is_valid()) if arr.null_count else None
+    lens = np.where(vals < 0x80, 1, np.where(vals < 0x800, 2, 3)).astype(np.int32)
+    if valid is not None:
+        lens[~valid] = 0
+    offs = np.zeros(n + 1, np.int32)
+    np.cumsum(lens, out=offs[1:])
+    data = np.zeros(int(offs[-1]), np.uint8)
+    start = offs[:-1]
+    one, two, three = lens == 1, lens == 2, lens == 3
+    data[start[one]] = vals[one]
+    v2, s2 = vals[two], start[two]
+    data[s2] = 0xC0 | (v2 >> 6)
+    data[s2 + 1] = 0x80 | (v2 & 0x3F)
+    v3, s3 = vals[three], start[three]
+    data[s3] = 0xE0 | (v3 >> 12)
+    data[s3 + 1] = 0x80 | ((v3 >> 6) & 0x3F)
+    data[s3 + 2] = 0x80 | (v3 & 0x3F)
+    validity = arr.buffers()[0] if valid is not None and arr.offset == 0 else (
+        pa.py_buffer(np.packbits(valid, bitorder="little")) if valid is not None else None)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offs), pa.py_buffer(data), validity,
+                                       arr.null_count if valid is not None else 0)
+
+
+def _natural(kind: ColumnType, arr: pa.Array) -> pa.Array:
+    """A column as the client returns it -> its natural Spark Arrow type."""
+    if kind is ColumnType.TIMESTAMP:
+        return arr.cast(TS_US, safe=False)
+    if kind is ColumnType.CHAR:
+        return char_to_string(arr)
+    return arr
+
+
+def to_batch(proj: Projection, target: pa.Schema, table: pa.Table | None, n: int,
+             partition_value: str) -> pa.RecordBatch:
+    """A RecordBatch of exactly ``target`` (``n`` rows) from a client table of the
+    ``proj.fetch`` columns (None when only the partition column is read)."""
+    arrays = []
+    for col, field in zip(proj.columns, target):
+        if col.is_partition:
+            arr: pa.Array = pa.repeat(pa.scalar(partition_value, pa.string()), n)
+        else:
+            chunked = table.column(col.source)
+            raw = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
+            arr = _natural(col.kind, raw)
+        if arr.type != field.type:
+            arr = arr.cast(field.type)
+        arrays.append(arr)
+    return pa.RecordBatch.from_arrays(arrays, schema=target)

@@ -1,0 +1,323 @@
+"""The ``dis`` PySpark data source: batch (``spark.read``) and streaming (``spark.readStream``).
+
+Where each method runs (Spark 4.x Python Data Source API):
+
+* ``DisDataSource.schema()`` — a Python worker at ``load()``: connects, checks the table, returns
+  the table's columns plus the partition column (or only the ``columns`` option's).
+* ``DisDataSource.reader()`` / ``streamReader()`` — a Python worker at planning: lists the
+  locations once (their published sizes fix what the scan reads) and plans input partitions.
+* ``read(partition)`` — a Python worker per task, on a *pickled* reader: it uses only the
+  partition, which carries the DIS address, location key, row range, file sizes, columns, table
+  schema JSON and security settings.  No client or channel is ever pickled.
+
+Filter pushdown: ``pushFilters`` is only called when ``spark.sql.python.filterPushdown.enabled``
+is true, and Spark refuses to plan a reader that overrides it when the setting is false.  Python
+workers cannot read the session's SQL conf, so ``reader()`` looks at which Spark worker is
+calling it (the pushdown planner or the plain one) and returns ``DisPushdownReader`` or the plain
+``DisBatchReader``: a user's own session works either way, unpruned or pruned by the
+``partitions`` option, and pruned by WHERE clauses when the setting is on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from disd.spark.arrow import projection, spark_schema
+from disd.spark.errors import DisSourceError
+from disd.spark.filters import PartitionFilter
+from disd.spark.options import SourceOptions, parse_options
+from disd.spark.plan import Range, ReadSpec, plan_partitions
+from disd.spark.read import read_partition
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+# -- connecting ---------------------------------------------------------------------------------
+def _connect(o: SourceOptions):  # noqa: ANN202 - disd.client.Client
+    from disd.client import Client
+
+    return Client(o.routing_value(), o.security.client_security(), o.timeout_s)
+
+
+def _explain(e: Exception, o: SourceOptions) -> DisSourceError:
+    msg = str(e)
+    if "unreachable" in msg:
+        hint = ("check option 'routing' and that every DIS in it runs" if o.routing
+                else "check option 'address' and that `dis serve` runs there")
+        return DisSourceError(f"{msg} — {hint}")
+    if "refused the credentials" in msg:
+        return DisSourceError(f"{msg} — check options 'token'/'tokenFile', 'ca', 'cert' and 'key'")
+    return DisSourceError(msg)
+
+
+def table_schema(client, o: SourceOptions):  # noqa: ANN001, ANN201
+    """The table's schema from its DIS, with an error that lists the tables there is."""
+    from disd.client import DisClientError
+
+    try:
+        return client.schema(o.namespace, o.table)
+    except DisClientError as e:
+        if str(e).startswith("unknown table") or str(e).startswith("no DIS instance"):
+            try:
+                known = ", ".join(s.key for s in client.tables()) or "none"
+            except DisClientError:
+                known = "?"
+            raise DisSourceError(
+                f"unknown table {o.namespace}.{o.table} at {o.where} (tables there: {known}); "
+                "check options 'namespace' and 'table'") from None
+        raise _explain(e, o) from None
+
+
+def list_locations(client, o: SourceOptions) -> list:  # noqa: ANN001
+    from disd.client import DisClientError
+
+    try:
+        snaps = client.locations(o.namespace, o.table)
+    except DisClientError as e:
+        raise _explain(e, o) from None
+    return [s for s in snaps if s.key.namespace == o.namespace and s.key.table == o.table]
+
+
+def offset_key(key) -> str:  # noqa: ANN001 - LocationKey
+    """A location's name in streaming offsets: ``<internal partition>/<column partition>``."""
+    return f"{key.internal_partition}/{key.column_partition}"
+
+
+def pushdown_enabled() -> bool:
+    """Whether the reader being created will be offered filters (see the module docstring)."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename.replace("\\", "/")
+        if name.endswith("/data_source_pushdown_filters.py"):
+            return True
+        if name.endswith("/plan_data_source_read.py"):
+            return False
+        f = f.f_back
+    try:  # not in a Spark planning worker (a direct call): the active session's setting
+        from pyspark.sql import SparkSession
+
+        s = SparkSession.getActiveSession()
+        if s is not None:
+            return str(s.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
+    except Exception:  # noqa: BLE001
+        pass
+    return False
+
+
+# -- the data source ----------------------------------------------------------------------------
+class DisDataSource(DataSource):
+    """``spark.read.format("dis")`` and ``spark.readStream.format("dis")``; see docs/spark.md."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dis"
+
+    def schema(self) -> StructType:
+        o = parse_options(self.options)
+        client = _connect(o)
+        try:
+            table = table_schema(client, o)
+        finally:
+            client.close()
+        return spark_schema(table, o.columns)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        o = parse_options(self.options)
+        cls = DisPushdownReader if pushdown_enabled() else DisBatchReader
+        return cls(o, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return DisStreamReader(parse_options(self.options), schema)
+
+
+class _Base:
+    """What the batch and stream readers share: options, table, projection, a lazy client."""
+
+    def _setup(self, o: SourceOptions, schema: StructType) -> None:
+        self.opts = o
+        self.output_schema = schema
+        self._client = None
+        table = table_schema(self.client, o)
+        self.table_json = table.to_json()
+        self.partition_column = table.partition_column
+        self.projection = projection(table, schema)
+        if o.columns is not None:
+            asked = [c.lower() for c in o.columns]
+            got = [c.name.lower() for c in self.projection.columns]
+            if asked != got:
+                raise DisSourceError(
+                    f"option 'columns' ({', '.join(o.columns)}) differs from the schema given with "
+                    f".schema(...) ({', '.join(c.name for c in self.projection.columns)}); give one of them")
+        self.spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows)
+
+    @property
+    def client(self):  # noqa: ANN201
+        if self._client is None:
+            self._client = _connect(self.opts)
+        return self._client
+
+    def close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def filter_column(self) -> str:
+        """The partition column's name as the reader's schema spells it."""
+        for c in self.projection.columns:
+            if c.is_partition:
+                return c.name
+        return self.partition_column
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_client"] = None  # channels are never pickled; read() opens its own
+        return state
+
+
+class DisBatchReader(_Base, DataSourceReader):
+    """A batch scan, pruned only by the ``partitions`` option (no ``pushFilters``)."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self._setup(options, schema)
+        self.partition_filter = PartitionFilter(self.filter_column(), options.partitions)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        try:
+            snaps = list_locations(self.client, self.opts)
+        finally:
+            self.close_client()
+        ranges = [Range(s, 0, s.rows) for s in snaps if self.partition_filter(s.key.column_partition)]
+        return plan_partitions(ranges, self.spec, self.opts.rows_per_partition, self.opts.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)
+
+
+class DisPushdownReader(DisBatchReader):
+    """A batch scan that also takes over filters on the partition column."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
+        return iter(self.partition_filter.push(filters))
+
+
+# -- streaming ----------------------------------------------------------------------------------
+def admit(start: dict, available: dict, limit: ReadLimit) -> dict:
+    """The end offset of the next micro-batch: every location's rows up to ``available`` (never
+    below ``start``), at most ``limit.max_rows`` new rows in all, shared evenly."""
+    pending = {k: max(0, int(v) - int(start.get(k, 0))) for k, v in available.items()}
+    if isinstance(limit, ReadMinRows) and sum(pending.values()) < limit.min_rows:
+        pending = {}
+    if isinstance(limit, ReadMaxRows):
+        pending = water_fill(pending, limit.max_rows)
+    end = {k: int(v) for k, v in start.items()}
+    for k, n in pending.items():
+        if n > 0:
+            end[k] = end.get(k, 0) + n
+    return {k: end[k] for k in sorted(end) if end[k] > 0}
+
+
+def water_fill(pending: dict, budget: int) -> dict:
+    """Share ``budget`` rows among locations: each gets an equal share, and what a location
+    cannot use goes to the others."""
+    alloc = {k: 0 for k in pending}
+    keys = sorted(k for k, v in pending.items() if v > 0)
+    remaining = max(0, int(budget))
+    while keys and remaining > 0:
+        share = max(1, remaining // len(keys))
+        nxt = []
+        for k in keys:
+            if remaining == 0:
+                break
+            give = min(share, pending[k] - alloc[k], remaining)
+            alloc[k] += give
+            remaining -= give
+            if alloc[k] < pending[k]:
+                nxt.append(k)
+        keys = nxt
+    return alloc
+
+
+class DisStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of new rows.  An offset is ``{"<internal>/<column partition>": rows}``: the
+    published row count of each location (absent means 0).  A micro-batch from offset A to B
+    reads rows ``[A[k], B[k])`` of each location k, so batches neither overlap nor leave gaps, and
+    a query restarted from its checkpoint replays exactly the batch it had planned."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self._setup(options, schema)
+        self._target: dict | None = None
+
+    def _snapshots(self) -> dict:
+        o = self.opts
+        return {offset_key(s.key): s for s in list_locations(self.client, o)
+                if o.partitions is None or s.key.column_partition in o.partitions}
+
+    def _available(self) -> dict:
+        return {k: s.rows for k, s in self._snapshots().items() if s.rows > 0}
+
+    def initialOffset(self) -> dict:  # noqa: N802
+        if self.opts.starting_offsets == "latest":
+            return dict(sorted(self._available().items()))
+        return {}
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.opts.max_rows_per_trigger:
+            return ReadMaxRows(self.opts.max_rows_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self._target = self._available()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+        available = self._available()
+        if self._target is not None:
+            available = {k: min(v, self._target.get(k, 0)) for k, v in available.items()}
+        end = admit(start or {}, available, limit)
+        return start if end == start else end
+
+    def reportLatestOffset(self) -> dict:  # noqa: N802
+        return dict(sorted(self._available().items()))
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        start = start or {}
+        wanted = {k: (int(start.get(k, 0)), int(v)) for k, v in end.items() if int(v) > int(start.get(k, 0))}
+        if not wanted:
+            return []
+        deadline = time.monotonic() + self.opts.timeout_s
+        while True:
+            snaps = self._snapshots()
+            short = {k: (snaps[k].rows if k in snaps else 0, b) for k, (a, b) in wanted.items()
+                     if k not in snaps or snaps[k].rows < b}
+            if not short:
+                break
+            if time.monotonic() > deadline:
+                k, (have, need) = sorted(short.items())[0]
+                raise DisSourceError(
+                    f"location {self.opts.namespace}.{self.opts.table} {k} has {have} published rows but the "
+                    f"offset being read needs {need} (did the DIS lose unflushed rows and not yet re-ingest "
+                    "them?); waited the 'timeout' option's time")
+            time.sleep(0.2)
+        ranges = [Range(snaps[k], a, b) for k, (a, b) in sorted(wanted.items())]
+        return plan_partitions(ranges, self.spec, self.opts.rows_per_partition, self.opts.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.close_client()
