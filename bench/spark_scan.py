@@ -1,0 +1,164 @@
+"""Spark scan: the ``dis`` source against Spark's own Parquet reader on the same 10M rows.
+
+A DIS (in this process, over a temporary database) holds 10 million Market.Trade rows in four
+locations (two feeds x two dates).  The same rows are written as Parquet by Spark itself.  Then,
+best of a few runs each, on one local Spark session:
+
+* full scan + aggregation: per Sym and Date, count, sum(Size), avg(Price), max(Timestamp);
+* one-column query: sum(Price), through ``.option("columns", "Price")`` for the ``dis`` source.
+
+The last line is the JSON summary: ``value`` = dis seconds, ``baseline`` = Parquet seconds,
+``ratio`` = dis / Parquet (goal <= 1.0), plus the one-column figures.
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/spark_scan.py [--rows N] [--repeat K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _common import ROOT, SYMS, best_of, emit  # noqa: E402
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from disd.binlog import DecodedRows, FrameRun, LocationKey  # noqa: E402
+from disd.config import parse_dis_config  # noqa: E402
+
+START_NS = 1_763_800_000_000_000_000
+LOCATIONS = [("feed1", "2026-11-22"), ("feed2", "2026-11-22"), ("feed1", "2026-11-23"), ("feed2", "2026-11-23")]
+CHUNK = 1 << 20
+
+
+def trade_chunk(start: int, n: int, rng: np.random.Generator) -> list[pa.Array]:
+    idx = np.arange(start, start + n, dtype=np.int64)
+    return [
+        pa.array(START_NS + idx * 1000).cast(pa.timestamp("ns", tz="UTC")),
+        pa.array(SYMS[rng.integers(0, len(SYMS), n)]),
+        pa.array(rng.random(n) * 100 + 50),
+        pa.array(rng.integers(1, 1000, n, dtype=np.int32)),
+    ]
+
+
+def load_dis(server, rows: int) -> None:
+    """Ingest ``rows`` rows spread over LOCATIONS straight into the storage engine (decoded rows,
+    as the Ingest service hands them over after decoding the binary log), then publish."""
+    schema = server.schemas.get("Market", "Trade")
+    rng = np.random.default_rng(7)
+    per = rows // len(LOCATIONS)
+    done = 0
+    for i, (ip, cp) in enumerate(LOCATIONS):
+        n_loc = per if i < len(LOCATIONS) - 1 else rows - per * (len(LOCATIONS) - 1)
+        key = LocationKey("Market", "Trade", ip, cp)
+        loc = server.engine.location(key)
+        name = f"Market.Trade.System.{ip}.{cp}.bin.{cp}.090000.000+0000"
+        off = 4096
+        for a in range(0, n_loc, CHUNK):
+            n = min(CHUNK, n_loc - a)
+            cols = trade_chunk(done + a, n, rng)
+            run = FrameRun(base=off, starts=[off], ends=[off + 1], row_counts=[n], end_offset=off + 1)
+            loc.ingest(name, run, DecodedRows(schema, cols, np.zeros(n, np.uint8)))
+            off += 1
+        done += n_loc
+        loc.checkpoint()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--batch-rows", type=int, default=None)
+    args = ap.parse_args()
+
+    from pyspark.sql import functions as F
+
+    import disd.spark
+    from disd.server.daemon import DisServer
+
+    work = pathlib.Path(tempfile.mkdtemp(prefix="spark-scan-"))
+    server = None
+    spark = None
+    try:
+        cfg = parse_dis_config({
+            "db_root": str(work / "db"), "schemas": str(ROOT / "config" / "schemas"),
+            "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0},
+        }, "<bench>")
+        server = DisServer(cfg)
+        server.start()
+        t0 = time.perf_counter()
+        load_dis(server, args.rows)
+        print(f"loaded {args.rows} rows into {len(LOCATIONS)} locations in {time.perf_counter() - t0:.1f} s")
+        address = f"127.0.0.1:{server.port}"
+
+        spark = disd.spark.session("local[*]", app_name="spark_scan", conf={
+            "spark.ui.enabled": "false",
+            "spark.driver.memory": "4g",
+            "spark.sql.shuffle.partitions": "4",
+        })
+        spark.sparkContext.setLogLevel("ERROR")
+
+        def dis(columns: str | None = None):
+            r = (spark.read.format("dis").option("address", address)
+                 .option("namespace", "Market").option("table", "Trade"))
+            if columns:
+                r = r.option("columns", columns)
+            if args.batch_rows:
+                r = r.option("batchRows", str(args.batch_rows))
+            return r.load()
+
+        pq_path = str(work / "parquet")
+        t0 = time.perf_counter()
+        dis().write.parquet(pq_path)
+        print(f"wrote the same rows as Parquet through Spark in {time.perf_counter() - t0:.1f} s "
+              f"({sum(f.stat().st_size for f in pathlib.Path(pq_path).glob('*.parquet')) / 1e6:.0f} MB)")
+
+        def full(df):
+            return (df.groupBy("Sym", "Date")
+                    .agg(F.count("*").alias("n"), F.sum("Size").alias("size"), F.avg("Price").alias("price"),
+                         F.max("Timestamp").alias("last"))
+                    .orderBy("Sym", "Date").collect())
+
+        def one(df):
+            return df.agg(F.sum("Price")).collect()[0][0]
+
+        # Same answers from both readers (and warm both before timing).
+        a, b = full(dis()), full(spark.read.parquet(pq_path))
+        assert [tuple(r) for r in a] == [tuple(r) for r in b] or all(
+            x.Sym == y.Sym and x.Date == y.Date and x.n == y.n and x.size == y.size and x.last == y.last
+            and abs(x.price - y.price) < 1e-6 for x, y in zip(a, b)), "dis and Parquet disagree"
+        assert sum(r.n for r in a) == args.rows
+        one(dis("Price")), one(spark.read.parquet(pq_path))
+
+        # Each timed run loads a fresh DataFrame (a new scan planned at the current size).
+        dis_s = best_of(lambda: full(dis()), args.repeat)
+        pq_s = best_of(lambda: full(spark.read.parquet(pq_path)), args.repeat)
+        dis1_s = best_of(lambda: one(dis("Price")), args.repeat)
+        pq1_s = best_of(lambda: one(spark.read.parquet(pq_path).select("Price")), args.repeat)
+        dis_all_1_s = best_of(lambda: one(dis()), max(1, args.repeat - 1))
+        print(f"full scan + aggregation: dis {dis_s:.2f} s, Parquet {pq_s:.2f} s, ratio {dis_s / pq_s:.2f}")
+        print(f"one column (sum Price):  dis {dis1_s:.2f} s with columns=Price "
+              f"({dis_all_1_s:.2f} s reading every column), Parquet {pq1_s:.2f} s, ratio {dis1_s / pq1_s:.2f}")
+        print(f"dis scan rate: {args.rows / dis_s / 1e6:.2f} M rows/s (cores: {os.cpu_count()})")
+        print("MEETS GOAL" if dis_s <= pq_s else "BELOW GOAL (ratio > 1.0)")
+        emit("spark_scan", dis_s, "s", pq_s, rows=args.rows, one_column_s=dis1_s,
+             one_column_parquet_s=pq1_s, one_column_ratio=dis1_s / pq1_s,
+             one_column_all_columns_s=dis_all_1_s, meets_goal=dis_s <= pq_s)
+    finally:
+        if spark is not None:
+            spark.stop()
+        if server is not None:
+            server.stop(1.0)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
