@@ -1,4 +1,10 @@
-"""``dis-tailer --config config/tailer.yaml``: run the tailer until SIGTERM/SIGINT."""
+"""``dis-tailer --config config/tailer.yaml``: run the tailer until SIGTERM/SIGINT.
+
+Logs are structlog JSON lines on stderr (console rendering when stderr is a terminal, unless
+``--json-logs``).  Under systemd (``Type=notify``, ``NOTIFY_SOCKET`` set) it sends READY=1 once
+tailing, WATCHDOG=1 pings when ``WatchdogSec`` is set, and STOPPING=1 on shutdown.  Exit status:
+0 after a signal, 2 on a configuration error.
+"""
 
 from __future__ import annotations
 
@@ -11,30 +17,41 @@ from typing import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dis-tailer", description="stream binary logs to the DIS")
-    p.add_argument("--config", default="config/tailer.yaml")
-    p.add_argument("--json-logs", action="store_true")
+    p.add_argument("--config", default="config/tailer.yaml", help="tailer YAML (default: %(default)s)")
+    p.add_argument("--json-logs", action="store_true", help="JSON log lines even on a terminal")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
+
+    import structlog
 
     from disd.config import ConfigError
     from disd.logs import configure_logging
-    from disd.notify import Notifier
+    from disd.notify import Notifier, watchdog_interval_s
     from disd.tailer.config import load_tailer_config
     from disd.tailer.core import Tailer
 
-    configure_logging(json=True if args.json_logs else None)
+    configure_logging(json=True if args.json_logs else None, level=args.log_level)
+    log = structlog.get_logger("disd.tailer")
     try:
         cfg = load_tailer_config(args.config)
     except ConfigError as e:
         print(f"dis-tailer: {e}", file=sys.stderr)
         return 2
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal received, stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     notifier = Notifier()
     tailer = Tailer(cfg).start()
-    notifier.ready("tailing " + ", ".join(cfg.log_dirs))
-    while not stop.wait(1.0):
-        pass
+    notifier.ready("tailing " + ", ".join(tailer.dirs))
+    ping = watchdog_interval_s() if notifier.enabled else None
+    while not stop.wait(ping or 1.0):
+        if ping:
+            notifier.watchdog()
     notifier.stopping()
     tailer.stop()
     return 0

@@ -1,9 +1,12 @@
-"""``dis-tailer``'s YAML configuration.
+"""``dis-tailer``'s YAML configuration (``config/tailer.yaml``).
 
     dis: 127.0.0.1:22021            # or  routing: config/routing.yaml
     log_dirs: [var/logs]
     # tls: {ca: ..., cert: ..., key: ..., server_name: ...}   token_file: ...
     # poll_interval_ms: 200  max_in_flight_bytes: 8388608  chunk_bytes: 4194304
+    # csv_tables: [Market.Quote]  schemas: config/schemas  state_dir: var/tailer
+
+Every error names the file and the key, and unknown keys are errors (see ``disd.config``).
 """
 
 from __future__ import annotations
@@ -12,9 +15,15 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from disd.binlog.format import MAX_FRAME_PAYLOAD
 from disd.config import ConfigError, _Reader, load_yaml, read_token
+from disd.names import InvalidNameError, NameKind, validate_name
 from disd.routing import Routing, load_routing
 from disd.rpc.channel import ClientSecurity
+from disd.schema import SchemaError, SchemaRegistry, TableSchema
+
+#: Largest chunk: a whole maximal frame fits, and the message stays under the channel's limit.
+MAX_CHUNK_BYTES = MAX_FRAME_PAYLOAD
 
 
 @dataclass
@@ -29,7 +38,14 @@ class TailerConfig:
     retry_refused_ms: int = 30000
     max_backoff_ms: int = 5000
     state_dir: str = "var/tailer"
+    schemas: str | None = None
+    #: "<Namespace>.<Table>" -> schema, for the tables fed by CSV files
+    csv_tables: dict[str, TableSchema] = field(default_factory=dict)
     source: str = "<config>"
+
+
+def _positive(v: int) -> str | None:
+    return None if v > 0 else "must be > 0"
 
 
 def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
@@ -39,26 +55,33 @@ def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
     if bool(address) == bool(routing_file):
         raise ConfigError(source, "dis", "give exactly one of 'dis: host:port' or 'routing: FILE'")
     if address:
-        if ":" not in address:
-            raise ConfigError(source, "dis", "must be host:port")
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(source, "dis", f"must be host:port, got {address!r}")
         routing = Routing.single(address)
     else:
-        routing = load_routing(routing_file)
+        try:
+            routing = load_routing(routing_file)
+        except OSError as e:
+            raise ConfigError(source, "routing", f"cannot read {routing_file}: {e.strerror}") from None
     dirs = r.get("log_dirs", list, None)
     if not dirs or not all(isinstance(d, str) and d for d in dirs):
         raise ConfigError(source, "log_dirs", "must be a non-empty list of directories")
 
-    def positive(v: int) -> str | None:
-        return None if v > 0 else "must be > 0"
+    cfg = TailerConfig(routing=routing, log_dirs=list(dict.fromkeys(dirs)), source=source)
+    cfg.poll_interval_ms = r.get("poll_interval_ms", int, cfg.poll_interval_ms, _positive)
+    cfg.max_in_flight_bytes = r.get("max_in_flight_bytes", int, cfg.max_in_flight_bytes, _positive)
+    cfg.chunk_bytes = r.get(
+        "chunk_bytes", int, cfg.chunk_bytes,
+        lambda v: _positive(v) or (f"must be <= {MAX_CHUNK_BYTES}" if v > MAX_CHUNK_BYTES else None),
+    )
+    if cfg.chunk_bytes > cfg.max_in_flight_bytes:
+        raise ConfigError(source, "chunk_bytes", f"must be <= max_in_flight_bytes ({cfg.max_in_flight_bytes})")
+    cfg.torn_tail_grace_ms = r.get("torn_tail_grace_ms", int, cfg.torn_tail_grace_ms, _positive)
+    cfg.retry_refused_ms = r.get("retry_refused_ms", int, cfg.retry_refused_ms, _positive)
+    cfg.max_backoff_ms = r.get("max_backoff_ms", int, cfg.max_backoff_ms, _positive)
+    cfg.state_dir = r.get("state_dir", str, cfg.state_dir, lambda v: None if v else "must not be empty")
 
-    cfg = TailerConfig(routing=routing, log_dirs=list(dirs), source=source)
-    cfg.poll_interval_ms = r.get("poll_interval_ms", int, cfg.poll_interval_ms, positive)
-    cfg.max_in_flight_bytes = r.get("max_in_flight_bytes", int, cfg.max_in_flight_bytes, positive)
-    cfg.chunk_bytes = r.get("chunk_bytes", int, cfg.chunk_bytes, positive)
-    cfg.torn_tail_grace_ms = r.get("torn_tail_grace_ms", int, cfg.torn_tail_grace_ms, positive)
-    cfg.retry_refused_ms = r.get("retry_refused_ms", int, cfg.retry_refused_ms, positive)
-    cfg.max_backoff_ms = r.get("max_backoff_ms", int, cfg.max_backoff_ms, positive)
-    cfg.state_dir = r.get("state_dir", str, cfg.state_dir)
     tls = r.sub("tls")
     ca = tls.get("ca", str, None)
     cert = tls.get("cert", str, None)
@@ -67,9 +90,39 @@ def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
     tls.finish()
     if (cert or key) and not ca:
         raise ConfigError(source, "tls.ca", "required when a client certificate is given")
+    if bool(cert) != bool(key):
+        raise ConfigError(source, "tls.key" if cert else "tls.cert", "a client certificate needs both cert and key")
+    for name, path in (("ca", ca), ("cert", cert), ("key", key)):
+        if path and not pathlib.Path(path).is_file():
+            raise ConfigError(source, f"tls.{name}", f"no such file: {path}")
     token_file = r.get("token_file", str, None)
     token = read_token(token_file, source) if token_file else None
     cfg.security = ClientSecurity(ca=ca, cert=cert, key=key, token=token, server_name=server_name)
+
+    cfg.schemas = r.get("schemas", str, None)
+    tables = r.get("csv_tables", list, [])
+    for i, t in enumerate(tables):
+        ns, dot, table = t.partition(".") if isinstance(t, str) else ("", "", "")
+        try:
+            if not dot:
+                raise InvalidNameError(NameKind.TABLE, t, "must be <Namespace>.<Table>")
+            validate_name(NameKind.NAMESPACE, ns)
+            validate_name(NameKind.TABLE, table)
+        except InvalidNameError as e:
+            raise ConfigError(source, f"csv_tables[{i}]", str(e)) from None
+    if tables:
+        if not cfg.schemas:
+            raise ConfigError(source, "schemas", "required with csv_tables (the CSV tables' schemas)")
+        try:
+            registry = SchemaRegistry.load_dir(cfg.schemas)
+        except (SchemaError, OSError) as e:
+            raise ConfigError(source, "schemas", str(e)) from None
+        for i, t in enumerate(tables):
+            ns, _, table = t.partition(".")
+            schema = registry.get(ns, table)
+            if schema is None:
+                raise ConfigError(source, f"csv_tables[{i}]", f"no schema for {t} in {cfg.schemas}")
+            cfg.csv_tables[t] = schema
     r.finish()
     return cfg
 

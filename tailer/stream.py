@@ -1,0 +1,429 @@
+"""One location's worker: an Ingest stream to the DIS that owns it, fed with whole frames.
+
+The worker opens ``Ingest.Stream`` with the location and the schema fingerprint of the file it is
+at, learns the resume point, and sends the files of the location in order from there.  It never
+has more than ``max_in_flight_bytes`` unacknowledged (every chunk is answered by an Ack), follows
+the last file as it grows, moves to the next file once one exists and the current one has no
+more complete frames (giving an incomplete tail ``torn_tail_grace_ms`` first), and reopens the
+stream when the next file has another schema fingerprint.
+
+Failures: a broken stream (DIS restart, network) reconnects with exponential backoff capped at
+``max_backoff_ms``; a refusal (unknown table, schema mismatch, bad name, not routed here) is
+logged and retried after ``retry_refused_ms``; a corrupt log stops this location (the others go
+on) until the file changes.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import grpc
+import structlog
+
+from disd.binlog import CorruptLogError, LocationKey
+from disd.rpc.channel import open_channel
+from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.tailer.frames import FrameReader, Piece
+from disd.tailer.watch import LocationFiles, LogFile, order_of
+
+if TYPE_CHECKING:
+    from disd.tailer.core import Tailer
+
+log = structlog.get_logger("disd.tailer")
+
+#: Statuses that mean "the DIS will not take this location as it is": retried after a long wait.
+REFUSALS = frozenset({
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.DATA_LOSS,
+    grpc.StatusCode.UNAUTHENTICATED,
+})
+
+INITIAL_BACKOFF_S = 0.1
+
+
+class Refused(Exception):
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details
+
+
+class StreamBroken(Exception):
+    pass
+
+
+def _classify(e: grpc.RpcError) -> Exception:
+    code = e.code() if hasattr(e, "code") else None
+    details = (e.details() if hasattr(e, "details") else None) or str(e)
+    if code in REFUSALS:
+        return Refused(code.name, details)
+    return StreamBroken(f"{code.name if code else 'error'}: {details}")
+
+
+@dataclass
+class WorkerStatus:
+    state: str = "starting"  # starting connecting streaming following refused corrupt reconnecting stopped
+    file: str | None = None  # the file being sent
+    sent_offset: int = 0  # offset in ``file`` after the last chunk sent
+    acked_file: str | None = None
+    acked_offset: int = 0  # the DIS has ingested every byte of ``acked_file`` before this
+    committed_rows: int = 0
+    in_flight_bytes: int = 0
+    dis: str | None = None
+    error: str | None = None
+
+
+class IngestSession:
+    """One open Ingest stream: requests go through a queue the gRPC runtime drains, acks are read
+    by a thread, and ``send`` blocks while ``max_in_flight_bytes`` are unacknowledged."""
+
+    def __init__(self, channel: grpc.Channel, max_in_flight: int, halt: threading.Event,
+                 on_ack: Callable[[dis_pb2.Ack, int], None]) -> None:
+        self.max_in_flight = max_in_flight
+        self.halt = halt
+        self.on_ack = on_ack
+        # Unbounded in count, bounded in bytes: every queued chunk counts as in flight.
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._cond = threading.Condition()
+        self._inflight: collections.deque[int] = collections.deque()
+        self.inflight_bytes = 0
+        self._error: Exception | None = None
+        self._done = False
+        self._reader: threading.Thread | None = None
+        self.call = dis_pb2_grpc.IngestStub(channel).Stream(self._iter())
+
+    def _iter(self) -> Iterator[dis_pb2.IngestRequest]:
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            yield item
+
+    def open(self, msg: dis_pb2.IngestOpen) -> dis_pb2.ResumePoint:
+        self._requests.put(dis_pb2.IngestRequest(open=msg))
+        try:
+            first = next(self.call)
+        except StopIteration:
+            raise StreamBroken("the DIS closed the stream before sending the resume point") from None
+        except grpc.RpcError as e:
+            raise _classify(e) from None
+        if first.WhichOneof("body") != "resume":
+            raise StreamBroken(f"expected a resume point, got {first.WhichOneof('body')}")
+        self._reader = threading.Thread(target=self._read_acks, name="tailer-acks", daemon=True)
+        self._reader.start()
+        return first.resume
+
+    def _read_acks(self) -> None:
+        try:
+            for r in self.call:
+                if r.WhichOneof("body") != "ack":
+                    raise StreamBroken(f"expected an ack, got {r.WhichOneof('body')}")
+                with self._cond:
+                    if self._inflight:
+                        self.inflight_bytes -= self._inflight.popleft()
+                    self.on_ack(r.ack, self.inflight_bytes)
+                    self._cond.notify_all()
+        except grpc.RpcError as e:
+            with self._cond:
+                self._error = _classify(e)
+        except StreamBroken as e:
+            with self._cond:
+                self._error = e
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+
+    def _check_locked(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._done:
+            raise StreamBroken("the DIS ended the stream")
+
+    def check(self) -> None:
+        with self._cond:
+            self._check_locked()
+
+    def send(self, file_name: str, piece: Piece) -> bool:
+        """Queue one chunk once the in-flight bound allows it; False if halted meanwhile."""
+        n = len(piece.data)
+        with self._cond:
+            while (self._inflight and self.inflight_bytes + n > self.max_in_flight
+                   and self._error is None and not self._done and not self.halt.is_set()):
+                self._cond.wait(0.5)
+            self._check_locked()
+            if self.halt.is_set():
+                return False
+            self._inflight.append(n)
+            self.inflight_bytes += n
+        self._requests.put(dis_pb2.IngestRequest(
+            chunk=dis_pb2.LogChunk(file_name=file_name, offset=piece.offset, data=piece.data)))
+        return True
+
+    def drain(self) -> None:
+        """Wait until every chunk sent is acknowledged."""
+        with self._cond:
+            while self._inflight and self._error is None and not self._done and not self.halt.is_set():
+                self._cond.wait(0.5)
+            self._check_locked()
+
+    def close(self) -> None:
+        self._requests.put(None)  # half-close: the DIS sees the end of the requests
+        self.call.cancel()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(5)
+
+
+class LocationWorker(threading.Thread):
+    def __init__(self, tailer: "Tailer", key: LocationKey) -> None:
+        super().__init__(name=f"tailer {key}", daemon=True)
+        self.tailer = tailer
+        self.key = key
+        self.cfg = tailer.config
+        self.wake = threading.Event()
+        self._halt = tailer._halt
+        self._lock = threading.Lock()
+        self._status = WorkerStatus()
+        self._session: IngestSession | None = None
+        self._hint: str | None = None  # the file the next stream opens with (its fingerprint)
+        self._corrupt: tuple[str, int, tuple] | None = None  # (path, offset, stat) that stopped us
+        self.log = log.bind(location=str(key))
+
+    # -- status ------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        with self._lock:
+            return asdict(self._status)
+
+    def _set(self, **kw: object) -> None:
+        with self._lock:
+            for k, v in kw.items():
+                setattr(self._status, k, v)
+
+    def _on_ack(self, ack: dis_pb2.Ack, inflight: int) -> None:
+        with self._lock:
+            self._status.acked_file = ack.file_name or None
+            self._status.acked_offset = ack.offset
+            self._status.committed_rows = ack.committed_rows
+            self._status.in_flight_bytes = inflight
+
+    def files(self) -> LocationFiles:
+        return self.tailer.files_of(self.key)
+
+    def stop(self) -> None:
+        """Called with the tailer's halt event set: cut a stream that may be blocked."""
+        self.wake.set()
+        s = self._session
+        if s is not None:
+            s.call.cancel()
+
+    # -- main loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        backoff = INITIAL_BACKOFF_S
+        reported: set[str] = set()
+        while not self._halt.is_set():
+            try:
+                if self._corrupt is not None and not self._corrupt_changed():
+                    self._wait(self.cfg.retry_refused_ms / 1000)
+                    continue
+                self._corrupt = None
+                if self._stream():
+                    backoff = INITIAL_BACKOFF_S
+                    reported.clear()
+            except Refused as e:
+                self._set(state="refused", error=str(e), in_flight_bytes=0)
+                self.log.warning("location refused by the DIS; retrying later", code=e.code, error=e.details,
+                                 retry_s=self.cfg.retry_refused_ms / 1000)
+                self._wait(self.cfg.retry_refused_ms / 1000)
+            except CorruptLogError as e:
+                path = e.path or ""
+                self._corrupt = (path, e.offset, _stat(path))
+                self._set(state="corrupt", error=str(e), in_flight_bytes=0)
+                self.log.error("corrupt binary log: this location stops here until the file changes",
+                               file=path, offset=e.offset, problem=e.problem)
+            except (grpc.RpcError, StreamBroken, OSError) as e:
+                if self._halt.is_set():
+                    break
+                detail = str(_classify(e)) if isinstance(e, grpc.RpcError) else str(e)
+                self._set(state="reconnecting", error=detail, in_flight_bytes=0)
+                first = detail not in reported
+                reported.add(detail)
+                (self.log.warning if first else self.log.info)(
+                    "ingest stream failed; reconnecting", error=detail, backoff_s=round(backoff, 2))
+                self._wait(backoff)
+                backoff = min(backoff * 2, self.cfg.max_backoff_ms / 1000)
+            except Exception as e:  # a bug must not kill the location's thread silently
+                self._set(state="reconnecting", error=repr(e), in_flight_bytes=0)
+                self.log.exception("unexpected error in the location worker; retrying")
+                self._wait(self.cfg.max_backoff_ms / 1000)
+        self._set(state="stopped")
+
+    def _wait(self, seconds: float) -> None:
+        self._halt.wait(seconds)
+
+    def _corrupt_changed(self) -> bool:
+        path, _, st = self._corrupt  # type: ignore[misc]
+        return _stat(path) != st
+
+    def _idle_wait(self, seconds: float | None = None) -> None:
+        self.wake.wait(self.cfg.poll_interval_ms / 1000 if seconds is None else seconds)
+        self.wake.clear()
+
+    # -- one stream --------------------------------------------------------------------------
+
+    def _stream(self) -> bool:
+        """Open a stream and send until it must be reopened (True) or there is nothing to open
+        it with yet (False).  Raises on failures."""
+        lf = self.files()
+        if not lf.files:
+            self._set(state="waiting")
+            self._idle_wait()
+            return False
+        first = (lf.find(self._hint) if self._hint else None) or lf.files[0]
+        with FrameReader(first.path) as r:
+            header = r.header()
+        if header is None:
+            self._set(state="waiting", error=f"{first.name}: header incomplete")
+            self._idle_wait()
+            return False
+        owner = self.cfg.routing.owner(self.key.namespace, self.key.table)
+        if owner is None:
+            raise Refused("NOT_ROUTED", f"no DIS in the routing takes {self.key.table_key}")
+        self._set(state="connecting", dis=owner.address)
+        channel = open_channel(owner.address, self.cfg.security)
+        try:
+            session = IngestSession(channel, self.cfg.max_in_flight_bytes, self._halt, self._on_ack)
+            self._session = session
+            if self._halt.is_set():
+                return True
+            try:
+                resume = session.open(dis_pb2.IngestOpen(
+                    location=dis_pb2.LocationKey(namespace=self.key.namespace, table=self.key.table,
+                                                 internal_partition=self.key.internal_partition,
+                                                 column_partition=self.key.column_partition),
+                    schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id))
+                self._follow(session, header.fingerprint, resume)
+            finally:
+                self._session = None
+                session.close()
+        finally:
+            channel.close()
+        return True
+
+    def _follow(self, s: IngestSession, fingerprint: str, resume: dis_pb2.ResumePoint) -> None:
+        cfg = self.cfg
+        lf = self.files()
+        cur: LogFile | None
+        if resume.file_name:
+            name, offset = resume.file_name, resume.offset
+            cur = lf.find(name)
+            if cur is None:
+                self.log.warning("the resume file is not in the log directories; going on with newer files",
+                                 file=name, offset=offset)
+        else:
+            cur = lf.files[0]
+            name, offset = cur.name, 0
+        self._set(state="streaming", error=None, file=name, sent_offset=offset, acked_file=name or None,
+                  acked_offset=offset, in_flight_bytes=0)
+        self.log.info("ingest stream open", dis=self._status.dis, resume_file=resume.file_name or None,
+                      resume_offset=resume.offset)
+        reader: FrameReader | None = None
+        checked = False  # the current file's fingerprint matches the stream's
+        torn_since: float | None = None
+        try:
+            while not self._halt.is_set():
+                s.check()
+                piece: Piece | None = None
+                if cur is not None:
+                    if reader is None:
+                        reader = FrameReader(cur.path)
+                    if not checked:
+                        header = reader.header()
+                        if header is None:  # a new file whose header is still being written
+                            self._idle_wait()
+                            continue
+                        if header.fingerprint != fingerprint:
+                            self.log.info("schema fingerprint changes with this file; reopening the stream",
+                                          file=cur.name, fingerprint=header.fingerprint)
+                            s.drain()
+                            self._hint = cur.name
+                            return
+                        checked = True
+                    piece = reader.read(offset, cfg.chunk_bytes)
+                    if piece.data:
+                        if not s.send(name, piece):
+                            return
+                        offset = piece.end
+                        torn_since = None
+                        self._set(state="streaming", file=name, sent_offset=offset, in_flight_bytes=s.inflight_bytes)
+                        continue
+                newer = self.files().after(name)
+                if newer:
+                    if piece is not None and not piece.complete:
+                        now = time.monotonic()
+                        torn_since = torn_since or now
+                        if now - torn_since < cfg.torn_tail_grace_ms / 1000:
+                            self._idle_wait(min(cfg.poll_interval_ms, cfg.torn_tail_grace_ms) / 1000)
+                            continue
+                        self.log.warning("incomplete frame at the end of a file that has a newer one; moving on",
+                                         file=name, offset=offset, tail_bytes=piece.tail)
+                    if reader is not None:
+                        reader.close()
+                        reader = None
+                    cur = newer[0]
+                    name, offset, checked, torn_since = cur.name, 0, False, None
+                    self._hint = name
+                    self.log.info("next file", file=name)
+                    continue
+                self._set(state="following", in_flight_bytes=s.inflight_bytes)
+                self._idle_wait()
+        finally:
+            if reader is not None:
+                reader.close()
+
+    # -- idleness ----------------------------------------------------------------------------
+
+    def idle(self) -> bool:
+        """Every complete frame of the location's files is sent and acknowledged."""
+        st = self.status()
+        lf = self.files()
+        if not lf.files:
+            return True
+        if st["file"] is None or st["state"] in ("refused", "corrupt", "reconnecting", "connecting", "starting"):
+            # no position known from the DIS: idle only if there is nothing to send at all
+            return all(not _has_frames(f.path, 0) for f in lf.files)
+        if (st["acked_file"], st["acked_offset"]) != (st["file"], st["sent_offset"]):
+            return False
+        k = order_of(st["file"])
+        cur = lf.find(st["file"])
+        if cur is not None and _has_frames(cur.path, st["sent_offset"]):
+            return False
+        return all(not _has_frames(f.path, 0) for f in lf.files if f.order > k)
+
+
+def _has_frames(path: str, offset: int) -> bool:
+    try:
+        with FrameReader(path) as r:
+            return bool(r.read(offset, 1).data)
+    except CorruptLogError:
+        return True  # frames the DIS will never have
+    except OSError:
+        return False
+
+
+def _stat(path: str) -> tuple:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
