@@ -71,7 +71,14 @@ class FrameReader:
         head = start - offset  # bytes of header leading the chunk
         want = min(max(max_bytes, head + FRAME_HEADER_SIZE), size - offset)
         data = os.pread(self._fd, want, offset)
-        run = scan_frames(data, offset, header.schema, start=head, path=self.path)
+        try:
+            run = scan_frames(data, offset, header.schema, start=head, path=self.path)
+        except CorruptLogError as e:
+            if e.offset <= start:
+                raise
+            # whole good frames precede the corruption: they go first, the next read raises
+            data = data[: e.offset - offset]
+            run = scan_frames(data, offset, header.schema, start=head, path=self.path)
         if not run.starts and len(data) >= head + FRAME_HEADER_SIZE and len(data) < size - offset:
             # one frame bigger than max_bytes: it goes alone (whole, or not at all while torn)
             plen = struct.unpack_from("<I", data, head)[0]

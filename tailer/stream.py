@@ -347,19 +347,22 @@ class LocationWorker(threading.Thread):
                 if cur is not None:
                     if reader is None:
                         reader = FrameReader(cur.path)
-                    if not checked:
+                    try:
+                        piece = reader.read(offset, cfg.chunk_bytes)
+                    except CorruptLogError:
+                        s.drain()  # the good frames before the corruption reach the DIS
+                        raise
+                    if piece.data and not checked:
+                        # checked only when bytes of this file are to be sent: a resume point at
+                        # the end of an older file of another schema must not cause a reopen
                         header = reader.header()
-                        if header is None:  # a new file whose header is still being written
-                            self._idle_wait()
-                            continue
-                        if header.fingerprint != fingerprint:
+                        if header is not None and header.fingerprint != fingerprint:
                             self.log.info("schema fingerprint changes with this file; reopening the stream",
                                           file=cur.name, fingerprint=header.fingerprint)
                             s.drain()
                             self._hint = cur.name
                             return
                         checked = True
-                    piece = reader.read(offset, cfg.chunk_bytes)
                     if piece.data:
                         if not s.send(name, piece):
                             return

@@ -1,0 +1,91 @@
+"""Finding log files: names parsed, grouped by location, ordered by time stamp; others ignored."""
+
+from __future__ import annotations
+
+import structlog
+
+from disd.tailer.watch import DirectoryWatcher, csv_to_bin_name, scan_dirs
+
+from .helpers import name, write
+
+
+def test_groups_by_location_and_orders_by_timestamp(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    write(a / name(hour=10), 1)
+    write(b / name(hour=9), 1)
+    # 10:30 at +0200 is 08:30 UTC: the oldest file, though its text sorts last
+    write(a / name(hour=10, tz="+0200").replace("100000", "103000"), 1)
+    write(a / name(ip="ip2", hour=8), 1)
+    write(a / name(cp="2026-11-23", hour=8), 1)
+    found = scan_dirs([str(a), str(b)], set()).locations
+    assert len(found) == 3
+    ip1 = next(v for k, v in found.items() if k.internal_partition == "ip1" and k.column_partition == "2026-11-22")
+    assert [f.name for f in ip1.files] == [name(hour=10, tz="+0200").replace("100000", "103000"), name(hour=9),
+                                          name(hour=10)]
+    assert [f.path for f in ip1.files][1] == str(b / name(hour=9))
+    assert [f.name for f in ip1.after(name(hour=9))] == [name(hour=10)]
+    assert [f.name for f in ip1.after(None)] == [f.name for f in ip1.files]
+    assert ip1.find(name(hour=9)).name == name(hour=9) and ip1.find("nope") is None
+
+
+def test_non_matching_names_are_logged_once_and_ignored(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "Market.Trade.System.ip1.2026-11-22.bin.2026-13-22.090000.000+0000").write_text("x")
+    (tmp_path / name(kind="csv")).write_text("Size\n1\n")  # CSV of a table not configured as CSV-fed
+    (tmp_path / ".hidden.tmp").write_text("x")
+    (tmp_path / "subdir").mkdir()
+    reported: set[str] = set()
+    with structlog.testing.capture_logs() as logs:
+        s1 = scan_dirs([str(tmp_path), str(tmp_path / "missing")], reported)
+        s2 = scan_dirs([str(tmp_path)], reported)
+    assert not s1.locations and not s2.locations and not s1.csv_files
+    ignored = [e for e in logs if e["event"] == "ignoring file"]
+    assert len(ignored) == 3, ignored
+    assert any("not in csv_tables" in e["reason"] for e in ignored)
+
+
+def test_csv_files_of_csv_tables(tmp_path):
+    p = tmp_path / name(kind="csv")
+    p.write_text("Size\n")
+    assert csv_to_bin_name(p.name) == name()
+    assert csv_to_bin_name("x.csv.y") is None
+    found = scan_dirs([str(tmp_path)], set(), ["Market.Trade"])
+    assert list(found.csv_files) == [str(p)]
+    spool, csv_name = found.csv_files[str(p)]
+    assert spool.format() == name() and csv_name == p.name
+
+
+def test_inotify_reports_appends_and_new_files(tmp_path):
+    w = DirectoryWatcher()
+    if not w.inotify:  # pragma: no cover - kernels without inotify poll
+        return
+    try:
+        w.watch([str(tmp_path), str(tmp_path / "later")])
+        write(tmp_path / name(), 1)
+        ev = w.wait(2)
+        assert ev.rescan and name() in ev.names
+        write(tmp_path / name(), 1)
+        ev = w.wait(2)
+        while not ev.names:
+            ev = w.wait(2)
+        assert name() in ev.names
+        (tmp_path / "later").mkdir()
+        assert w.wait(2).rescan
+        w.watch([str(tmp_path / "later")])  # a directory created later is watched once it exists
+        write(tmp_path / "later" / name(hour=10), 1)
+        ev = w.wait(2)
+        assert name(hour=10) in ev.names
+        w.poke()
+        assert w.wait(2).rescan
+    finally:
+        w.close()
+        w.release()
+
+
+def test_polling_watcher_times_out_asking_for_a_rescan():
+    w = DirectoryWatcher(use_inotify=False)
+    assert not w.inotify
+    assert w.wait(0.01).rescan
+    w.close()
+    w.release()
