@@ -34,6 +34,7 @@ def spark():
 
     s = disd.spark.session("local[2]", app_name="dis-tests", conf={
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
         "spark.driver.memory": "1g",

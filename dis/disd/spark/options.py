@@ -15,7 +15,7 @@ from typing import Mapping
 from disd.spark.errors import DisSourceError
 
 #: Rows per input partition before a location is split (a scan uses at least ``minPartitions``).
-DEFAULT_ROWS_PER_PARTITION = 4 << 20
+DEFAULT_ROWS_PER_PARTITION = 8 << 20
 #: Rows per Arrow RecordBatch handed to Spark: a multiple of 65536 keeps every fixed-width
 #: column's chunks on 64 KiB block boundaries.
 DEFAULT_BATCH_ROWS = 1 << 19
