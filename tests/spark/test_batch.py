@@ -210,3 +210,19 @@ def test_reusing_a_dataframe_after_a_pruned_query(spark, trade_address):
     df = reader(spark, trade_address).load()
     assert df.where("Date = '2026-11-23'").count() == 7_000
     assert df.count() == TOTAL
+
+
+def test_token_protected_dis(spark, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("t0ken-for-tests\n")
+    srv = start_dis(tmp_path / "db", token_file=str(token))
+    try:
+        Feeder(srv).append(LocationKey("Market", "Trade", "feed1", "2026-11-22"), trade_rows(0, 100))
+        address = f"127.0.0.1:{srv.port}"
+        assert reader(spark, address, tokenFile=str(token)).load().count() == 100
+        assert reader(spark, address, token="t0ken-for-tests", columns="Size").load().count() == 100
+        with pytest.raises(Exception) as e:
+            reader(spark, address, token="wrong").load()
+        assert "refused the credentials" in str(e.value) and "'token'" in str(e.value)
+    finally:
+        srv.stop(0.5)

@@ -150,7 +150,11 @@ class _Base:
         self.opts = o
         self.output_schema = schema
         self._client = None
-        table = table_schema(self.client, o)
+        try:
+            table = table_schema(self.client, o)
+        finally:
+            # Planning workers are reused: hold no channel between calls (reopened when needed).
+            self.close_client()
         self.table_json = table.to_json()
         self.partition_column = table.partition_column
         self.projection = projection(table, schema)
