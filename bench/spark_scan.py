@@ -122,6 +122,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batch-rows", type=int, default=None)
+    ap.add_argument("--block-size", type=int, default=65536,
+                    help="the DIS's storage.block_size_bytes (bytes per ReadBlock call); 64 KiB is the default")
     args = ap.parse_args()
 
     from pyspark.sql import functions as F
@@ -136,6 +138,7 @@ def main() -> None:
         cfg = parse_dis_config({
             "db_root": str(work / "db"), "schemas": str(ROOT / "config" / "schemas"),
             "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0},
+            "storage": {"block_size_bytes": args.block_size},
         }, "<bench>")
         server = DisServer(cfg)
         server.start()
@@ -202,7 +205,7 @@ def main() -> None:
         emit("spark_scan", dis_s, "s", pq_s, rows=args.rows, one_column_s=dis1_s,
              one_column_parquet_s=pq1_s, one_column_ratio=dis1_s / pq1_s,
              one_column_all_columns_s=dis_all_1_s, python_source_floor_s=floor_s,
-             floor_ratio=floor_s / pq_s, meets_goal=dis_s <= pq_s)
+             floor_ratio=floor_s / pq_s, block_size=args.block_size, meets_goal=dis_s <= pq_s)
     finally:
         if spark is not None:
             spark.stop()

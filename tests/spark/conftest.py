@@ -45,7 +45,7 @@ def spark():
     s.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def trade_dis(tmp_path_factory):
     """A DIS with LOCS published (Size = row number; every 7th row has null Sym and Price)."""
     srv = start_dis(tmp_path_factory.mktemp("trade-dis") / "db")
@@ -56,7 +56,7 @@ def trade_dis(tmp_path_factory):
     srv.stop(0.5)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def trade_address(trade_dis) -> str:
     return f"127.0.0.1:{trade_dis.port}"
 
