@@ -106,11 +106,11 @@ class Tailer:
             self.watcher.poke()
 
     def _scan_loop(self) -> None:
-        interval = self.config.poll_interval_ms / 1000
-        if self.watcher.inotify:
-            interval = max(interval, INOTIFY_RESCAN_S)
+        poll = self.config.poll_interval_ms / 1000
         last = time.monotonic()
         while not self._halt.is_set():
+            # with inotify on every directory, rescans are a safety net; else they find changes
+            interval = max(poll, INOTIFY_RESCAN_S) if self.watcher.watches_all(self.dirs) else poll
             ev = self.watcher.wait(interval)
             if self._halt.is_set():
                 break

@@ -196,6 +196,7 @@ class LocationWorker(threading.Thread):
         self._session: IngestSession | None = None
         self._hint: str | None = None  # the file the next stream opens with (its fingerprint)
         self._corrupt: tuple[str, int, tuple] | None = None  # (path, offset, stat) that stopped us
+        self._opened = False  # the current attempt got a resume point
         self.log = log.bind(location=str(key))
 
     # -- status ------------------------------------------------------------------------------
@@ -232,6 +233,7 @@ class LocationWorker(threading.Thread):
         backoff = INITIAL_BACKOFF_S
         reported: set[str] = set()
         while not self._halt.is_set():
+            self._opened = False
             try:
                 if self._corrupt is not None and not self._corrupt_changed():
                     self._wait(self.cfg.retry_refused_ms / 1000)
@@ -254,6 +256,9 @@ class LocationWorker(threading.Thread):
             except (grpc.RpcError, StreamBroken, OSError) as e:
                 if self._halt.is_set():
                     break
+                if self._opened:  # the stream had been working: a fresh failure, start over
+                    backoff = INITIAL_BACKOFF_S
+                    reported.clear()
                 detail = str(_classify(e)) if isinstance(e, grpc.RpcError) else str(e)
                 self._set(state="reconnecting", error=detail, in_flight_bytes=0)
                 first = detail not in reported
@@ -289,11 +294,9 @@ class LocationWorker(threading.Thread):
             self._set(state="waiting")
             self._idle_wait()
             return False
-        first = (lf.find(self._hint) if self._hint else None) or lf.files[0]
-        with FrameReader(first.path) as r:
-            header = r.header()
+        header = self._opening_header(lf)
         if header is None:
-            self._set(state="waiting", error=f"{first.name}: header incomplete")
+            self._set(state="waiting", error="no file with a complete header yet")
             self._idle_wait()
             return False
         owner = self.cfg.routing.owner(self.key.namespace, self.key.table)
@@ -320,7 +323,30 @@ class LocationWorker(threading.Thread):
             channel.close()
         return True
 
+    def _opening_header(self, lf: LocationFiles):  # noqa: ANN202 - LogHeader | None
+        """The header whose fingerprint opens the stream: of the file the worker was at, else of
+        the first file with a readable header (an empty or foreign file does not block the
+        location; the file actually sent is checked again before its bytes go out)."""
+        hinted = lf.find(self._hint) if self._hint else None
+        candidates = ([hinted] if hinted else []) + [f for f in lf.files if f is not hinted]
+        corrupt: CorruptLogError | None = None
+        for f in candidates:
+            try:
+                with FrameReader(f.path) as r:
+                    header = r.header()
+            except CorruptLogError as e:
+                corrupt = corrupt or e
+                continue
+            except FileNotFoundError:
+                continue
+            if header is not None:
+                return header
+        if corrupt is not None:
+            raise corrupt
+        return None
+
     def _follow(self, s: IngestSession, fingerprint: str, resume: dis_pb2.ResumePoint) -> None:
+        self._opened = True
         cfg = self.cfg
         lf = self.files()
         cur: LogFile | None

@@ -188,6 +188,10 @@ class DirectoryWatcher:
                     log.warning("cannot watch directory; it is polled", dir=d,
                                 errno=errno.errorcode.get(ctypes.get_errno(), "?"))
 
+    def watches_all(self, dirs: Iterable[str]) -> bool:
+        with self._lock:
+            return self.fd >= 0 and all(d in self._watched for d in dirs)
+
     def wait(self, timeout: float) -> Events:
         """Block until something changes or ``timeout`` passes (then ``rescan`` is True)."""
         if self.fd < 0 or self._closed.is_set():

@@ -262,3 +262,14 @@ def test_stop_is_prompt_while_the_dis_is_down(tmp_path):
     t.stop()
     assert time.monotonic() - t0 < 3
     assert t.status()["Market/Trade/ip1/2026-11-22"]["state"] == "stopped"
+
+
+def test_an_abandoned_file_without_a_header_does_not_block_the_location(tmp_path, dis):
+    (tmp_path / name(hour=8)).write_bytes(b"")  # a writer died before writing the header
+    (tmp_path / name(hour=9)).write_bytes(b"DISBLOG\x00\x01")  # ... or in the middle of it
+    write(tmp_path / name(hour=10), 3, 0)
+    with Tailer(config(dis.address, tmp_path)) as t:
+        assert t.wait_idle(20)
+    st = dis.log_of("ip1")
+    assert [c[0] for c in st.chunks] == [name(hour=10)]
+    assert rows_received(st) == [0, 1, 2]
