@@ -244,8 +244,11 @@ class LocationWorker(threading.Thread):
                     reported.clear()
             except Refused as e:
                 self._set(state="refused", error=str(e), in_flight_bytes=0)
-                self.log.warning("location refused by the DIS; retrying later", code=e.code, error=e.details,
-                                 retry_s=self.cfg.retry_refused_ms / 1000)
+                first = str(e) not in reported  # the same refusal again is logged at info
+                reported.add(str(e))
+                (self.log.warning if first else self.log.info)(
+                    "location refused by the DIS; retrying later", code=e.code, error=e.details,
+                    retry_s=self.cfg.retry_refused_ms / 1000)
                 self._wait(self.cfg.retry_refused_ms / 1000)
             except CorruptLogError as e:
                 path = e.path or ""
