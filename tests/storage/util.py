@@ -2,19 +2,79 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import numpy as np
+import pyarrow as pa
 
-from disd.binlog import BinlogWriter, LocationKey, decode_frames, decode_header, normalize_columns, scan_frames
+import disd
+from disd.binlog import BinlogWriter, FrameRun, LocationKey, decode_frames, decode_header, normalize_columns, scan_frames
 from disd.binlog.format import encode_frame, encode_rows
 from disd.schema import SchemaRegistry, TableSchema
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
 SCHEMAS = SchemaRegistry.load_dir(ROOT / "config" / "schemas")
 TRADE = SCHEMAS.get("Market", "Trade")
 KEY = LocationKey("Market", "Trade", "ip1", "2026-11-22")
 LOG = "Market.Trade.System.ip1.2026-11-22.bin.2026-11-22.090000.000+0000"
+
+ALL_TYPES = TableSchema.from_dict(
+    {
+        "namespace": "Test",
+        "table": "AllTypes",
+        "columns": [
+            {"name": n, "type": n.lower()}
+            for n in ["Bool", "Byte", "Short", "Int", "Long", "Float", "Double", "Char", "String", "Timestamp"]
+        ]
+        + [{"name": "Other", "type": "string"}],
+    }
+)
+ALL_KEY = LocationKey("Test", "AllTypes", "ip", "2026-11-22")
+ALL_LOG = "Test.AllTypes.System.ip.2026-11-22.bin.2026-11-22.000000.000+0000"
+STRINGS = ["AAPL", "", "żółć", "日本語", "x" * 300, "MSFT", "emoji 🚀 ✓", "tab\tnew\nline", "\u0000nul"]
+
+
+def subprocess_env() -> dict:
+    """Environment for child processes: import the same ``disd`` as this process does."""
+    src = str(pathlib.Path(disd.__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([src, str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def all_types_table(n: int, seed: int = 7, null_fraction: float = 0.2) -> pa.Table:
+    """Every column type, with nulls, non-ASCII strings and the extreme non-sentinel values."""
+    rng = np.random.default_rng(seed)
+    strs = np.array(STRINGS, dtype=object)
+
+    def mask():
+        return rng.random(n) < null_fraction
+
+    def ints(dtype):
+        info = np.iinfo(dtype)
+        v = rng.integers(info.min + 1, info.max, n, dtype=dtype, endpoint=True)
+        if n >= 2:
+            v[0], v[1] = info.min + 1, info.max  # the values next to the sentinel survive
+        return v
+
+    cols = {
+        "Bool": pa.array(rng.random(n) < 0.5, mask=mask()),
+        "Byte": pa.array(ints(np.int8), mask=mask()),
+        "Short": pa.array(ints(np.int16), mask=mask()),
+        "Int": pa.array(ints(np.int32), mask=mask()),
+        "Long": pa.array(ints(np.int64), mask=mask()),
+        "Float": pa.array((rng.standard_normal(n) * 1e6).astype(np.float32), mask=mask()),
+        "Double": pa.array(rng.standard_normal(n) * 1e300, mask=mask()),
+        "Char": pa.array(rng.integers(0, 0xFFFE, n, dtype=np.uint16, endpoint=True), mask=mask()),
+        "String": pa.array(strs[rng.integers(0, len(strs), n)].tolist(), pa.string(), mask=mask()),
+        "Timestamp": pa.array(rng.integers(-(2**62), 2**62, n, dtype=np.int64), mask=mask()).cast(
+            pa.timestamp("ns", tz="UTC")
+        ),
+        "Other": pa.array(strs[rng.integers(0, len(strs), n)].tolist(), pa.string(), mask=mask()),
+    }
+    return pa.table(cols)
 
 
 def trade_rows(start: int, n: int) -> dict:
@@ -23,9 +83,9 @@ def trade_rows(start: int, n: int) -> dict:
             "Size": idx.astype(np.int32)}
 
 
-def write_log(path, schema: TableSchema, columns: dict, flags, single_frame: bool = False) -> int:
-    """Append rows; ``single_frame`` writes them as one frame even across transaction starts
-    (as a foreign writer might)."""
+def write_log(path, schema: TableSchema, columns, flags, single_frame: bool = False) -> int:
+    """Append rows; returns the offset after them.  ``single_frame`` writes them as one frame
+    even across transaction starts (as a foreign writer might)."""
     flags = np.asarray(flags, np.uint8)
     if not single_frame:
         with BinlogWriter(path, schema) as w:
@@ -37,13 +97,36 @@ def write_log(path, schema: TableSchema, columns: dict, flags, single_frame: boo
         return w.offset + len(data)
 
 
-def ingest_file(loc, path, schema: TableSchema = TRADE, start: int = 0, frames_per_call: int | None = None):
+def sub_run(run: FrameRun, i: int, j: int) -> FrameRun:
+    """Frames [i, j) of a run."""
+    return FrameRun(base=run.base, starts=run.starts[i:j], ends=run.ends[i:j], row_counts=run.row_counts[i:j],
+                    end_offset=run.ends[j - 1])
+
+
+def frames(path, schema: TableSchema = TRADE, start: int = 0) -> tuple[bytes, FrameRun]:
     data = pathlib.Path(path).read_bytes()
     hdr = decode_header(data)
-    run = scan_frames(data, 0, schema, start=max(start, hdr.size))
+    return data, scan_frames(data, 0, schema, start=max(start, hdr.size))
+
+
+def ingest_file(loc, path, schema: TableSchema = TRADE, start: int = 0, frames_per_call: int | None = None):
+    """Send the frames of a log from ``start`` as the Ingest service would."""
+    data, run = frames(path, schema, start)
     name = pathlib.Path(path).name
     k = frames_per_call or len(run.starts) or 1
     for i in range(0, len(run.starts), k):
-        sub = type(run)(base=0, starts=run.starts[i:i + k], ends=run.ends[i:i + k],
-                        row_counts=run.row_counts[i:i + k], end_offset=run.ends[min(i + k, len(run.ends)) - 1])
+        sub = sub_run(run, i, min(i + k, len(run.starts)))
         loc.ingest(name, sub, decode_frames(data, 0, sub, schema))
+
+
+def fds_under(root) -> int:
+    """Descriptors of this process open on files under ``root``."""
+    root = str(root)
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(root):
+                n += 1
+        except OSError:
+            pass
+    return n

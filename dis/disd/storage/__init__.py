@@ -3,15 +3,19 @@
 See docs/storage-format.md for the on-disk layout.
 """
 
-from disd.storage.checkpoint import CheckpointRecord, SourcePosition
+from disd.storage.checkpoint import CheckpointError, CheckpointRecord, SourcePosition
 from disd.storage.engine import ImportConfig, StorageConfig, StorageEngine, UnknownTableError, location_path
 from disd.storage.filehandles import FileIdentityError, TrackedFileHandleFactory
+from disd.storage.columns import decode_column, decode_table
 from disd.storage.location import Location, LocationError
 
 __all__ = [
+    "CheckpointError",
     "CheckpointRecord",
     "FileIdentityError",
     "ImportConfig",
+    "decode_column",
+    "decode_table",
     "Location",
     "LocationError",
     "SourcePosition",

@@ -1,19 +1,21 @@
 """The checkpoint record, ``table.size``: what a location guarantees after a crash.
 
-A small text file, readable by people and other programs::
+A small text file, readable by people and other programs (three lines, each ending in ``\\n``)::
 
     DISCKPT 1
-    {"rows": 1200, "files": {"Price.dat": 9600, ...}, "source": {"file": "...", "offset": 4096, "skip_rows": 0}, ...}
+    {"files": {"Price.dat": 9600, ...}, "fingerprint": "...", "import_state": {...}, "rows": 1200, "source": {...}, "time": ...}
     crc32c 1a2b3c4d
 
-The JSON line holds the committed row count, each column file's size at that count, the source
-record (log file name and byte offset just past the last committed row, plus ``skip_rows`` when
-that row is inside a frame) and the time.  The last line is the CRC32C of the JSON line, so a
-torn or damaged record is detected rather than trusted.
+Line 1 is the magic word and the format version.  Line 2 is one JSON object: the committed row
+count, each column file's size at that count, the source record (log file name and byte offset
+just past the last committed row, plus ``skip_rows`` when that row is inside a frame), the schema
+fingerprint, the import state (counters carried across restarts) and the time.  Line 3 is the
+CRC32C of line 2 in 8 hex digits, so a torn or damaged record is detected rather than trusted.
 
 Writing follows the order that makes a crash at any point safe: the column files were fsynced
 before this is called; the record goes to ``table.size.tmp``, which is fsynced, renamed over
-``table.size``, and the directory fsynced so the rename itself is durable.
+``table.size``, and the directory fsynced so the rename itself is durable.  A crash leaves either
+the old record or the new one, never a mixture; a stale ``table.size.tmp`` is ignored and removed.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from disd.binlog.format import crc32c
 
 FILE_NAME = "table.size"
 TEMP_NAME = "table.size.tmp"
-MAGIC = "DISCKPT 1"
+MAGIC_WORD = "DISCKPT"
+VERSION = 1
+MAGIC = f"{MAGIC_WORD} {VERSION}"
+MAX_RECORD_BYTES = 1 << 20
 
 
 class CheckpointError(Exception):
-    """table.size exists but cannot be trusted."""
+    """table.size exists but cannot be trusted (damaged, unknown version, unreadable)."""
 
 
 @dataclass(frozen=True)
@@ -51,56 +56,72 @@ class CheckpointRecord:
     files: dict[str, int]
     source: SourcePosition
     fingerprint: str
+    import_state: dict[str, int] = field(default_factory=dict)
     time: float = field(default_factory=time.time)
-    version: int = 1
+    version: int = VERSION
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "files": self.files,
+            "source": {"file": self.source.file_name, "offset": self.source.offset,
+                       "skip_rows": self.source.skip_rows},
+            "fingerprint": self.fingerprint,
+            "import_state": self.import_state,
+            "time": self.time,
+        }
 
     def to_bytes(self) -> bytes:
-        body = json.dumps(
-            {
-                "rows": self.rows,
-                "files": self.files,
-                "source": {"file": self.source.file_name, "offset": self.source.offset,
-                           "skip_rows": self.source.skip_rows},
-                "fingerprint": self.fingerprint,
-                "time": self.time,
-            },
-            sort_keys=True, separators=(",", ":"),
-        ).encode()
+        body = json.dumps(self.body(), sort_keys=True, separators=(",", ":")).encode()
         return MAGIC.encode() + b"\n" + body + b"\n" + f"crc32c {crc32c(body):08x}\n".encode()
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str = FILE_NAME) -> "CheckpointRecord":
         lines = data.split(b"\n")
-        if len(lines) < 3 or lines[0] != MAGIC.encode():
-            raise CheckpointError(f"{path}: not a checkpoint record (bad first line)")
+        first = lines[0].decode("ascii", errors="replace")
+        if not first.startswith(MAGIC_WORD + " "):
+            raise CheckpointError(f"{path}: not a checkpoint record (first line is not '{MAGIC}')")
+        if first != MAGIC:
+            raise CheckpointError(f"{path}: unsupported checkpoint format version {first[len(MAGIC_WORD) + 1:]!r} "
+                                  f"(this DIS reads version {VERSION})")
+        if len(lines) != 4 or lines[3] != b"":
+            raise CheckpointError(f"{path}: checkpoint record truncated or with extra lines")
         body, crc_line = lines[1], lines[2]
         if not crc_line.startswith(b"crc32c ") or crc_line[7:].decode(errors="replace") != f"{crc32c(body):08x}":
             raise CheckpointError(f"{path}: checkpoint record checksum mismatch")
         try:
             d = json.loads(body)
             src = d["source"]
-            return cls(
-                rows=int(d["rows"]), files={str(k): int(v) for k, v in d["files"].items()},
+            rec = cls(
+                rows=int(d["rows"]),
+                files={str(k): int(v) for k, v in d["files"].items()},
                 source=SourcePosition(src["file"], int(src["offset"]), int(src.get("skip_rows", 0))),
-                fingerprint=str(d["fingerprint"]), time=float(d["time"]),
+                fingerprint=str(d["fingerprint"]),
+                import_state={str(k): int(v) for k, v in (d.get("import_state") or {}).items()},
+                time=float(d["time"]),
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"{path}: checkpoint record unreadable: {e}") from None
+        if rec.rows < 0 or rec.source.offset < 0 or rec.source.skip_rows < 0 or any(v < 0 for v in rec.files.values()):
+            raise CheckpointError(f"{path}: checkpoint record has a negative count")
+        return rec
 
 
-def read_record(directory: str) -> CheckpointRecord | None:
-    """The location's checkpoint; None when it has never been checkpointed."""
+def read_record(directory: str | os.PathLike[str]) -> CheckpointRecord | None:
+    """The location's checkpoint; None when there is no ``table.size``."""
     path = os.path.join(directory, FILE_NAME)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_RECORD_BYTES + 1)
     except FileNotFoundError:
         return None
+    if len(data) > MAX_RECORD_BYTES:
+        raise CheckpointError(f"{path}: larger than {MAX_RECORD_BYTES} bytes, not a checkpoint record")
     return CheckpointRecord.from_bytes(data, path)
 
 
-def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
@@ -127,15 +148,27 @@ class FileOps:
         fsync_dir(directory)
 
 
-def write_record(directory: str, record: CheckpointRecord, ops: FileOps | None = None,
+def write_record(directory: str | os.PathLike[str], record: CheckpointRecord, ops: FileOps | None = None,
                  before_rename: Callable[[], None] | None = None) -> None:
+    """Atomically replace ``table.size``: write temp, fsync, rename, fsync the directory."""
     ops = ops or FileOps()
+    directory = str(directory)
     tmp = os.path.join(directory, TEMP_NAME)
     ops.write_file(tmp, record.to_bytes())
     if before_rename is not None:
         before_rename()
     ops.rename(tmp, os.path.join(directory, FILE_NAME))
     ops.fsync_dir(directory)
+
+
+def remove_stale_temp(directory: str | os.PathLike[str]) -> bool:
+    """Remove a ``table.size.tmp`` left by a crash mid-checkpoint (it was never renamed, so it
+    was never the record)."""
+    try:
+        os.unlink(os.path.join(directory, TEMP_NAME))
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def to_json(record: CheckpointRecord) -> dict[str, Any]:

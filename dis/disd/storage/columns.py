@@ -1,5 +1,9 @@
 """The column file format: how one column's values become bytes on disk, and back.
 
+This module needs nothing but the bytes of the files: the DIS uses it to read its own
+locations, and the table-data client and the Spark source use it to rebuild Arrow arrays from
+the raw 64 KiB blocks they fetch over gRPC (``decode_column``, ``decode_table``, ``read_rows``).
+
 See docs/storage-format.md.  In short, for a column ``C``:
 
 * fixed-width types: ``C.dat`` holds row i at bytes [i*w, (i+1)*w), little-endian; null is the
@@ -14,7 +18,7 @@ file can rebuild any row range without the rest.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +48,10 @@ def encode_fixed(col: Column, arr: pa.Array) -> np.ndarray:
     """The stored values of a fixed-width column (nulls replaced by the sentinel)."""
     t = col.type
     n = len(arr)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type != t.arrow_type:
+        arr = arr.cast(t.arrow_type)
     if t is ColumnType.BOOL:
         vals = np.asarray(arr.fill_null(False)).astype(np.int8) if n else np.zeros(0, np.int8)
     else:
@@ -62,6 +70,8 @@ def encode_string(arr: pa.Array, data_base: int) -> tuple[np.ndarray, np.ndarray
 
     ``ends`` are the u64 entries of the offsets file (with the null bit), ``lengths`` the byte
     length of each row, ``data`` the UTF-8 bytes of all rows in order."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
     n = len(arr)
     if n == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64), memoryview(b"")
@@ -104,22 +114,26 @@ def decode_fixed(col: Column, data: bytes | memoryview, nrows: int) -> pa.Array:
 
 def decode_string(ends_raw: bytes | memoryview, prev_end: int, data: bytes | memoryview, nrows: int) -> pa.Array:
     """Rebuild a string array from the offsets entries of its rows, the end of the row before
-    them (``prev_end``, 0 for row 0) and the data bytes starting at ``prev_end``."""
+    them (``prev_end``, 0 for row 0) and the data bytes starting at ``prev_end``.
+
+    The offsets are checked (monotonic, within ``data``) so damaged bytes raise ValueError
+    instead of producing an invalid Arrow array."""
     ends = np.frombuffer(ends_raw, dtype="<u8", count=nrows)
     isnull = (ends & NULL_BIT) != 0
-    pos = (ends & OFFSET_MASK).astype(np.int64) - prev_end
     offs = np.empty(nrows + 1, np.int64)
     offs[0] = 0
-    offs[1:] = pos
+    offs[1:] = (ends & OFFSET_MASK).astype(np.int64)
+    offs[1:] -= prev_end
+    total = int(offs[-1]) if nrows else 0
+    if nrows and (total > len(data) or bool((np.diff(offs) < 0).any())):
+        raise ValueError("string offsets are not monotonic or point past the data: damaged column file")
     has_nulls = bool(isnull.any())
     validity = pa.py_buffer(np.packbits(~isnull, bitorder="little")) if has_nulls else None
-    total = int(offs[-1]) if nrows else 0
-    data_buf = pa.py_buffer(bytes(data[:total]) if not isinstance(data, (bytes, bytearray)) or len(data) != total else data)
+    null_count = int(isnull.sum()) if has_nulls else 0
+    data_buf = pa.py_buffer(memoryview(data)[:total])
     if total < 2**31:
-        return pa.StringArray.from_buffers(nrows, pa.py_buffer(offs.astype(np.int32)), data_buf, validity,
-                                           int(isnull.sum()) if has_nulls else 0)
-    big = pa.LargeStringArray.from_buffers(nrows, pa.py_buffer(offs), data_buf, validity,
-                                           int(isnull.sum()) if has_nulls else 0)
+        return pa.StringArray.from_buffers(nrows, pa.py_buffer(offs.astype(np.int32)), data_buf, validity, null_count)
+    big = pa.LargeStringArray.from_buffers(nrows, pa.py_buffer(offs), data_buf, validity, null_count)
     return big.cast(pa.string())
 
 
@@ -150,6 +164,44 @@ def read_column(col: Column, start: int, stop: int, fetch: Fetch) -> pa.Array:
     return decode_fixed(col, fetch(file_names(col)[0], start * w, stop * w), n)
 
 
+def _dict_fetch(files: Mapping[str, bytes | bytearray | memoryview]) -> Fetch:
+    def fetch(name: str, start: int, stop: int) -> bytes:
+        try:
+            data = files[name]
+        except KeyError:
+            raise KeyError(f"column file {name!r} not given") from None
+        if len(data) < stop:
+            raise ValueError(f"column file {name!r} has {len(data)} bytes, rows need {stop}")
+        return memoryview(data)[start:stop]
+
+    return fetch
+
+
+def decode_column(
+    column: Column,
+    files: Mapping[str, bytes | bytearray | memoryview],
+    nrows: int,
+    start: int = 0,
+) -> pa.Array:
+    """Rows ``[start, start + nrows)`` of ``column`` as an Arrow array of its schema type.
+
+    ``files`` maps column file name (``file_names(column)``) to that file's bytes from offset 0
+    (at least as far as the rows need; more is ignored).  A pure function of the bytes: another
+    process holding only the files, or their 64 KiB blocks concatenated, can call it."""
+    return read_column(column, start, start + nrows, _dict_fetch(files))
+
+
+def decode_table(
+    schema: TableSchema,
+    files: Mapping[str, bytes | bytearray | memoryview],
+    nrows: int,
+    columns: Sequence[str] | None = None,
+    start: int = 0,
+) -> pa.Table:
+    """Rows ``[start, start + nrows)`` of a location's columns from the bytes of its files."""
+    return read_rows(schema, columns, start, start + nrows, _dict_fetch(files))
+
+
 def read_rows(schema: TableSchema, columns: Sequence[str] | None, start: int, stop: int, fetch: Fetch) -> pa.Table:
     """Rows [start, stop) of the given columns (all when None) as a Table with the schema's
     Arrow types."""
@@ -170,3 +222,19 @@ def file_sizes(schema: TableSchema, rows: int, string_data_sizes: dict[str, int]
         else:
             out[file_names(c)[0]] = rows * c.type.width
     return out
+
+
+def check_sizes(schema: TableSchema, rows: int, sizes: Mapping[str, int]) -> str | None:
+    """Why the file sizes cannot hold exactly ``rows`` rows, or None when they can."""
+    for c in schema.columns:
+        names = file_names(c)
+        if any(n not in sizes for n in names):
+            return f"no size for {'/'.join(names)}"
+        if c.type is ColumnType.STRING:
+            if sizes[names[0]] != rows * OFFSET_WIDTH:
+                return f"{names[0]} is {sizes[names[0]]} bytes, {rows} rows need {rows * OFFSET_WIDTH}"
+            if rows == 0 and sizes[names[1]] != 0:
+                return f"{names[1]} is {sizes[names[1]]} bytes with no rows"
+        elif sizes[names[0]] != rows * c.type.width:
+            return f"{names[0]} is {sizes[names[0]]} bytes, {rows} rows need {rows * c.type.width}"
+    return None

@@ -64,34 +64,56 @@ class StorageEngine:
         self._subscribers: list[Callable] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._warned: set[tuple] = set()
+        self._closed = False
         self._discover()
 
     def import_config(self, table_key: str) -> ImportConfig:
         return self.import_tables.get(table_key, self.import_default)
 
     # -- locations -----------------------------------------------------------------------------
-    def _discover(self) -> None:
-        """Open (and so recover) every location found under the database root."""
+    def _scan(self) -> list[LocationKey]:
+        """Every location directory under ``<db_root>/Intraday`` of a known table."""
         base = os.path.join(self.db_root, "Intraday")
+        keys: list[LocationKey] = []
         if not os.path.isdir(base):
-            return
-        for ns in sorted(os.listdir(base)):
+            return keys
+        for ns in sorted(_dirs(base)):
             for table in sorted(_dirs(os.path.join(base, ns))):
                 if self.schemas.get(ns, table) is None:
-                    log.warning("location directory of an unknown table ignored", namespace=ns, table=table)
+                    self._warn_once(("table", ns, table), "location directory of an unknown table ignored",
+                                    namespace=ns, table=table)
                     continue
                 for ip in sorted(_dirs(os.path.join(base, ns, table))):
                     for cp in sorted(_dirs(os.path.join(base, ns, table, ip))):
                         try:
                             key = LocationKey(ns, table, ip, cp)
                         except InvalidNameError as e:
-                            log.warning("location directory with an invalid name ignored", error=str(e))
+                            self._warn_once(("name", ns, table, ip, cp),
+                                            "location directory with an invalid name ignored", error=str(e))
                             continue
                         if os.path.isdir(location_path(self.db_root, key)):
-                            self.location(key)
+                            keys.append(key)
+        return keys
+
+    def _warn_once(self, what: tuple, message: str, **kw: object) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning(message, **kw)
+
+    def _discover(self) -> None:
+        """Open (and so recover) every location found under the database root."""
+        for key in self._scan():
+            if key not in self._locs:
+                self.location(key)
 
     def location(self, key: LocationKey, create: bool = True) -> Location:
+        """The open location for ``key``; opens (and recovers) it from disk, or creates it when
+        ``create``.  Raises UnknownTableError without a schema, LookupError when absent and not
+        ``create``.  A location that cannot be recovered is returned in error state."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the storage engine is closed")
             loc = self._locs.get(key)
             if loc is not None:
                 return loc
@@ -109,6 +131,17 @@ class StorageEngine:
         return loc
 
     def locations(self) -> list[Location]:
+        """Every location on disk (opened now if need be) or open."""
+        if not self._closed:
+            for key in self._scan():
+                if key not in self._locs:
+                    try:
+                        self.location(key)
+                    except (LookupError, RuntimeError):
+                        pass
+        return self._open_locations()
+
+    def _open_locations(self) -> list[Location]:
         with self._lock:
             return list(self._locs.values())
 
@@ -136,6 +169,9 @@ class StorageEngine:
 
     # -- clocks --------------------------------------------------------------------------------
     def start(self) -> None:
+        """Start the flush and checkpoint clocks and the file-handle cleaner."""
+        if self._threads:
+            return
         self.file_handles.start()
         for name, routine, interval in (
             ("flusher", Location.flush, lambda c: c.flush_interval_ms),
@@ -150,7 +186,7 @@ class StorageEngine:
         while not self._stop.is_set():
             now = time.monotonic()
             next_due = now + 0.05
-            for loc in self.locations():
+            for loc in self._open_locations():
                 ivl = interval_of(loc.import_config) / 1000.0
                 t = due.setdefault(loc.key, now + ivl)
                 if t <= now:
@@ -168,13 +204,25 @@ class StorageEngine:
         for t in self._threads:
             t.join(timeout=60)
         self._threads.clear()
-        for loc in self.locations():
+        with self._lock:
+            self._closed = True
+            locs = list(self._locs.values())
+        for loc in locs:
             try:
                 loc.checkpoint()
             except Exception as e:  # noqa: BLE001
                 log.error("final checkpoint failed", location=str(loc.key), error=repr(e))
             loc.close()
+        with self._lock:
+            self._locs.clear()
+            metrics.LOCATIONS.set(0)
         self.file_handles.close_all()
+
+    def __enter__(self) -> "StorageEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _dirs(path: str) -> list[str]:

@@ -4,19 +4,27 @@ Modelled on the seeds' TrackedFileHandleFactory.  A DIS with thousands of locati
 column files than the process may keep open, so handles are cheap objects that hold a descriptor
 only while the factory lets them:
 
-* Handles are queued by open time.  Before opening a descriptor at capacity, cleanup runs: drop
-  handles already closed, then close the least-recently-opened descriptors until usage is under
-  90% of capacity, even those of handles still in use (they reopen on their next operation).
-* A background cleanup does the same every 60 s.
+* Handles are queued by open time (the time their current descriptor was opened).
+* Before opening a descriptor at capacity, cleanup runs: drop handles already closed, then close
+  the least-recently-opened descriptors until usage is under 90% of capacity, even those of
+  handles still in use (they reopen on their next operation).
+* A background cleanup does the same every 60 s (``start``).
 * Reclaiming 20% of capacity within 60 s is "fast cycling": a warning and a metric, because the
-  limit is too small for the working set and every operation is paying for an open().
+  limit is too small for the working set and operations keep paying for ``open()``.
 * A handle whose descriptor was closed under it reopens transparently, and checks that the path
   still names the same file (device and inode).  A replaced or deleted column file raises
   FileIdentityError: writing to a new file at the old path would silently fork the data.
 
-Each operation holds the handle's own lock while it uses the descriptor, and the reclaimer only
-closes descriptors whose lock it can take without waiting, so a descriptor is never closed (and
-its number reused) in the middle of someone's read or write.
+Concurrency.  Each operation holds the handle's own lock while it uses the descriptor, and the
+reclaimer only closes descriptors whose lock it can take without waiting, so a descriptor is
+never closed (and its number reused) in the middle of someone's read or write.  ``fsync`` is the
+exception that must not hold the lock (it can take long, and ingestion keeps appending to the
+same file meanwhile): it *pins* the descriptor instead, and the reclaimer skips pinned ones.
+So the only descriptors cleanup cannot close are those in the middle of an operation right now;
+with a bounded number of threads that is a handful, which is why the target is 90%, not 100%.
+
+Lock order: a handle's lock, then the factory's lock.  The factory never waits for a handle's
+lock while holding its own.
 """
 
 from __future__ import annotations
@@ -44,78 +52,113 @@ class FileIdentityError(OSError):
 
 
 class TrackedFile:
-    """A column file: appends, positional reads, truncation and fsync through the factory."""
+    """One column file: positional writes and reads, truncation and fsync through the factory.
+
+    The object stays valid for the life of the location; its descriptor comes and goes."""
 
     def __init__(self, factory: "TrackedFileHandleFactory", path: str) -> None:
         self.factory = factory
         self.path = path
         self.lock = threading.RLock()
         self.fd: int | None = None
-        self.identity: tuple[int, int] | None = None
+        self.identity: tuple[int, int] | None = None  # (st_dev, st_ino), fixed at first open
         self.closed = False
+        self.pins = 0  # operations using ``fd`` without holding ``lock`` (fsync)
+        self.opens = 0  # descriptors opened for this handle (1 + reopens)
 
-    # The descriptor is valid only while self.lock is held.
+    # The descriptor is valid only while self.lock is held (or the handle is pinned).
     def _fd(self) -> int:
         if self.closed:
             raise ValueError(f"{self.path}: handle is closed")
         if self.fd is None:
-            self.factory._reopen(self)
+            self.factory._open_fd(self, create=False)
         return self.fd  # type: ignore[return-value]
 
     def size(self) -> int:
         with self.lock:
             return os.fstat(self._fd()).st_size
 
-    def pwrite(self, data, offset: int) -> None:  # noqa: ANN001
+    def pwrite(self, data, offset: int) -> int:  # noqa: ANN001
+        """Write all of ``data`` at ``offset``; one ``pwrite`` call unless the kernel writes short."""
         with self.lock:
             fd = self._fd()
-            view = memoryview(data)
+            view = memoryview(data).cast("B")
+            total = len(view)
             while view:
                 n = os.pwrite(fd, view, offset)
                 view = view[n:]
                 offset += n
+            return total
 
     def pread(self, size: int, offset: int) -> bytes:
         with self.lock:
-            return os.pread(self._fd(), size, offset)
+            fd = self._fd()
+            out = os.pread(fd, size, offset)
+            if len(out) == size or not out:
+                return out
+            parts = [out]  # a short read of a regular file: keep reading until EOF
+            got = len(out)
+            while got < size:
+                more = os.pread(fd, size - got, offset + got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            return b"".join(parts)
 
     def truncate(self, size: int) -> None:
         with self.lock:
             os.ftruncate(self._fd(), size)
 
     def fsync(self) -> None:
+        """fsync without holding the handle's lock, so appends to the file go on meanwhile."""
         with self.lock:
-            os.fsync(self._fd())
+            fd = self._fd()
+            self.pins += 1
+        try:
+            os.fsync(fd)
+        finally:
+            with self.lock:
+                self.pins -= 1
+                if self.pins == 0 and self.closed and self.fd is not None:
+                    self.factory._release(self)
 
     def close(self) -> None:
         with self.lock:
             self.closed = True
-            self.factory._release(self)
+            if self.pins == 0:
+                self.factory._release(self)
+
+    def __repr__(self) -> str:
+        return f"TrackedFile({self.path!r}, fd={self.fd})"
 
 
 class TrackedFileHandleFactory:
+    """Opens column files and keeps the number of their descriptors within ``max_open_files``."""
+
     def __init__(self, max_open_files: int = 512, opener: Callable[[str, int], int] | None = None) -> None:
         if max_open_files < 2:
             raise ValueError("max_open_files must be at least 2")
         self.capacity = max_open_files
         self._opener = opener or (lambda path, flags: os.open(path, flags, 0o644))
         self._lock = threading.Lock()
-        self._handles: "collections.OrderedDict[int, TrackedFile]" = collections.OrderedDict()  # by open time
+        # id(handle) -> handle, in the order their current descriptors were opened
+        self._handles: "collections.OrderedDict[int, TrackedFile]" = collections.OrderedDict()
         self._reclaims: collections.deque[float] = collections.deque()
-        self._last_fast_warning = 0.0
+        self._last_fast_warning = float("-inf")
         self.reclaimed_total = 0
         self.fast_cycling_total = 0
+        self.cleanups = 0
+        self.peak_open = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def open(self, path: str, create: bool = True) -> TrackedFile:
-        """A handle for ``path``; the file is created now when ``create`` (so its identity is
-        fixed from the start), else it must exist."""
-        f = TrackedFile(self, path)
-        if not create and not os.path.exists(path):
-            raise FileNotFoundError(path)
+        """A handle for ``path``.  With ``create`` the file is created if absent; its identity
+        (device, inode) is fixed now, at the first open."""
+        f = TrackedFile(self, str(path))
         with f.lock:
-            self._open_fd(f, create=True if create else False)
+            self._open_fd(f, create=create)
         return f
 
     @property
@@ -123,10 +166,7 @@ class TrackedFileHandleFactory:
         with self._lock:
             return len(self._handles)
 
-    # -- internals, called with f.lock held ----------------------------------------------------
-    def _reopen(self, f: TrackedFile) -> None:
-        self._open_fd(f, create=False)
-
+    # -- internals: _open_fd and _release are called with f.lock held --------------------------
     def _open_fd(self, f: TrackedFile, create: bool) -> None:
         with self._lock:
             if len(self._handles) >= self.capacity:
@@ -135,19 +175,29 @@ class TrackedFileHandleFactory:
             try:
                 fd = self._opener(f.path, flags)
             except FileNotFoundError:
-                raise FileIdentityError(f"{f.path}: column file was deleted while in use") from None
+                if f.identity is None:
+                    raise
+                raise FileIdentityError(
+                    f"{f.path}: column file was deleted while the DIS had it open "
+                    f"(inode {f.identity[1]}); never delete or replace column files of a running DIS"
+                ) from None
             st = os.fstat(fd)
             ident = (st.st_dev, st.st_ino)
             if f.identity is not None and ident != f.identity:
                 os.close(fd)
                 raise FileIdentityError(
-                    f"{f.path}: column file was replaced while in use (inode {f.identity[1]} is now {ident[1]}); "
+                    f"{f.path}: column file was replaced while the DIS had it open (device/inode "
+                    f"{f.identity[0]}/{f.identity[1]} is now {ident[0]}/{ident[1]}); "
                     "never delete or replace column files of a running DIS"
                 )
             f.identity = ident
             f.fd = fd
+            f.opens += 1
             self._handles[id(f)] = f
-            metrics.OPEN_FILE_HANDLES.set(len(self._handles))
+            n = len(self._handles)
+            if n > self.peak_open:
+                self.peak_open = n
+            metrics.OPEN_FILE_HANDLES.set(n)
 
     def _release(self, f: TrackedFile) -> None:
         with self._lock:
@@ -158,9 +208,11 @@ class TrackedFileHandleFactory:
             metrics.OPEN_FILE_HANDLES.set(len(self._handles))
 
     def _cleanup_locked(self, exclude: TrackedFile | None = None) -> int:
-        """Close least-recently-opened descriptors until usage is under 90% of capacity."""
+        """Drop closed handles, then close least-recently-opened descriptors until usage is under
+        90% of capacity.  Handles busy this instant (locked or pinned) are passed over."""
+        self.cleanups += 1
         for key, h in list(self._handles.items()):
-            if h.closed or h.fd is None:
+            if h.fd is None:
                 self._handles.pop(key, None)
         target = int(self.capacity * TARGET_FRACTION)
         closed = 0
@@ -168,13 +220,16 @@ class TrackedFileHandleFactory:
             if len(self._handles) < target:
                 break
             if h is exclude or not h.lock.acquire(blocking=False):
-                continue  # busy right now: the next one goes instead
+                continue
             try:
+                if h.pins:
+                    continue
                 if h.fd is not None:
                     os.close(h.fd)
                     h.fd = None
                 self._handles.pop(key, None)
-                closed += 1
+                if not h.closed:
+                    closed += 1
             finally:
                 h.lock.release()
         if closed:
@@ -182,45 +237,63 @@ class TrackedFileHandleFactory:
         metrics.OPEN_FILE_HANDLES.set(len(self._handles))
         return closed
 
-    def _note_reclaims(self, n: int) -> None:
-        now = time.monotonic()
+    def _note_reclaims(self, n: int, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         self.reclaimed_total += n
         metrics.HANDLE_RECLAIMS.inc(n)
         self._reclaims.extend([now] * n)
         while self._reclaims and now - self._reclaims[0] > FAST_CYCLE_WINDOW_S:
             self._reclaims.popleft()
-        if len(self._reclaims) >= FAST_CYCLE_FRACTION * self.capacity and now - self._last_fast_warning > FAST_CYCLE_WINDOW_S:
+        if (
+            len(self._reclaims) >= FAST_CYCLE_FRACTION * self.capacity
+            and now - self._last_fast_warning >= FAST_CYCLE_WINDOW_S
+        ):
             self._last_fast_warning = now
             self.fast_cycling_total += 1
             metrics.HANDLE_FAST_CYCLING.inc()
-            log.warning("file handles cycling fast", reclaimed_in_60s=len(self._reclaims), max_open_files=self.capacity,
-                        hint="raise storage.max_open_files (and LimitNOFILE)")
+            log.warning(
+                "file handles cycling fast",
+                reclaimed_in_window=len(self._reclaims),
+                window_s=FAST_CYCLE_WINDOW_S,
+                max_open_files=self.capacity,
+                hint="raise storage.max_open_files (and the process's LimitNOFILE)",
+            )
 
     def cleanup(self) -> int:
+        """Run cleanup now; returns how many descriptors of live handles were closed."""
         with self._lock:
             return self._cleanup_locked()
 
     def start(self, interval_s: float = CLEANUP_INTERVAL_S) -> None:
+        """Start the background cleanup (every ``interval_s``)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+
         def loop() -> None:
             while not self._stop.wait(interval_s):
-                with self._lock:
-                    if len(self._handles) >= int(self.capacity * TARGET_FRACTION):
-                        self._cleanup_locked()
-                    else:
-                        for key, h in list(self._handles.items()):
-                            if h.closed:
-                                self._handles.pop(key, None)
+                try:
+                    self.cleanup()
+                except Exception as e:  # noqa: BLE001 - the cleaner must not die
+                    log.error("file handle cleanup failed", error=repr(e))
 
-        self._thread = threading.Thread(target=loop, name="file-handle-cleanup", daemon=True)
+        self._thread = threading.Thread(target=loop, name="dis-file-handle-cleanup", daemon=True)
         self._thread.start()
 
-    def close_all(self) -> None:
+    def stop(self) -> None:
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def close_all(self) -> None:
+        """Stop the cleaner and close every descriptor (handles stay usable: they reopen)."""
+        self.stop()
         with self._lock:
-            for h in list(self._handles.values()):
-                with h.lock:
-                    if h.fd is not None:
-                        os.close(h.fd)
-                        h.fd = None
-            self._handles.clear()
-            metrics.OPEN_FILE_HANDLES.set(0)
+            handles = list(self._handles.values())
+        for h in handles:  # handle lock first, then the factory's: the one lock order
+            with h.lock:
+                if h.pins == 0:
+                    self._release(h)
+        with self._lock:
+            metrics.OPEN_FILE_HANDLES.set(len(self._handles))

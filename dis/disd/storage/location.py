@@ -3,16 +3,21 @@
 A location holds three row counts, always ``published <= committed <= written``:
 
 * written: rows in the column files or their buffers, including an open transaction's rows;
-* committed: rows of single rows and ended transactions (they will survive a rollback);
+* committed: rows of single rows and ended transactions (they survive a rollback);
 * published: committed rows as of the last flush, the only rows readers ever see.
 
 Checkpoints record the committed count, the file sizes at that count and the source record, and
 recovery truncates every column file back to them.  Everything is in docs/storage-format.md.
+
+Locking: ``lock`` (re-entrant) guards the counts, the buffers and the writers; ingestion, flush,
+rollback and the snapshot half of a checkpoint take it.  The fsyncs of a checkpoint run without
+it, under ``_checkpoint_lock`` alone, so ingestion goes on while the disk syncs.
 """
 
 from __future__ import annotations
 
 import os
+import pathlib
 import threading
 import time
 from dataclasses import dataclass
@@ -31,7 +36,9 @@ from disd.storage.checkpoint import (
     CheckpointRecord,
     FileOps,
     SourcePosition,
+    fsync_dir,
     read_record,
+    remove_stale_temp,
     write_record,
 )
 from disd.storage.filehandles import TrackedFile, TrackedFileHandleFactory
@@ -43,15 +50,18 @@ log = structlog.get_logger(__name__)
 
 
 class LocationError(Exception):
-    """The location is in error state and accepts no rows; the message says why."""
+    """The location is in error state (or closed) and accepts no rows; the message says why."""
 
 
 class ColumnFileWriter:
     """A column file with its block buffer.
 
-    Appends fill a ``block_size`` buffer; a full buffer is written at once, and data larger than a
-    block is written a block at a time, so no write exceeds the block size.  ``flush`` writes a
-    partial buffer (a write as small as 1 byte)."""
+    The buffer holds the bytes between the file's on-disk end and the next multiple of the block
+    size, so every full write is one aligned block: ``[k*B, (k+1)*B)``.  Appends fill the buffer
+    and write it when it reaches the boundary; a run of appended bytes that covers whole blocks
+    is written from the caller's memory, a block per call.  ``flush`` writes a partial buffer (a
+    write may be 1 byte); the next write then completes that block.  No write exceeds the block
+    size, and each write's size is recorded in ``dis_write_size_bytes``."""
 
     def __init__(self, handle: TrackedFile, disk_size: int, block_size: int) -> None:
         self.handle = handle
@@ -64,41 +74,41 @@ class ColumnFileWriter:
         return self.disk_size + len(self.buf)
 
     def _write(self, data) -> None:  # noqa: ANN001
-        self.handle.pwrite(data, self.disk_size)
-        self.disk_size += len(data)
-        metrics.WRITE_SIZE.observe(len(data))
+        n = self.handle.pwrite(data, self.disk_size)
+        self.disk_size += n
+        metrics.WRITE_SIZE.observe(n)
 
     def append(self, data) -> None:  # noqa: ANN001
         mv = memoryview(data).cast("B")
         bs = self.block_size
-        if self.buf:
-            room = bs - len(self.buf)
-            self.buf += mv[:room]
-            mv = mv[room:]
-            if len(self.buf) < bs:
-                return
-            self._write(bytes(self.buf))
-            self.buf.clear()
-        while len(mv) >= bs:
-            self._write(mv[:bs])
-            mv = mv[bs:]
-        if len(mv):
-            self.buf += mv
+        while len(mv):
+            limit = bs - self.disk_size % bs  # bytes from the on-disk end to the next block boundary
+            if not self.buf and len(mv) >= limit:
+                self._write(mv[:limit])
+                mv = mv[limit:]
+                continue
+            take = min(limit - len(self.buf), len(mv))
+            self.buf += mv[:take]
+            mv = mv[take:]
+            if len(self.buf) == limit:
+                full, self.buf = self.buf, bytearray()
+                self._write(full)
 
     def flush(self) -> bool:
         if not self.buf:
             return False
-        self._write(bytes(self.buf))
-        self.buf.clear()
+        data, self.buf = self.buf, bytearray()
+        self._write(data)
         return True
 
     def truncate_to(self, size: int) -> None:
+        """Cut the file (buffer included) back to ``size`` bytes."""
         if size >= self.disk_size:
             del self.buf[size - self.disk_size :]
         else:
             self.handle.truncate(size)
             self.disk_size = size
-            self.buf.clear()
+            self.buf = bytearray()
 
 
 @dataclass
@@ -162,21 +172,26 @@ def plan_transactions(flags: np.ndarray, in_txn: bool) -> TransactionPlan:
     return TransactionPlan(keep, rollback_open, last_commit, in_txn, abandoned, end_without_start)
 
 
+IMPORT_STATE_KEYS = ("transactions_abandoned", "ends_without_start", "rows_rolled_back", "restarts")
+
+
 class Location:
     def __init__(
         self,
         key: LocationKey,
         schema: TableSchema,
-        path: str,
+        path: str | os.PathLike[str],
         files: TrackedFileHandleFactory,
         block_size: int,
         import_config: "ImportConfig",
         on_publish: Callable[["Location"], None] | None = None,
         file_ops: FileOps | None = None,
     ) -> None:
+        if block_size < 1:
+            raise ValueError("block_size must be positive")
         self.key = key
         self.schema = schema
-        self.path = path
+        self.path = pathlib.Path(path)
         self.block_size = block_size
         self.import_config = import_config
         self._files = files
@@ -186,6 +201,7 @@ class Location:
         self._checkpoint_lock = threading.Lock()
         self.in_error = False
         self.error: str | None = None
+        self.closed = False
         self.writers: dict[str, ColumnFileWriter] = {}
         self.last_flush_time: float | None = None
         self.last_checkpoint_time: float | None = None
@@ -193,56 +209,101 @@ class Location:
         self.committed_sizes: dict[str, int] = {}
         self.published_sizes: dict[str, int] = {}
         self.source = SourcePosition(None, 0, 0)
+        self.import_state: dict[str, int] = {k: 0 for k in IMPORT_STATE_KEYS}
         self.txn_open = False
-        self._skip_pending = False
         self._last_checkpoint: tuple | None = None
+        self._file_names = [n for c in self.schema.columns for n in colfmt.file_names(c)]
         self._recover()
 
     # -- recovery ------------------------------------------------------------------------------
+    def _make_dirs(self) -> None:
+        """Create the location directory; fsync each parent that gained an entry, so the
+        directory survives a crash as surely as the table.size written into it."""
+        missing = []
+        p = self.path
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        if not missing:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        for d in missing:
+            fsync_dir(d.parent)
+
     def _recover(self) -> None:
-        os.makedirs(self.path, exist_ok=True)
-        names = [n for c in self.schema.columns for n in colfmt.file_names(c)]
+        try:
+            self._make_dirs()
+            if remove_stale_temp(self.path):
+                log.info("removed a table.size.tmp left by an interrupted checkpoint", location=str(self.key))
+        except OSError as e:
+            self._fail(f"cannot create location directory {self.path}: {e}")
+            return
+        names = self._file_names
         try:
             record = read_record(self.path)
         except CheckpointError as e:
-            self._fail(f"{e}; refusing to guess which rows are committed (restore table.size or remove the location)")
+            self._fail(f"{e}; refusing to guess which rows are committed "
+                       "(restore table.size, or move the location away to re-ingest it from the logs)")
             return
-        if record is not None and record.fingerprint != self.schema.fingerprint:
-            self._fail(f"table.size was written for schema {record.fingerprint}, the table is now {self.schema.fingerprint}")
+        except OSError as e:
+            self._fail(f"cannot read table.size: {e}")
             return
-        sizes = record.files if record is not None else {n: 0 for n in names}
-        if record is not None and set(sizes) != set(names):
-            self._fail(f"table.size lists files {sorted(sizes)}, the schema needs {sorted(names)}")
+        if record is None:
+            with_data = sorted(n for n in names if _size_or_zero(self.path / n) > 0)
+            if with_data:
+                self._fail(
+                    f"table.size is missing but column files hold data ({', '.join(with_data)}); the committed "
+                    "row count and source record are unknown (restore table.size, or move the location away "
+                    "to re-ingest it from the logs)"
+                )
+                return
+            # A new location: its record exists (durably) before any column file does, so a
+            # location with data and no table.size can only be damage, never a crash.
+            record = CheckpointRecord(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), self.schema.fingerprint,
+                                      dict(self.import_state))
+            try:
+                write_record(self.path, record, self._file_ops)
+            except OSError as e:
+                self._fail(f"cannot write the initial table.size: {e}")
+                return
+        if record.fingerprint != self.schema.fingerprint:
+            self._fail(f"table.size was written for schema fingerprint {record.fingerprint}, the table's schema is "
+                       f"now {self.schema.fingerprint}")
+            return
+        sizes = record.files
+        if set(sizes) != set(names):
+            self._fail(f"table.size lists column files {sorted(sizes)}, the schema needs {sorted(names)}")
+            return
+        problem = colfmt.check_sizes(self.schema, record.rows, sizes)
+        if problem:
+            self._fail(f"table.size is inconsistent: {problem}")
             return
         try:
             for name in names:
-                fpath = os.path.join(self.path, name)
-                existed = os.path.exists(fpath)
-                if not existed and sizes[name] > 0:
+                fpath = self.path / name
+                if not fpath.exists() and sizes[name] > 0:
                     self._fail(f"column file {name} is missing but the checkpoint records {sizes[name]} bytes")
                     return
-                handle = self._files.open(fpath, create=True)
+                handle = self._files.open(str(fpath), create=True)
+                self.writers[name] = ColumnFileWriter(handle, sizes[name], self.block_size)
                 actual = handle.size()
                 if actual < sizes[name]:
                     self._fail(f"column file {name} has {actual} bytes, fewer than the {sizes[name]} checkpointed")
                     return
                 if actual > sizes[name]:
-                    handle.truncate(sizes[name])
-                self.writers[name] = ColumnFileWriter(handle, sizes[name], self.block_size)
+                    handle.truncate(sizes[name])  # rows written after the checkpoint
         except OSError as e:
             self._fail(f"cannot open column files: {e}")
             return
-        rows = record.rows if record is not None else 0
+        rows = record.rows
         self.written_rows = self.committed_rows = self.published_rows = self.checkpointed_rows = rows
         self.committed_sizes = dict(sizes)
         self.published_sizes = dict(sizes)
-        if record is not None:
-            self.source = record.source
-            self.last_checkpoint_time = record.time
-            self._last_checkpoint = (record.rows, tuple(sorted(record.files.items())), record.source)
-        self._skip_pending = self.source.skip_rows > 0
-        if record is None and any(self.writers[n].size for n in names):
-            log.warning("location without checkpoint: column files truncated to empty", location=str(self.key))
+        self.source = record.source
+        self.last_checkpoint_time = record.time
+        for k, v in record.import_state.items():
+            self.import_state[k] = v
+        self._last_checkpoint = (record.rows, tuple(sorted(record.files.items())), record.source)
 
     def _fail(self, message: str) -> None:
         if not self.in_error:
@@ -251,77 +312,98 @@ class Location:
         self.error = message
         log.error("location in error", location=str(self.key), error=message)
 
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise LocationError(f"location {self.key} is closed")
+        if self.in_error:
+            raise LocationError(self.error)
+
     @property
     def resume_point(self) -> SourcePosition:
+        """Where the sender resumes: just past the last committed row (in memory; the
+        checkpointed value after recovery)."""
         with self.lock:
             return self.source
 
     # -- ingestion -----------------------------------------------------------------------------
     def ingest(self, file_name: str, run: FrameRun, rows: DecodedRows) -> None:
-        """Append the decoded rows of ``run`` (frames of ``file_name``) and apply their flags."""
+        """Append the decoded rows of the frames of ``run`` (of log ``file_name``) and apply their
+        transaction flags.  See docs/storage-format.md, "Transactions" and "Resuming"."""
         with self.lock:
-            if self.in_error:
-                raise LocationError(self.error)
-            flags = rows.flags
-            cols = rows.columns
+            self._check_usable()
+            flags = np.asarray(rows.flags, dtype=np.uint8)
+            cols = list(rows.columns)
+            n = len(flags)
+            if len(cols) != len(self.schema.columns):
+                raise ValueError(f"{len(cols)} columns given, {self.schema.key} has {len(self.schema.columns)}")
+            if any(len(c) != n for c in cols):
+                raise ValueError("columns and flags differ in length")
+            if run.starts and sum(run.row_counts) != n:
+                raise ValueError(f"the frames of the run hold {sum(run.row_counts)} rows, {n} rows given")
+            if not run.starts and n:
+                raise ValueError("rows given without frames")
+            if n == 0:
+                return
             skip = 0
-            if self._skip_pending:
-                self._skip_pending = False
-                if run.starts and file_name == self.source.file_name and run.starts[0] == self.source.offset:
-                    skip = min(self.source.skip_rows, len(flags))
+            restart = file_name == self.source.file_name and run.starts[0] == self.source.offset
+            if restart:
+                # The sender (re)starts at the resume point: whatever was ingested past it and is
+                # not committed is being resent, so abandon it; and skip the frame's rows that
+                # are already committed.
+                if self.txn_open or self.written_rows != self.committed_rows:
+                    self.import_state["restarts"] += 1
+                    self._guarded(self._rollback_locked, "rollback")
+                skip = min(self.source.skip_rows, n)
+                if skip:
                     flags = flags[skip:]
                     cols = [c.slice(skip) for c in cols]
-            if len(flags) == 0:
-                return
+                    if len(flags) == 0:
+                        return
             plan = plan_transactions(flags, self.txn_open)
-            if plan.abandoned or plan.end_without_start:
-                if plan.abandoned:
-                    metrics.MALFORMED_FLAGS.labels(self.schema.key, "abandoned_transaction").inc(plan.abandoned)
-                if plan.end_without_start:
-                    metrics.MALFORMED_FLAGS.labels(self.schema.key, "end_without_start").inc(plan.end_without_start)
-            try:
-                if plan.rollback_open:
-                    self._rollback_locked()
-                keep_idx = None
-                if plan.keep is not None:
-                    keep_idx = np.flatnonzero(plan.keep)
-                    cols = [c.take(pa.array(keep_idx)) for c in cols]
-                string_ends = self._append(cols)
-            except OSError as e:
-                self._fail(f"write failed: {e}")
-                raise LocationError(self.error) from None
-            n_kept = len(cols[0]) if cols else 0
+            if plan.abandoned:
+                self.import_state["transactions_abandoned"] += plan.abandoned
+                metrics.MALFORMED_FLAGS.labels(self.schema.key, "abandoned_transaction").inc(plan.abandoned)
+            if plan.end_without_start:
+                self.import_state["ends_without_start"] += plan.end_without_start
+                metrics.MALFORMED_FLAGS.labels(self.schema.key, "end_without_start").inc(plan.end_without_start)
+            keep_idx = None
+            if plan.keep is not None:
+                keep_idx = np.flatnonzero(plan.keep)
+                cols = [c.take(pa.array(keep_idx)) for c in cols]
+            n_kept = len(cols[0])
+            if plan.rollback_open:
+                self._guarded(self._rollback_locked, "rollback")
+            string_ends = self._guarded(lambda: self._append(cols), "write")
             before = self.written_rows
             self.written_rows += n_kept
             metrics.ROWS_INGESTED.labels(self.schema.key).inc(n_kept)
-            metrics.BYTES_INGESTED.labels(self.schema.key).inc(run.end_offset - (run.starts[0] if run.starts else run.end_offset))
+            metrics.BYTES_INGESTED.labels(self.schema.key).inc(run.ends[-1] - run.starts[0])
             if plan.last_commit >= 0:
-                upto = plan.last_commit + 1 if keep_idx is None else int(np.searchsorted(keep_idx, plan.last_commit, side="right"))
+                upto = (plan.last_commit + 1 if keep_idx is None
+                        else int(np.searchsorted(keep_idx, plan.last_commit, side="right")))
                 new_committed = before + upto
                 sizes = dict(self.committed_sizes)
                 for c in self.schema.columns:
                     if c.type is ColumnType.STRING:
                         off, dat = colfmt.file_names(c)
                         sizes[off] = new_committed * colfmt.OFFSET_WIDTH
-                        ends = string_ends[c.name]
-                        if upto > 0:
-                            sizes[dat] = int(ends[upto - 1] & colfmt.OFFSET_MASK)
+                        sizes[dat] = int(string_ends[c.name][upto - 1] & colfmt.OFFSET_MASK)
                     else:
                         sizes[colfmt.file_names(c)[0]] = new_committed * c.type.width
                 metrics.ROWS_COMMITTED.labels(self.schema.key).inc(new_committed - self.committed_rows)
                 self.committed_rows = new_committed
                 self.committed_sizes = sizes
-                self.source = self._position(file_name, run, plan.last_commit + skip)
+                self.source = _position(file_name, run, plan.last_commit + skip)
             self.txn_open = plan.open_at_end
 
-    def _position(self, file_name: str, run: FrameRun, row: int) -> SourcePosition:
-        """The source record just past batch row ``row``."""
-        cum = np.cumsum(run.row_counts)
-        j = int(np.searchsorted(cum, row, side="right"))
-        if row == cum[j] - 1:
-            return SourcePosition(file_name, run.ends[j], 0)
-        first = int(cum[j] - run.row_counts[j])
-        return SourcePosition(file_name, run.starts[j], row - first + 1)
+    def _guarded(self, fn: Callable[[], object], what: str):  # noqa: ANN202
+        """Run a step that touches the column files; any failure puts the location in error
+        (its files may now disagree with its counts) and raises LocationError."""
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
+            self._fail(f"{what} failed: {e}")
+            raise LocationError(self.error) from e
 
     def _append(self, cols: list[pa.Array]) -> dict[str, np.ndarray]:
         string_ends: dict[str, np.ndarray] = {}
@@ -339,13 +421,14 @@ class Location:
     def rollback(self) -> None:
         """Abandon the open transaction (its client is gone): truncate its rows away."""
         with self.lock:
-            self._skip_pending = self.source.skip_rows > 0
+            if self.closed or self.in_error:
+                return
             if not self.txn_open and self.written_rows == self.committed_rows:
                 return
             try:
-                self._rollback_locked()
-            except OSError as e:
-                self._fail(f"rollback failed: {e}")
+                self._guarded(self._rollback_locked, "rollback")
+            except LocationError:
+                pass  # the location is in error state and said so
 
     def _rollback_locked(self) -> None:
         rolled = self.written_rows - self.committed_rows
@@ -354,41 +437,51 @@ class Location:
         self.written_rows = self.committed_rows
         self.txn_open = False
         if rolled:
+            self.import_state["rows_rolled_back"] += rolled
             metrics.ROWS_ROLLED_BACK.labels(self.schema.key).inc(rolled)
 
     # -- flush and checkpoint ------------------------------------------------------------------
     def flush(self) -> None:
-        """Write dirty buffers (no sync) and publish the committed row count."""
+        """Write dirty buffers (no sync), then publish the committed row count."""
         t0 = time.perf_counter()
         with self.lock:
-            if self.in_error:
+            if self.closed or self.in_error:
                 return
-            try:
-                for w in self.writers.values():
-                    w.flush()
-            except OSError as e:
-                self._fail(f"flush failed: {e}")
-                return
-            changed = self.published_rows != self.committed_rows
-            self.published_rows = self.committed_rows
-            self.published_sizes = dict(self.committed_sizes)
-            self.last_flush_time = time.time()
+            changed = self._flush_locked()
         metrics.FLUSH_DURATION.observe(time.perf_counter() - t0)
         if changed and self._on_publish is not None:
             self._on_publish(self)
 
+    def _flush_locked(self) -> bool:
+        try:
+            for w in self.writers.values():
+                w.flush()
+        except Exception as e:  # noqa: BLE001
+            self._fail(f"flush failed: {e}")
+            return False
+        changed = self.published_rows != self.committed_rows or self.published_sizes != self.committed_sizes
+        self.published_rows = self.committed_rows
+        self.published_sizes = dict(self.committed_sizes)
+        self.last_flush_time = time.time()
+        return changed
+
     def checkpoint(self) -> bool:
-        """Flush, snapshot, fsync every column file, write table.size atomically.  The location
-        lock is held only for the flush and snapshot: ingestion goes on during the fsyncs."""
+        """Flush and snapshot (under the location lock, as one step, so every byte the snapshot
+        counts is in the files), then, with the lock released so ingestion goes on: fsync every
+        column file and replace table.size atomically.  Returns whether a record was written."""
         with self._checkpoint_lock:
             t0 = time.perf_counter()
-            self.flush()
             with self.lock:
+                if self.closed or self.in_error:
+                    return False
+                changed = self._flush_locked()
                 if self.in_error:
                     return False
                 record = CheckpointRecord(self.committed_rows, dict(self.committed_sizes), self.source,
-                                          self.schema.fingerprint)
+                                          self.schema.fingerprint, dict(self.import_state))
                 handles = [w.handle for w in self.writers.values()]
+            if changed and self._on_publish is not None:
+                self._on_publish(self)
             ident = (record.rows, tuple(sorted(record.files.items())), record.source)
             if ident == self._last_checkpoint:
                 self.last_checkpoint_time = time.time()
@@ -397,7 +490,7 @@ class Location:
                 for h in handles:
                     h.fsync()
                 write_record(self.path, record, self._file_ops)
-            except OSError as e:
+            except Exception as e:  # noqa: BLE001
                 with self.lock:
                     self._fail(f"checkpoint failed: {e}")
                 return False
@@ -414,12 +507,18 @@ class Location:
             return dict(self.published_sizes)
 
     def snapshot(self) -> tuple[int, dict[str, int]]:
+        """(published rows, column file sizes at that count), consistent with each other."""
         with self.lock:
             return self.published_rows, dict(self.published_sizes)
 
     def read_block(self, file_name: str, block_index: int, block_size: int | None = None) -> bytes:
+        """Block ``block_index`` of a column file, cut at the published size (``b""`` past it)."""
         bs = block_size or self.block_size
+        if block_index < 0:
+            raise ValueError("block_index must not be negative")
         with self.lock:
+            if self.closed:
+                raise LocationError(f"location {self.key} is closed")
             size = self.published_sizes.get(file_name)
             w = self.writers.get(file_name)
         if size is None or w is None:
@@ -439,11 +538,43 @@ class Location:
         return fetch
 
     def read_table(self, columns: list[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
+        """Published rows ``[start, stop)`` as a Table with the schema's Arrow types."""
         rows, sizes = self.snapshot()
+        if self.closed:
+            raise LocationError(f"location {self.key} is closed")
         stop = rows if stop is None else min(stop, rows)
-        return colfmt.read_rows(self.schema, columns, start, max(start, stop), self._fetch(sizes))
+        start = max(0, min(start, stop))
+        return colfmt.read_rows(self.schema, columns, start, stop, self._fetch(sizes))
 
     def close(self) -> None:
+        """Close the column files (no flush: the engine checkpoints first)."""
         with self.lock:
+            if self.closed:
+                return
+            self.closed = True
             for w in self.writers.values():
                 w.handle.close()
+            if self.in_error:
+                metrics.PARTITIONS_IN_ERROR.dec()
+
+    def __repr__(self) -> str:
+        state = f"error={self.error!r}" if self.in_error else f"rows={self.published_rows}"
+        return f"Location({self.key}, {state})"
+
+
+def _position(file_name: str, run: FrameRun, row: int) -> SourcePosition:
+    """The source record just past batch row ``row``: the end of its frame when it is the
+    frame's last row, else the frame's start and how many of its rows are done."""
+    cum = np.cumsum(run.row_counts)
+    j = int(np.searchsorted(cum, row, side="right"))
+    if row == cum[j] - 1:
+        return SourcePosition(file_name, run.ends[j], 0)
+    first = int(cum[j] - run.row_counts[j])
+    return SourcePosition(file_name, run.starts[j], row - first + 1)
+
+
+def _size_or_zero(path: pathlib.Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
