@@ -122,6 +122,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batch-rows", type=int, default=None)
+    ap.add_argument("--rows-per-partition", type=int, default=None, help="the source's rowsPerPartition option")
     ap.add_argument("--block-size", type=int, default=65536,
                     help="the DIS's storage.block_size_bytes (bytes per ReadBlock call); 64 KiB is the default")
     args = ap.parse_args()
@@ -161,6 +162,8 @@ def main() -> None:
                 r = r.option("columns", columns)
             if args.batch_rows:
                 r = r.option("batchRows", str(args.batch_rows))
+            if args.rows_per_partition:
+                r = r.option("rowsPerPartition", str(args.rows_per_partition))
             return r.load()
 
         pq_path = str(work / "parquet")
