@@ -1,8 +1,8 @@
 """The options of ``spark.read.format("dis")`` and ``spark.readStream.format("dis")``.
 
 Parsed once, validated with messages that name the option, and kept in a small picklable value
-(``SourceOptions``) that travels with the reader and every input partition.  Spark hands option
-names to Python lower-cased-insensitive (a ``CaseInsensitiveDict``); this module accepts any case.
+(``SourceOptions``) that travels with the reader and every input partition.  Option names are
+case-insensitive, as in Spark.
 """
 
 from __future__ import annotations
