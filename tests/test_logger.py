@@ -317,6 +317,23 @@ def test_transactions_of_different_threads_never_interleave(tmp_path):
     assert seen == n_threads * n_txn
 
 
+def test_long_transactions_are_compacted_on_the_caller_and_written_whole(tmp_path, monkeypatch):
+    import disd.logger
+
+    monkeypatch.setattr(disd.logger, "_TXN_COMPACT_ROWS", 4)
+    log = builder(TRADE, tmp_path).build()
+    with log.transaction():
+        for i in range(10):
+            log.log(Size=i, Sym=f"r{i}")
+        log.log_batch({"Size": [10, 11], "Sym": ["b", None]})
+        log.log(Size=12)
+    log.close()
+    t, flags = read_all(log)
+    assert t.column("Size").to_pylist() == list(range(13))
+    assert t.column("Sym").to_pylist()[9:] == ["r9", "b", None, None]
+    assert flags == [S] + [N] * 11 + [E]
+
+
 def test_log_batch_atomic_and_not(tmp_path):
     log = builder(TRADE, tmp_path).build()
     log.log_batch({"Sym": ["a", "b", "c"], "Size": [1, 2, 3]})
