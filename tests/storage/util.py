@@ -119,14 +119,17 @@ def ingest_file(loc, path, schema: TableSchema = TRADE, start: int = 0, frames_p
         loc.ingest(name, sub, decode_frames(data, 0, sub, schema))
 
 
-def fds_under(root) -> int:
-    """Descriptors of this process open on files under ``root``."""
+def fds_under(root, column_files_only: bool = False) -> int:
+    """Descriptors of this process open on files under ``root`` (only on column files, ``.dat``
+    and ``.off``, with ``column_files_only``: a checkpoint briefly holds two more, on
+    ``table.size.tmp`` and the directory, outside the file-handle factory)."""
     root = str(root)
     n = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(root):
-                n += 1
+            target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
-            pass
+            continue
+        if target.startswith(root) and (not column_files_only or target.endswith((".dat", ".off"))):
+            n += 1
     return n

@@ -1,0 +1,268 @@
+"""The tracked file handle factory: capacity, cleanup to under 90% (in-use handles included),
+transparent reopen, identity checks, the background cleaner and the fast-cycling warning; and the
+engine with 2,000 column files under a limit of 64 descriptors."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from structlog.testing import capture_logs
+
+from disd.binlog import LocationKey
+from disd.schema import SchemaRegistry, TableSchema
+from disd.storage import FileIdentityError, StorageConfig, StorageEngine, TrackedFileHandleFactory
+from disd.storage import filehandles as fh
+
+from .util import KEY, LOG, SCHEMAS, TRADE, fds_under, ingest_file, trade_rows, write_log
+
+
+def make_files(tmp_path, n: int) -> list[str]:
+    d = tmp_path / "files"
+    d.mkdir(exist_ok=True)
+    return [str(d / f"f{i}.dat") for i in range(n)]
+
+
+def test_capacity_cleanup_to_under_90_percent_oldest_first(tmp_path):
+    f = TrackedFileHandleFactory(20)
+    paths = make_files(tmp_path, 25)
+    handles = []
+    for i, p in enumerate(paths[:20]):
+        h = f.open(p)
+        h.pwrite(i.to_bytes(4, "little"), 0)
+        handles.append(h)
+    assert f.open_count == 20 and fds_under(tmp_path) == 20
+    extra = f.open(paths[20])  # at capacity: cleanup first
+    assert f.open_count < 20 * 0.9 + 1 and f.open_count == 18
+    assert [h.fd is None for h in handles[:3]] == [True, True, True]  # the least recently opened
+    assert all(h.fd is not None for h in handles[3:])
+    assert f.reclaimed_total == 3 and fds_under(tmp_path) == 18
+    # reclaimed handles are still in use by their owners: they reopen transparently
+    assert handles[0].pread(4, 0) == (0).to_bytes(4, "little")
+    handles[1].pwrite(b"\x07\x00\x00\x00", 0)
+    assert handles[1].pread(4, 0) == b"\x07\x00\x00\x00"
+    assert handles[0].opens == 2
+    assert f.open_count <= 20 and f.peak_open <= 20
+    extra.close()
+    for h in handles:
+        h.close()
+    assert f.open_count == 0 and fds_under(tmp_path) == 0
+
+
+def test_closed_handles_are_dropped_before_live_ones_are_reclaimed(tmp_path):
+    f = TrackedFileHandleFactory(10)
+    paths = make_files(tmp_path, 12)
+    handles = [f.open(p) for p in paths[:10]]
+    for h in handles[5:]:
+        h.close()
+    f.open(paths[10])
+    assert f.reclaimed_total == 0  # closing five already made room
+    assert all(h.fd is not None for h in handles[:5])
+
+
+def test_a_handle_busy_this_instant_is_not_closed_under_its_user(tmp_path):
+    f = TrackedFileHandleFactory(10)
+    paths = make_files(tmp_path, 11)
+    handles = [f.open(p) for p in paths[:10]]
+    with handles[0].lock:  # an operation in progress on the oldest handle
+        other = threading.Thread(target=lambda: f.open(paths[10]))
+        other.start()
+        other.join()
+        assert handles[0].fd is not None
+    assert handles[1].fd is None and f.open_count == 9
+
+
+def test_a_descriptor_in_fsync_survives_cleanup_and_close(tmp_path, monkeypatch):
+    f = TrackedFileHandleFactory(4)
+    paths = make_files(tmp_path, 6)
+    h = f.open(paths[0])
+    entered, release = threading.Event(), threading.Event()
+    real = os.fsync
+
+    def slow_fsync(fd):
+        entered.set()
+        release.wait(5)
+        real(fd)
+
+    monkeypatch.setattr(fh.os, "fsync", slow_fsync)
+    t = threading.Thread(target=h.fsync)
+    t.start()
+    assert entered.wait(5)
+    fd = h.fd
+    for p in paths[1:5]:
+        f.open(p)  # at capacity: cleanup passes over the pinned oldest handle
+    assert h.fd == fd and paths[0] in os.readlink(f"/proc/self/fd/{fd}")
+    h.close()
+    assert h.fd == fd  # still syncing: closed when the fsync finishes
+    release.set()
+    t.join()
+    assert h.fd is None and fds_under(tmp_path / "files") == f.open_count
+    f.close_all()
+
+
+def test_fsync_does_not_hold_the_handle_lock(tmp_path, monkeypatch):
+    f = TrackedFileHandleFactory(4)
+    h = f.open(make_files(tmp_path, 1)[0])
+    entered, release = threading.Event(), threading.Event()
+    real = os.fsync
+
+    def slow_fsync(fd):
+        entered.set()
+        release.wait(5)
+        real(fd)
+
+    monkeypatch.setattr(fh.os, "fsync", slow_fsync)
+    t = threading.Thread(target=h.fsync)
+    t.start()
+    assert entered.wait(5)
+    t0 = time.monotonic()
+    h.pwrite(b"abc", 0)  # not blocked by the fsync in progress
+    assert time.monotonic() - t0 < 1
+    assert f.cleanup() == 0 and h.fd is not None  # pinned: not reclaimed
+    release.set()
+    t.join()
+    assert h.pread(3, 0) == b"abc"
+    h.close()
+
+
+def test_replaced_or_deleted_file_is_a_clear_error(tmp_path):
+    f = TrackedFileHandleFactory(4)
+    p = make_files(tmp_path, 1)[0]
+    h = f.open(p)
+    h.pwrite(b"x" * 40, 0)
+    f.close_all()  # descriptor reclaimed; the handle would reopen on its next operation
+    tmp = p + ".new"
+    with open(tmp, "wb") as out:
+        out.write(b"\0" * 40)
+    os.replace(tmp, p)
+    with pytest.raises(FileIdentityError, match="replaced while the DIS had it open"):
+        h.pread(4, 0)
+    with pytest.raises(FileIdentityError, match="replaced"):
+        h.pwrite(b"y", 0)
+    assert open(p, "rb").read() == b"\0" * 40  # the new file was not written to
+    os.unlink(p)
+    with pytest.raises(FileIdentityError, match="deleted"):
+        h.pread(4, 0)
+
+
+def test_replaced_column_file_puts_its_location_in_error(tmp_path):
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, StorageConfig(max_open_files=16))
+    p = tmp_path / LOG
+    end = write_log(p, TRADE, trade_rows(0, 10), [3] * 10)
+    loc = eng.location(KEY)
+    ingest_file(loc, p)
+    loc.flush()
+    eng.file_handles.close_all()
+    target = loc.path / "Size.dat"
+    os.replace(str(target), str(target) + ".old")
+    target.write_bytes(b"\0" * 40)
+    write_log(p, TRADE, trade_rows(10, 20000), [3] * 20000)
+    with pytest.raises(Exception, match="replaced"):
+        ingest_file(loc, p, start=end)
+        loc.flush()
+    assert loc.in_error and "replaced" in loc.error
+    eng.close()
+
+
+def test_background_cleanup_runs_on_its_interval(tmp_path):
+    f = TrackedFileHandleFactory(10)
+    paths = make_files(tmp_path, 10)
+    handles = [f.open(p) for p in paths]
+    handles[9].close()
+    handles[8].close()
+    assert f.open_count == 8  # close() already releases
+    f.start(interval_s=0.05)
+    deadline = time.monotonic() + 3
+    while f.cleanups == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert f.cleanups >= 1 and f.open_count == 8  # under 90%: nothing to reclaim
+    for p in make_files(tmp_path, 10)[8:]:
+        handles.append(f.open(p))  # back at 10 = capacity
+    deadline = time.monotonic() + 3
+    while f.open_count >= 9 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert f.open_count == 8 and f.reclaimed_total == 2
+    f.close_all()
+    assert fds_under(tmp_path) == 0
+
+
+def test_fast_cycling_warns_once_per_window(tmp_path):
+    f = TrackedFileHandleFactory(10)
+    paths = make_files(tmp_path, 30)
+    with capture_logs() as logs:
+        handles = [f.open(p) for p in paths]  # 30 opens through a capacity of 10
+        for h in handles:
+            h.pread(1, 0)  # every reclaimed one reopens
+    warnings = [e for e in logs if e["event"] == "file handles cycling fast"]
+    assert f.reclaimed_total >= 2 * 10 * fh.FAST_CYCLE_FRACTION
+    assert len(warnings) == 1 and f.fast_cycling_total == 1
+    assert warnings[0]["log_level"] == "warning" and warnings[0]["max_open_files"] == 10
+    # after a quiet window it can warn again
+    f._note_reclaims(1, now=time.monotonic() + fh.FAST_CYCLE_WINDOW_S + 1)
+    assert f.fast_cycling_total == 1  # one reclaim is not 20% of capacity
+    f._note_reclaims(2, now=time.monotonic() + fh.FAST_CYCLE_WINDOW_S + 2)
+    assert f.fast_cycling_total == 2
+    f.close_all()
+
+
+def test_slow_reclaiming_does_not_warn(tmp_path):
+    f = TrackedFileHandleFactory(100)
+    now = time.monotonic()
+    for k in range(10):  # 10 reclaims a minute apart: never 20 within 60 s
+        f._note_reclaims(10, now=now + k * (fh.FAST_CYCLE_WINDOW_S + 1))
+    assert f.fast_cycling_total == 0
+
+
+def test_two_thousand_column_files_never_exceed_64_descriptors(tmp_path):
+    cols = [{"name": f"C{i}", "type": "long"} for i in range(9)] + [{"name": "S", "type": "string"}]
+    schema = TableSchema.from_dict({"namespace": "Wide", "table": "T", "columns": cols})
+    reg = SchemaRegistry([schema])
+    root = tmp_path / "db"
+    eng = StorageEngine(str(root), reg, StorageConfig(max_open_files=64))
+    p = tmp_path / "Wide.T.System.ip.d.bin.2026-11-22.000000.000+0000"
+    data = {f"C{i}": np.arange(100, dtype=np.int64) * (i + 1) for i in range(9)}
+    data["S"] = [f"ż{i}" for i in range(100)]
+    write_log(p, schema, data, [3] * 100)
+
+    peak = 0
+    stop = threading.Event()
+
+    def watch():  # sample /proc/self/fd continuously while the engine works
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, fds_under(root, column_files_only=True))
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        locs = []
+        for j in range(182):  # 182 locations x 11 files = 2,002 column files
+            loc = eng.location(LocationKey("Wide", "T", f"ip{j}", "d"))
+            ingest_file(loc, p, schema)
+            loc.flush()
+            if j % 20 == 0:
+                loc.checkpoint()
+            locs.append(loc)
+            peak = max(peak, fds_under(root, column_files_only=True))
+        n_files = sum(len(loc.column_files()) for loc in locs)
+        assert n_files >= 2000
+        for loc in locs:  # every file again, in another order: all reopen, data intact
+            t = loc.read_table()
+            assert t.column("C3").to_pylist() == (np.arange(100) * 4).tolist()
+            assert t.column("S").to_pylist()[-1] == "ż99"
+        eng.close()
+    finally:
+        stop.set()
+        watcher.join()
+    assert peak <= 64, peak
+    assert eng.file_handles.peak_open <= 64
+    assert eng.file_handles.reclaimed_total > 2000
+    assert fds_under(root) == 0
+    eng2 = StorageEngine(str(root), reg, StorageConfig(max_open_files=64))  # recovery of all of them
+    assert len(eng2.locations()) == 182 and all(loc.published_rows == 100 for loc in eng2.locations())
+    assert fds_under(root, column_files_only=True) <= 64
+    eng2.close()
