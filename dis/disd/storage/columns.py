@@ -37,11 +37,19 @@ def file_names(col: Column) -> list[str]:
     return [f"{col.name}.dat"]
 
 
+def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    """An Arrow bitmap (least significant bit first) as a bool array of ``n`` entries."""
+    first, last = offset // 8, (offset + n + 7) // 8
+    raw = np.frombuffer(buf, np.uint8, count=last - first, offset=first)
+    return np.unpackbits(raw, bitorder="little")[offset % 8 : offset % 8 + n].view(bool)
+
+
 def _validity(arr: pa.Array) -> np.ndarray | None:
-    """Boolean array of valid (non-null) slots, or None when there are no nulls."""
+    """Boolean array of valid (non-null) slots, or None when there are no nulls.  Reads the
+    validity bitmap with numpy (no Arrow compute kernels: their first use costs an import)."""
     if arr.null_count == 0:
         return None
-    return np.asarray(arr.is_valid())
+    return _bits(arr.buffers()[0], arr.offset, len(arr))
 
 
 def encode_fixed(col: Column, arr: pa.Array) -> np.ndarray:
@@ -53,7 +61,7 @@ def encode_fixed(col: Column, arr: pa.Array) -> np.ndarray:
     if arr.type != t.arrow_type:
         arr = arr.cast(t.arrow_type)
     if t is ColumnType.BOOL:
-        vals = np.asarray(arr.fill_null(False)).astype(np.int8) if n else np.zeros(0, np.int8)
+        vals = _bits(arr.buffers()[1], arr.offset, n).astype(np.int8) if n else np.zeros(0, np.int8)
     else:
         dtype = t.numpy_dtype
         buf = arr.buffers()[1]

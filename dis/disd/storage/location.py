@@ -366,21 +366,22 @@ class Location:
             if plan.end_without_start:
                 self.import_state["ends_without_start"] += plan.end_without_start
                 metrics.MALFORMED_FLAGS.labels(self.schema.key, "end_without_start").inc(plan.end_without_start)
-            keep_idx = None
-            if plan.keep is not None:
-                keep_idx = np.flatnonzero(plan.keep)
-                cols = [c.take(pa.array(keep_idx)) for c in cols]
-            n_kept = len(cols[0])
+            if plan.keep is None:
+                segments = [(0, len(flags))]
+            else:  # rows of abandoned transactions are dropped: append the kept ranges
+                edges = np.flatnonzero(np.diff(np.concatenate(([False], plan.keep, [False])).astype(np.int8)))
+                segments = list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
+            n_kept = sum(b - a for a, b in segments)
             if plan.rollback_open:
                 self._guarded(self._rollback_locked, "rollback")
-            string_ends = self._guarded(lambda: self._append(cols), "write")
+            string_ends = self._guarded(lambda: self._append(cols, segments), "write")
             before = self.written_rows
             self.written_rows += n_kept
             metrics.ROWS_INGESTED.labels(self.schema.key).inc(n_kept)
             metrics.BYTES_INGESTED.labels(self.schema.key).inc(run.ends[-1] - run.starts[0])
             if plan.last_commit >= 0:
-                upto = (plan.last_commit + 1 if keep_idx is None
-                        else int(np.searchsorted(keep_idx, plan.last_commit, side="right")))
+                upto = (plan.last_commit + 1 if plan.keep is None
+                        else int(np.count_nonzero(plan.keep[: plan.last_commit + 1])))
                 new_committed = before + upto
                 sizes = dict(self.committed_sizes)
                 for c in self.schema.columns:
@@ -405,18 +406,22 @@ class Location:
             self._fail(f"{what} failed: {e}")
             raise LocationError(self.error) from e
 
-    def _append(self, cols: list[pa.Array]) -> dict[str, np.ndarray]:
-        string_ends: dict[str, np.ndarray] = {}
-        for c, arr in zip(self.schema.columns, cols):
-            if c.type is ColumnType.STRING:
-                off, dat = colfmt.file_names(c)
-                ends, _lens, data = colfmt.encode_string(arr, self.writers[dat].size)
-                self.writers[off].append(ends)
-                self.writers[dat].append(data)
-                string_ends[c.name] = ends
-            else:
-                self.writers[colfmt.file_names(c)[0]].append(colfmt.encode_fixed(c, arr))
-        return string_ends
+    def _append(self, cols: list[pa.Array], segments: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+        """Append rows ``[a, b)`` of ``cols`` for each segment; returns each string column's new
+        offsets entries."""
+        string_ends: dict[str, list[np.ndarray]] = {}
+        for a, b in segments:
+            for c, arr in zip(self.schema.columns, cols):
+                part = arr if (a, b) == (0, len(arr)) else arr.slice(a, b - a)
+                if c.type is ColumnType.STRING:
+                    off, dat = colfmt.file_names(c)
+                    ends, _lens, data = colfmt.encode_string(part, self.writers[dat].size)
+                    self.writers[off].append(ends)
+                    self.writers[dat].append(data)
+                    string_ends.setdefault(c.name, []).append(ends)
+                else:
+                    self.writers[colfmt.file_names(c)[0]].append(colfmt.encode_fixed(c, part))
+        return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in string_ends.items()}
 
     def rollback(self) -> None:
         """Abandon the open transaction (its client is gone): truncate its rows away."""
