@@ -39,7 +39,12 @@ def verify_location(db_root: str, key: LocationKey, schemas: SchemaRegistry) -> 
         bad(str(e))
         return out
     if rec is None:
-        out["notes"].append("never checkpointed (no table.size)")
+        with_data = [n for c in schema.columns for n in colfmt.file_names(c)
+                     if os.path.exists(os.path.join(path, n)) and os.path.getsize(os.path.join(path, n)) > 0]
+        if with_data:
+            bad(f"table.size is missing but column files hold data ({', '.join(with_data)})")
+        else:
+            out["notes"].append("no table.size and no data (a location interrupted while being created)")
         out["rows"] = 0
         return out
     out["rows"] = rec.rows
