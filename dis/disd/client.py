@@ -76,6 +76,7 @@ class Client:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, dis_pb2_grpc.TableDataStub] = {}
         self._schemas: dict[tuple[str, str], TableSchema] = {}
+        self._unary_only: set[str] = set()  # DIS addresses without ReadBlocks
 
     # -- plumbing ------------------------------------------------------------------------------
     def stub(self, address: str) -> dis_pb2_grpc.TableDataStub:
@@ -165,12 +166,36 @@ class Client:
 
     # -- data ----------------------------------------------------------------------------------
     def read_range(self, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
-        """Bytes [start, stop) of a column file, fetched block by block (READ_AHEAD in flight)."""
+        """Bytes [start, stop) of a column file: its blocks in one ReadBlocks stream (a DIS
+        without ReadBlocks is read block by block with ReadBlock, READ_AHEAD in flight)."""
         stop = min(stop, snap.files.get(file, 0))
         if stop <= start:
             return b""
         bs = snap.block_size
         first, last = start // bs, (stop - 1) // bs
+        if snap.address in self._unary_only:
+            parts = self._read_blocks_unary(snap, file, first, last)
+        else:
+            try:
+                parts = self._read_blocks_stream(snap, file, first, last)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise _explain(e, snap.address) from None
+                self._unary_only.add(snap.address)
+                parts = self._read_blocks_unary(snap, file, first, last)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        off = start - first * bs
+        out = data[off : off + (stop - start)]
+        if len(out) != stop - start:
+            raise DisClientError(f"{snap.key}: {file} returned {len(out)} bytes, expected {stop - start}")
+        return out
+
+    def _read_blocks_stream(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
+        req = dis_pb2.ReadBlocksRequest(location=key_msg(snap.key), file=file, first_block=first,
+                                        block_count=last - first + 1)
+        return [m.data for m in self.stub(snap.address).ReadBlocks(req, timeout=self.timeout_s)]
+
+    def _read_blocks_unary(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
         stub = self.stub(snap.address)
         key = key_msg(snap.key)
         parts: list[bytes] = []
@@ -187,12 +212,7 @@ class Client:
             for f in pending:
                 f.cancel()
             raise _explain(e, snap.address) from None
-        data = b"".join(parts)
-        off = start - first * bs
-        out = data[off : off + (stop - start)]
-        if len(out) != stop - start:
-            raise DisClientError(f"{snap.key}: {file} returned {len(out)} bytes, expected {stop - start}")
-        return out
+        return parts
 
     def read_location(self, snap: LocationSnapshot, columns: Sequence[str] | None = None,
                       start: int = 0, stop: int | None = None) -> pa.Table:

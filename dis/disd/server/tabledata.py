@@ -111,7 +111,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             unsubscribe()
             metrics.SUBSCRIBERS.dec()
 
-    def ReadBlock(self, request, context):  # noqa: N802
+    def _column_file(self, request, context):  # noqa: ANN001, ANN202
+        """The location and published size of the column file a read names, or abort."""
         try:
             key = location_key(request.location)
         except Refused as r:
@@ -125,28 +126,43 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             loc = None
         if loc is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no location {key}")
-        files = loc.column_files()
-        size = files.get(request.file)
+        size = loc.column_files().get(request.file)
         if size is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"location {key} has no column file {request.file!r}")
+        return key, loc, size
+
+    def _block(self, key, loc, file: str, index: int, size: int) -> bytes:  # noqa: ANN001
+        """Block ``index`` of a column file cut at its published ``size``; full blocks are
+        cached (their bytes never change once published)."""
         metrics.BLOCK_READS.inc()
         bs = self.block_size
-        start = request.block_index * bs
+        start = index * bs
         if start >= size:
-            return dis_pb2.ReadBlockResponse(data=b"", file_size=size)
-        cache_key = (key, request.file, request.block_index)
+            return b""
+        cache_key = (key, file, index)
         full = start + bs <= size
         if full:
             data = self.cache.get(cache_key)
             if data is not None:
                 metrics.BLOCK_CACHE_HITS.inc()
-                return dis_pb2.ReadBlockResponse(data=data, file_size=size)
-        data = loc.read_block(request.file, request.block_index, bs)
+                return data
+        data = loc.read_block(file, index, bs)
         data = data[: max(0, min(bs, size - start))]
         if full and len(data) == bs:
             self.cache.put(cache_key, data)
             metrics.BLOCK_CACHE_BYTES.set(self.cache.size_bytes)
-        return dis_pb2.ReadBlockResponse(data=data, file_size=size)
+        return data
+
+    def ReadBlock(self, request, context):  # noqa: N802
+        key, loc, size = self._column_file(request, context)
+        return dis_pb2.ReadBlockResponse(data=self._block(key, loc, request.file, request.block_index, size),
+                                         file_size=size)
+
+    def ReadBlocks(self, request, context):  # noqa: N802
+        key, loc, size = self._column_file(request, context)
+        end = min(request.first_block + request.block_count, -(-size // self.block_size))
+        for index in range(request.first_block, end):
+            yield dis_pb2.ReadBlockResponse(data=self._block(key, loc, request.file, index, size), file_size=size)
 
     def Status(self, request, context):  # noqa: N802
         now = time.time()
