@@ -193,7 +193,7 @@ class Client:
     def _read_blocks_stream(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
         req = dis_pb2.ReadBlocksRequest(location=key_msg(snap.key), file=file, first_block=first,
                                         block_count=last - first + 1)
-        return [m.data for m in self.stub(snap.address).ReadBlocks(req, timeout=self.timeout_s)]
+        return [b for m in self.stub(snap.address).ReadBlocks(req, timeout=self.timeout_s) for b in m.blocks]
 
     def _read_blocks_unary(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
         stub = self.stub(snap.address)

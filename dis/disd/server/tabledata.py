@@ -20,6 +20,9 @@ from disd.server.ingest import Refused, SessionRegistry, location_key
 from disd.storage import StorageEngine
 
 
+BLOCKS_MESSAGE_BYTES = 1 << 20  # blocks per ReadBlocks message: gRPC's per-message cost is paid per MiB
+
+
 def key_msg(key) -> dis_pb2.LocationKey:  # noqa: ANN001
     return dis_pb2.LocationKey(
         namespace=key.namespace, table=key.table,
@@ -161,8 +164,10 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
     def ReadBlocks(self, request, context):  # noqa: N802
         key, loc, size = self._column_file(request, context)
         end = min(request.first_block + request.block_count, -(-size // self.block_size))
-        for index in range(request.first_block, end):
-            yield dis_pb2.ReadBlockResponse(data=self._block(key, loc, request.file, index, size), file_size=size)
+        per_message = max(1, BLOCKS_MESSAGE_BYTES // self.block_size)
+        for first in range(request.first_block, end, per_message):
+            blocks = [self._block(key, loc, request.file, i, size) for i in range(first, min(end, first + per_message))]
+            yield dis_pb2.ReadBlocksResponse(blocks=blocks, file_size=size)
 
     def Status(self, request, context):  # noqa: N802
         now = time.time()
