@@ -1,4 +1,4 @@
-"""Sub-commands of ``dis`` that run or talk to the daemon: serve, ls, status, verify."""
+"""Sub-commands of ``dis`` that run or talk to the daemon: serve, health, ls, status, verify."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import sys
 
 
-def _client_args(p: argparse.ArgumentParser) -> None:
+def _client_args(p: argparse.ArgumentParser, routing: bool = True) -> None:
     p.add_argument("--address", default=None, help="host:port of a DIS (default 127.0.0.1:22021)")
-    p.add_argument("--routing", default=None, help="routing file instead of --address")
+    if routing:
+        p.add_argument("--routing", default=None, help="routing file instead of --address")
     p.add_argument("--ca", default=None, help="CA certificate: connect with TLS")
     p.add_argument("--cert", default=None, help="client certificate (mutual TLS)")
     p.add_argument("--key", default=None, help="client key (mutual TLS)")
@@ -41,6 +42,42 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except (ConfigError, SchemaError) as e:
         print(f"dis serve: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the port is taken, the database root is not writable, ...
+        print(f"dis serve: {e}", file=sys.stderr)
+        return 1
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    """Ask a DIS's gRPC health service; exit 0 only when it answers SERVING.  The container's
+    HEALTHCHECK and load balancers use it: it checks what a client needs (the port answers, the
+    services are up), with the same TLS options as the other commands and no extra tool."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from disd.config import ConfigError, read_token
+    from disd.rpc.channel import ClientSecurity, open_channel
+
+    try:
+        token = read_token(args.token_file, "--token-file") if args.token_file else None
+    except ConfigError as e:
+        print(f"dis health: {e}", file=sys.stderr)
+        return 2
+    address = args.address or "127.0.0.1:22021"
+    channel = open_channel(address, ClientSecurity(ca=args.ca, cert=args.cert, key=args.key, token=token))
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout)
+        state = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    except grpc.RpcError as e:
+        state = f"{e.code().name}: {e.details()}"
+    finally:
+        channel.close()
+    ok = state == "SERVING"
+    if args.json:
+        print(json.dumps({"dis": address, "service": args.service, "status": state, "ok": ok}))
+    else:
+        print(f"{address} {args.service or '(server)'}: {state}", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
 
 
 def _cmd_ls(args: argparse.Namespace) -> int:
@@ -134,6 +171,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     serve.add_argument("--config", default="config/dis.yaml")
     serve.add_argument("--json-logs", action="store_true", help="JSON logs even on a terminal")
     serve.set_defaults(func=_cmd_serve)
+
+    health = sub.add_parser("health", help="exit 0 when a DIS answers SERVING on its gRPC health service")
+    _client_args(health, routing=False)
+    health.add_argument("--service", default="", help="a service name (default: the whole server)")
+    health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer")
+    health.set_defaults(func=_cmd_health)
 
     ls = sub.add_parser("ls", help="list tables, locations and sizes of a running DIS")
     _client_args(ls)

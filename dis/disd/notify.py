@@ -2,6 +2,12 @@
 
 A datagram to the AF_UNIX socket named by ``NOTIFY_SOCKET`` (a leading ``@`` means the abstract
 namespace).  Without ``NOTIFY_SOCKET`` every call is a no-op, so code can notify unconditionally.
+
+Why the daemons use it (``Type=notify`` in config/systemd/): systemd then starts the units that
+come after ``dis.service`` only once the DIS answers on its port (READY=1 is sent after the gRPC
+server and health service are up), and ``WatchdogSec=`` restarts a daemon whose main loop stops
+pinging (a hang, not only a crash).  The pings come from the daemon's main loop itself, never from
+a helper thread that would go on pinging while the loop is stuck.
 """
 
 from __future__ import annotations
@@ -57,18 +63,3 @@ def watchdog_interval_s() -> float | None:
         return max(int(usec) / 2e6, 0.05)
     except ValueError:
         return None
-
-
-def start_watchdog(notifier: Notifier, stop: threading.Event, interval_s: float | None = None) -> threading.Thread | None:
-    """Ping WATCHDOG=1 every interval until ``stop`` is set; None when no watchdog is configured."""
-    interval = interval_s if interval_s is not None else watchdog_interval_s()
-    if interval is None or not notifier.enabled:
-        return None
-
-    def loop() -> None:
-        while not stop.wait(interval):
-            notifier.watchdog()
-
-    t = threading.Thread(target=loop, name="sd-watchdog", daemon=True)
-    t.start()
-    return t

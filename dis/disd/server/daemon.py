@@ -21,7 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from disd.config import DisConfig
-from disd.notify import Notifier, start_watchdog
+from disd.notify import Notifier, watchdog_interval_s
 from disd.rpc.channel import MAX_MESSAGE_BYTES
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaRegistry
@@ -107,21 +107,27 @@ class DisServer:
         self.server.start()
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        from prometheus_client import REGISTRY
-
-        from disd.server.metrics import EngineCollector
-
-        self._collector = EngineCollector(self.engine, cfg.db_root)
-        REGISTRY.register(self._collector)
         if cfg.metrics_port is not None:
             from prometheus_client import start_http_server
 
-            srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host)
+            from disd.server.metrics import ServerCollector, server_registry
+
+            registry = server_registry(ServerCollector(self.engine, self.sessions, cfg.db_root))
+            srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host, registry=registry)
             self._metrics_server = srv
             self.metrics_port = srv.server_address[1]
         log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port,
                  db_root=cfg.db_root, tables=len(self.schemas), tls=bool(cfg.tls), token=bool(token))
         return self.port
+
+    def status_line(self) -> str:
+        """One line for systemd's STATUS=: locations, those in error, connected tailers."""
+        if self.engine is None or self.sessions is None:
+            return "stopped"
+        locs = self.engine.locations()
+        bad = sum(1 for loc in locs if loc.in_error)
+        return (f"serving on {self.config.host}:{self.port}; {len(locs)} locations, {bad} in error, "
+                f"{len(self.sessions.sessions())} tailers connected")
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, end the streams, then flush and checkpoint every location."""
@@ -134,11 +140,6 @@ class DisServer:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
-        if getattr(self, "_collector", None) is not None:
-            from prometheus_client import REGISTRY
-
-            REGISTRY.unregister(self._collector)
-            self._collector = None
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
@@ -161,9 +162,17 @@ def serve(config: DisConfig) -> int:
     server = DisServer(config)
     server.start()
     notifier.ready(f"serving on {config.host}:{server.port}")
-    start_watchdog(notifier, stop)
-    while not stop.wait(1.0):
-        pass
+    # The main loop pings the watchdog: if it hangs, systemd (WatchdogSec=) restarts the daemon.
+    ping = watchdog_interval_s() if notifier.enabled else None
+    shown = None
+    while not stop.wait(min(ping, 1.0) if ping else 1.0):
+        if ping:
+            notifier.watchdog()
+        if notifier.enabled:
+            text = server.status_line()
+            if text != shown:
+                notifier.status(text)  # what `systemctl status dis` shows
+                shown = text
     log.info("shutting down", signal=signal.Signals(received[0]).name if received else None)
     notifier.stopping()
     server.stop()

@@ -147,7 +147,6 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {loc.error}")
             session = Session(key, first.open.tailer_id or "?", context.peer(), context)
             self.sessions.add(session)
-            metrics.CONNECTED_TAILERS.inc()
             rp = loc.resume_point
             session.file_name, session.offset = rp.file_name, rp.offset
             log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
@@ -167,7 +166,6 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         finally:
             if session is not None:
                 self.sessions.remove(session)
-                metrics.CONNECTED_TAILERS.dec()
                 if loc is not None and not session.taken_over:
                     try:
                         loc.rollback()

@@ -1,8 +1,26 @@
-"""Prometheus metrics of the gRPC services (the storage engine's are in disd.metrics)."""
+"""Prometheus metrics of the gRPC services (the storage engine's are in disd.metrics).
 
-from prometheus_client import Counter, Gauge
+Counters of events (chunks, rejections, block reads) are process-wide, on prometheus_client's
+default registry.  Everything that describes *one server's state* (its locations, its connected
+tailers, the disk of its database root) is computed at scrape time by a ``ServerCollector`` that
+belongs to that server and lives in that server's own registry (``server_registry``): two
+``DisServer``s in one process (tests, ``dis demo``, embedding) then never collide on the default
+registry, and each endpoint reports its own locations.
+"""
 
-CONNECTED_TAILERS = Gauge("dis_connected_tailers", "Ingest streams currently open")
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Iterator
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from disd.server.ingest import SessionRegistry
+    from disd.storage import StorageEngine
+
 INGEST_CHUNKS = Counter("dis_ingest_chunks_total", "Log chunks received from tailers", ["table"])
 INGEST_REJECTIONS = Counter(
     "dis_ingest_rejections_total", "Ingest streams or chunks refused, by gRPC status", ["code"]
@@ -12,43 +30,91 @@ BLOCK_CACHE_HITS = Counter("dis_block_cache_hits_total", "ReadBlock calls served
 BLOCK_CACHE_BYTES = Gauge("dis_block_cache_bytes", "Bytes held by the block cache")
 SUBSCRIBERS = Gauge("dis_subscribers", "Open Subscribe streams")
 
+#: Every series a ServerCollector produces, for the documentation and the drift tests.
+SERVER_SERIES = (
+    "dis_connected_tailers",
+    "dis_location_tailer_connected",
+    "dis_location_rows",
+    "dis_location_checkpointed_rows",
+    "dis_location_in_error",
+    "dis_flush_age_seconds",
+    "dis_checkpoint_age_seconds",
+    "dis_checkpoint_interval_seconds",
+    "dis_db_disk_free_bytes",
+    "dis_db_disk_total_bytes",
+)
 
-class EngineCollector:
-    """Gauges computed at scrape time from the engine's state: checkpoint age and interval per
-    location (the stale-checkpoint alert divides one by the other) and free space on the disk of
-    the database root."""
 
-    def __init__(self, engine, db_root: str) -> None:  # noqa: ANN001
+class ServerCollector:
+    """Gauges computed at scrape time from one server's engine and ingest sessions.
+
+    Per location (labels ``table``, ``location``): published and checkpointed rows, error state,
+    whether a tailer is connected, flush and checkpoint age and the checkpoint interval (the
+    stale-checkpoint alert divides one by the other).  Per server: open ingest streams and the
+    free and total bytes of the database root's filesystem.  A per-location gauge at 0 (rather
+    than an absent series) is what lets "tailer disconnected" fire for one location."""
+
+    def __init__(self, engine: "StorageEngine", sessions: "SessionRegistry", db_root: str) -> None:
         self.engine = engine
+        self.sessions = sessions
         self.db_root = db_root
 
-    def collect(self):  # noqa: ANN201
-        import os
-        import time
-
-        from prometheus_client.core import GaugeMetricFamily
-
+    def collect(self) -> Iterator[Metric]:
+        lbl = ["table", "location"]
+        connected = GaugeMetricFamily("dis_location_tailer_connected",
+                                      "1 while a tailer holds the location's ingest stream, else 0", labels=lbl)
+        rows = GaugeMetricFamily("dis_location_rows", "Published rows of the location", labels=lbl)
+        ckpt_rows = GaugeMetricFamily("dis_location_checkpointed_rows", "Rows of the location's last checkpoint",
+                                      labels=lbl)
+        in_error = GaugeMetricFamily("dis_location_in_error", "1 while the location is in error state, else 0",
+                                     labels=lbl)
+        flush_age = GaugeMetricFamily("dis_flush_age_seconds", "Seconds since the location's last flush", labels=lbl)
         age = GaugeMetricFamily("dis_checkpoint_age_seconds", "Seconds since the location's last checkpoint",
-                                labels=["table", "location"])
+                                labels=lbl)
         interval = GaugeMetricFamily("dis_checkpoint_interval_seconds", "Configured checkpoint interval",
-                                     labels=["table", "location"])
+                                     labels=lbl)
+        sessions = self.sessions.sessions()
+        with_tailer = {s.key for s in sessions}
         now = time.time()
         for loc in list(self.engine.locations()):
             labels = [loc.key.table_key, str(loc.key)]
-            last = getattr(loc, "last_checkpoint_time", None)
-            if last:
-                age.add_metric(labels, now - last)
-            ivl = self.engine.import_config(loc.key.table_key).checkpoint_interval_ms / 1000.0
-            interval.add_metric(labels, ivl)
-        yield age
-        yield interval
+            connected.add_metric(labels, 1.0 if loc.key in with_tailer else 0.0)
+            rows.add_metric(labels, loc.published_rows)
+            ckpt_rows.add_metric(labels, loc.checkpointed_rows)
+            in_error.add_metric(labels, 1.0 if loc.in_error else 0.0)
+            if loc.last_flush_time:
+                flush_age.add_metric(labels, max(0.0, now - loc.last_flush_time))
+            if loc.last_checkpoint_time:
+                age.add_metric(labels, max(0.0, now - loc.last_checkpoint_time))
+            interval.add_metric(labels, self.engine.import_config(loc.key.table_key).checkpoint_interval_ms / 1000.0)
+        total = GaugeMetricFamily("dis_connected_tailers", "Ingest streams currently open")
+        total.add_metric([], len(sessions))
+        yield from (total, connected, rows, ckpt_rows, in_error, flush_age, age, interval)
         try:
             st = os.statvfs(self.db_root)
         except OSError:
             return
-        free = GaugeMetricFamily("dis_db_disk_free_bytes", "Free bytes on the database root's filesystem")
+        free = GaugeMetricFamily("dis_db_disk_free_bytes", "Bytes available to the DIS on the database root's filesystem")
         free.add_metric([], st.f_bavail * st.f_frsize)
-        total = GaugeMetricFamily("dis_db_disk_total_bytes", "Size of the database root's filesystem")
-        total.add_metric([], st.f_blocks * st.f_frsize)
+        size = GaugeMetricFamily("dis_db_disk_total_bytes", "Size of the database root's filesystem")
+        size.add_metric([], st.f_blocks * st.f_frsize)
         yield free
-        yield total
+        yield size
+
+
+class _ProcessMetrics:
+    """Forwards the default registry (process-wide counters, process and GC metrics) into a
+    server's registry.  No ``describe``: registration then checks no names, as the forwarded
+    collectors were checked on the default registry already."""
+
+    def collect(self) -> Iterator[Metric]:
+        return REGISTRY.collect()
+
+
+def server_registry(collector: ServerCollector) -> CollectorRegistry:
+    """The registry one server's ``/metrics`` endpoint serves: the process-wide metrics and the
+    server's own collector."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_ProcessMetrics())
+    reg.register(collector)
+    return reg

@@ -1,0 +1,86 @@
+"""The Prometheus endpoint of real DIS servers: per-server series, several servers in one process."""
+
+from __future__ import annotations
+
+from disd.binlog import LocationKey
+from disd.server.daemon import DisServer
+from disd.server.metrics import SERVER_SERIES
+from disd.tailer import Tailer, parse_tailer_config
+from e2e_helpers import wait_for
+
+from .helpers import append_rows, log_name, scrape, server_config
+
+
+def _feed(srv: DisServer, logs, ip: str, rows: int) -> None:
+    append_rows(logs / log_name(ip), 0, rows, frames=3)
+    cfg = parse_tailer_config({"dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)], "poll_interval_ms": 50})
+    with Tailer(cfg) as t:
+        assert t.wait_idle(30)
+    key = LocationKey("Market", "Trade", ip, "2026-11-22")
+    wait_for(lambda: srv.engine.location(key, create=False).published_rows == rows, 10, what="rows published")
+
+
+def _by_location(samples, name: str) -> dict[str, float]:
+    return {s.labels["location"]: s.value for s in samples.get(name, [])}
+
+
+def test_two_servers_in_one_process_each_serve_their_own_series(tmp_path):
+    a = DisServer(server_config(tmp_path / "a"))
+    a.start()
+    try:
+        b = DisServer(server_config(tmp_path / "b"))
+        b.start()  # used to fail: both registered the same gauges in the default registry
+        try:
+            _feed(a, tmp_path / "logs-a", "ipA", 7)
+            _feed(b, tmp_path / "logs-b", "ipB", 5)
+            sa, sb = scrape(a.metrics_port), scrape(b.metrics_port)
+        finally:
+            b.stop(0.5)
+    finally:
+        a.stop(0.5)
+    assert _by_location(sa, "dis_location_rows") == {"Market/Trade/ipA/2026-11-22": 7}
+    assert _by_location(sb, "dis_location_rows") == {"Market/Trade/ipB/2026-11-22": 5}
+    for s in (sa, sb):
+        for name in SERVER_SERIES:
+            assert name in s, name
+        # process-wide counters are served by both endpoints
+        assert "dis_rows_ingested_total" in s and "process_cpu_seconds_total" in s
+        # the tailers have gone: the location reports no tailer, the server none connected
+        assert [x.value for x in s["dis_location_tailer_connected"]] == [0.0]
+        assert [x.value for x in s["dis_connected_tailers"]] == [0.0]
+        assert [x.value for x in s["dis_location_in_error"]] == [0.0]
+        assert s["dis_db_disk_total_bytes"][0].value >= s["dis_db_disk_free_bytes"][0].value > 0
+    # stopped servers leave nothing behind: a third one in the same process starts and serves
+    c = DisServer(server_config(tmp_path / "a"))
+    c.start()
+    try:
+        sc = scrape(c.metrics_port)
+        assert _by_location(sc, "dis_location_rows") == {"Market/Trade/ipA/2026-11-22": 7}
+        assert _by_location(sc, "dis_location_checkpointed_rows") == {"Market/Trade/ipA/2026-11-22": 7}
+    finally:
+        c.stop(0.5)
+
+
+def test_connected_tailer_is_reported_per_location(tmp_path):
+    srv = DisServer(server_config(tmp_path))
+    srv.start()
+    logs = tmp_path / "logs"
+    append_rows(logs / log_name("ip1"), 0, 4)
+    append_rows(logs / log_name("ip2"), 0, 6)
+    cfg = parse_tailer_config({"dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)], "poll_interval_ms": 50})
+    try:
+        with Tailer(cfg) as t:
+            assert t.wait_idle(30)
+            # acknowledged rows are published by the next flush (20 ms)
+            s = wait_for(lambda: (lambda s: s if sorted(_by_location(s, "dis_location_rows").values()) == [4, 6]
+                                  else None)(scrape(srv.metrics_port)), 10, what="rows published")
+            assert _by_location(s, "dis_location_tailer_connected") == {
+                "Market/Trade/ip1/2026-11-22": 1.0, "Market/Trade/ip2/2026-11-22": 1.0}
+            assert [x.value for x in s["dis_connected_tailers"]] == [2.0]
+            ages = _by_location(s, "dis_flush_age_seconds")
+            assert set(ages) == {"Market/Trade/ip1/2026-11-22", "Market/Trade/ip2/2026-11-22"}
+            assert all(0 <= v < 5 for v in ages.values())
+        wait_for(lambda: set(_by_location(scrape(srv.metrics_port), "dis_location_tailer_connected").values())
+                 == {0.0}, 10, what="tailers gone")
+    finally:
+        srv.stop(0.5)
