@@ -1,0 +1,114 @@
+"""``dis serve`` under the systemd notify protocol, through a real NOTIFY_SOCKET datagram socket."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from disd.notify import Notifier, watchdog_interval_s
+from e2e_helpers import BIN, Proc, free_port, write_dis_config
+
+
+def _bind(tmp_path, abstract: bool) -> tuple[socket.socket, str]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    if abstract:
+        addr = f"@dis-notify-test-{os.getpid()}-{time.monotonic_ns()}"
+        sock.bind("\0" + addr[1:])
+    else:
+        addr = str(tmp_path / "notify.sock")
+        sock.bind(addr)
+    sock.settimeout(30)
+    return sock, addr
+
+
+def _recv(sock: socket.socket) -> list[str]:
+    return sock.recv(4096).decode().splitlines()
+
+
+def _healthy(port: int) -> bool:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from disd.rpc.channel import open_channel
+
+    ch = open_channel(f"127.0.0.1:{port}")
+    try:
+        r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2)
+        return r.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        ch.close()
+
+
+@pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
+def test_ready_watchdog_status_stopping(tmp_path, abstract):
+    sock, addr = _bind(tmp_path, abstract)
+    port = free_port()
+    cfg = write_dis_config(tmp_path, port)
+    env = {"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "200000"}  # ping every 0.1 s
+    p = Proc([str(BIN / "dis"), "serve", "--config", str(cfg), "--json-logs"], tmp_path / "dis.log", env).start()
+    try:
+        first = _recv(sock)
+        assert "READY=1" in first, first
+        assert any(f.startswith("STATUS=serving on 127.0.0.1:") for f in first)
+        # READY=1 comes once the port answers: systemd starts what comes after only then
+        assert _healthy(port)
+        pings, statuses = 0, []
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            for field in _recv(sock):
+                pings += field == "WATCHDOG=1"
+                if field.startswith("STATUS="):
+                    statuses.append(field)
+        assert pings >= 5, pings
+        assert any("0 locations, 0 in error, 0 tailers connected" in s for s in statuses), statuses
+        p.p.send_signal(15)
+        while "STOPPING=1" not in _recv(sock):
+            pass
+        assert p.p.wait(30) == 0
+    finally:
+        if p.alive():
+            p.kill9()
+        sock.close()
+    assert '"event": "dis stopped"' in p.log_text()
+
+
+def test_no_watchdog_pings_for_another_pid(tmp_path):
+    """WATCHDOG_PID names the process systemd watches; any other process must not ping."""
+    sock, addr = _bind(tmp_path, abstract=False)
+    port = free_port()
+    cfg = write_dis_config(tmp_path, port)
+    env = {"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "100000", "WATCHDOG_PID": "1"}
+    p = Proc([str(BIN / "dis"), "serve", "--config", str(cfg)], tmp_path / "dis.log", env).start()
+    try:
+        assert "READY=1" in _recv(sock)
+        sock.settimeout(0.2)
+        seen: list[str] = []
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            try:
+                seen += _recv(sock)
+            except TimeoutError:
+                pass
+        assert "WATCHDOG=1" not in seen
+        p.p.send_signal(15)
+        assert p.p.wait(30) == 0
+    finally:
+        if p.alive():
+            p.kill9()
+        sock.close()
+
+
+def test_notifier_without_socket_is_a_no_op(monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    n = Notifier()
+    assert not n.enabled and n.ready("x") is False and n.watchdog() is False
+
+
+def test_watchdog_interval_is_half_watchdog_usec(monkeypatch):
+    monkeypatch.setenv("WATCHDOG_USEC", "30000000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    assert watchdog_interval_s() == 15.0
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + 1))
+    assert watchdog_interval_s() is None
