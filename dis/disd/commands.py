@@ -111,6 +111,8 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    """One screen for an operator: per DIS its disk, per table a summary, per location rows,
+    flush and checkpoint age, the checkpoint's source record, the connected tailer and errors."""
     from disd.client import DisClientError
 
     try:
@@ -119,33 +121,76 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except DisClientError as e:
         print(f"dis status: {e}", file=sys.stderr)
         return 1
-    rows = []
+    report = status_report(replies)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(format_status(report))
+    return 0
+
+
+def _age_s(v: float) -> float | None:
+    return round(v, 3) if v >= 0 else None
+
+
+def status_report(replies: list) -> dict:
+    """``dis status --json``: instances, tables (summed over locations) and locations."""
+    instances, locations = [], []
     for address, st in replies:
+        instances.append({"dis": address, "version": st.version, "uptime_s": round(st.uptime_s, 1),
+                          "disk_free_bytes": st.disk_free_bytes, "disk_total_bytes": st.disk_total_bytes})
         for l in st.locations:
-            rows.append({
+            locations.append({
                 "dis": address, "namespace": l.key.namespace, "table": l.key.table,
                 "internal_partition": l.key.internal_partition, "column_partition": l.key.column_partition,
                 "rows": l.rows, "checkpointed_rows": l.checkpointed_rows,
-                "last_flush_age_s": round(l.last_flush_age_s, 3) if l.last_flush_age_s >= 0 else None,
-                "checkpoint_age_s": round(l.checkpoint_age_s, 3) if l.checkpoint_age_s >= 0 else None,
-                "tailer": l.tailer or None, "error": l.error or None,
+                "last_flush_age_s": _age_s(l.last_flush_age_s), "checkpoint_age_s": _age_s(l.checkpoint_age_s),
+                "checkpoint": ({"file": l.checkpoint_file, "offset": l.checkpoint_offset,
+                                "skip_rows": l.checkpoint_skip_rows} if l.checkpoint_file else None),
+                "tailer": ({"id": l.tailer, "peer": l.tailer_peer, "connected_s": round(l.tailer_connected_s, 1),
+                            "file": l.ingest_file or None, "offset": l.ingest_offset} if l.tailer else None),
+                "error": l.error or None,
             })
-    if args.json:
-        print(json.dumps({"instances": [{"dis": a, "version": s.version, "uptime_s": round(s.uptime_s, 1)}
-                                        for a, s in replies], "locations": rows}))
-        return 0
-    for a, s in replies:
-        print(f"DIS {a}  version {s.version}  up {s.uptime_s:.0f}s  {len(s.locations)} locations")
-    hdr = ["LOCATION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE", "TAILER", "ERROR"]
-    table = [hdr] + [[
+    tables: dict[str, dict] = {}
+    for r in locations:
+        t = tables.setdefault(f"{r['namespace']}.{r['table']}",
+                              {"table": f"{r['namespace']}.{r['table']}", "locations": 0, "rows": 0,
+                               "tailers": 0, "errors": 0})
+        t["locations"] += 1
+        t["rows"] += r["rows"]
+        t["tailers"] += r["tailer"] is not None
+        t["errors"] += r["error"] is not None
+    return {"instances": instances, "tables": sorted(tables.values(), key=lambda t: t["table"]),
+            "locations": locations}
+
+
+def _grid(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def format_status(report: dict) -> str:
+    lines = []
+    for i in report["instances"]:
+        disk = (f"  disk {_gib(i['disk_free_bytes'])} free of {_gib(i['disk_total_bytes'])}"
+                if i["disk_total_bytes"] else "")
+        lines.append(f"DIS {i['dis']}  version {i['version']}  up {i['uptime_s']:.0f}s{disk}")
+    lines.append("")
+    lines += _grid([["TABLE", "LOCATIONS", "ROWS", "TAILERS", "ERRORS"]] + [
+        [t["table"], str(t["locations"]), str(t["rows"]), f"{t['tailers']}/{t['locations']}", str(t["errors"])]
+        for t in report["tables"]])
+    lines.append("")
+    lines += _grid([["LOCATION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE", "CHECKPOINT AT", "TAILER", "ERROR"]] + [[
         f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}", str(r["rows"]),
         str(r["checkpointed_rows"]), _age(r["last_flush_age_s"]), _age(r["checkpoint_age_s"]),
-        r["tailer"] or "-", r["error"] or "-",
-    ] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(hdr))]
-    for row in table:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-    return 0
+        f"{r['checkpoint']['file']}@{r['checkpoint']['offset']}" if r["checkpoint"] else "-",
+        f"{r['tailer']['id']} ({r['tailer']['peer']})" if r["tailer"] else "-", r["error"] or "-",
+    ] for r in report["locations"]])
+    return "\n".join(lines)
 
 
 def _age(v: float | None) -> str:

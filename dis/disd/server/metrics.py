@@ -10,12 +10,13 @@ registry, and each endpoint reports its own locations.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
+
+from disd.server.status import disk_usage
 
 if TYPE_CHECKING:
     from disd.server.ingest import SessionRegistry
@@ -90,14 +91,13 @@ class ServerCollector:
         total = GaugeMetricFamily("dis_connected_tailers", "Ingest streams currently open")
         total.add_metric([], len(sessions))
         yield from (total, connected, rows, ckpt_rows, in_error, flush_age, age, interval)
-        try:
-            st = os.statvfs(self.db_root)
-        except OSError:
+        avail, total_bytes = disk_usage(self.db_root)
+        if not total_bytes:
             return
         free = GaugeMetricFamily("dis_db_disk_free_bytes", "Bytes available to the DIS on the database root's filesystem")
-        free.add_metric([], st.f_bavail * st.f_frsize)
+        free.add_metric([], avail)
         size = GaugeMetricFamily("dis_db_disk_total_bytes", "Size of the database root's filesystem")
-        size.add_metric([], st.f_blocks * st.f_frsize)
+        size.add_metric([], total_bytes)
         yield free
         yield size
 

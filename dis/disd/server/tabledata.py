@@ -170,22 +170,15 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             yield dis_pb2.ReadBlocksResponse(blocks=blocks, file_size=size)
 
     def Status(self, request, context):  # noqa: N802
-        now = time.time()
-        out = []
-        for loc in self.engine.locations():
-            sess = self.sessions.get(loc.key)
-            last_flush = getattr(loc, "last_flush_time", None)
-            last_ckpt = getattr(loc, "last_checkpoint_time", None)
-            out.append(
-                dis_pb2.LocationStatus(
-                    key=key_msg(loc.key), rows=loc.published_rows,
-                    last_flush_age_s=(now - last_flush) if last_flush else -1.0,
-                    checkpoint_age_s=(now - last_ckpt) if last_ckpt else -1.0,
-                    tailer=sess.tailer_id if sess else "",
-                    error=loc.error or "" if loc.in_error else "",
-                    checkpointed_rows=getattr(loc, "checkpointed_rows", 0),
-                )
-            )
         from disd import __version__
+        from disd.server.status import disk_usage, location_status
 
-        return dis_pb2.StatusResponse(version=__version__, uptime_s=now - self.started, locations=out)
+        now = time.time()
+        out = [
+            location_status(loc, key_msg(loc.key), self.sessions.get(loc.key), now, request.durable_checkpoint)
+            for loc in self._matching(request.namespace, request.table)
+            if not request.internal_partition or loc.key.internal_partition == request.internal_partition
+        ]
+        free, total = disk_usage(self.engine.db_root)
+        return dis_pb2.StatusResponse(version=__version__, uptime_s=now - self.started, locations=out,
+                                      disk_free_bytes=free, disk_total_bytes=total)

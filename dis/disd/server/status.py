@@ -1,0 +1,76 @@
+"""What ``TableData.Status`` reports per location: the operator's view (``dis status``) and the
+tailer's log retention read it.
+
+The checkpoint source record is read from the location's ``table.size`` on disk, not from
+memory: that record is exactly where the location resumes after any crash, so it is the only
+safe answer to "which log bytes may go".  With ``durable`` the location directory is fsynced
+after the read, so a record whose rename the checkpointer has not yet synced cannot be undone by
+a power loss after a tailer acted on it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from disd.rpc.v1 import dis_pb2
+from disd.storage.checkpoint import CheckpointError, fsync_dir, read_record
+
+if TYPE_CHECKING:
+    from disd.server.ingest import Session
+
+
+@dataclass(frozen=True)
+class CheckpointSource:
+    file_name: str  # empty: nothing checkpointed yet
+    offset: int
+    skip_rows: int
+
+
+NO_SOURCE = CheckpointSource("", 0, 0)
+
+
+def checkpoint_source(path: str | os.PathLike[str], durable: bool) -> CheckpointSource:
+    """The source record of the location's ``table.size``; NO_SOURCE when it is missing or
+    unreadable (the location then reports its error itself)."""
+    try:
+        record = read_record(path)
+    except (OSError, CheckpointError):
+        return NO_SOURCE
+    if record is None or not record.source.file_name:
+        return NO_SOURCE
+    if durable:
+        try:
+            fsync_dir(path)
+        except OSError:
+            return NO_SOURCE
+    s = record.source
+    return CheckpointSource(s.file_name, int(s.offset), int(s.skip_rows))
+
+
+def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None", now: float,  # noqa: ANN001
+                    durable: bool) -> dis_pb2.LocationStatus:
+    src = checkpoint_source(loc.path, durable)
+    last_flush, last_ckpt = loc.last_flush_time, loc.last_checkpoint_time
+    return dis_pb2.LocationStatus(
+        key=key_msg, rows=loc.published_rows, checkpointed_rows=loc.checkpointed_rows,
+        last_flush_age_s=(now - last_flush) if last_flush else -1.0,
+        checkpoint_age_s=(now - last_ckpt) if last_ckpt else -1.0,
+        error=(loc.error or "") if loc.in_error else "",
+        checkpoint_file=src.file_name, checkpoint_offset=src.offset, checkpoint_skip_rows=src.skip_rows,
+        tailer=session.tailer_id if session else "",
+        tailer_peer=session.peer if session else "",
+        tailer_connected_s=(now - session.started) if session else 0.0,
+        ingest_file=(session.file_name or "") if session else "",
+        ingest_offset=session.offset if session else 0,
+    )
+
+
+def disk_usage(path: str) -> tuple[int, int]:
+    """(free, total) bytes of the filesystem holding ``path``; (0, 0) when it cannot be read."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0, 0
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
