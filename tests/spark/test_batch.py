@@ -226,3 +226,29 @@ def test_token_protected_dis(spark, tmp_path):
         assert "refused the credentials" in str(e.value) and "'token'" in str(e.value)
     finally:
         srv.stop(0.5)
+
+
+def test_db_root_reads_the_column_files_directly(spark, trade_dis, trade_address):
+    from prometheus_client import REGISTRY
+
+    db_root = trade_dis.config.db_root
+    expected = rows_of(reader(spark, trade_address).load())
+    served = REGISTRY.get_sample_value("dis_block_reads_total")
+    assert served is not None and served > 0
+    got = rows_of(reader(spark, trade_address, dbRoot=db_root).load())
+    assert got == expected and len(got) == TOTAL
+    # planned through the DIS, but not one block was fetched from it
+    assert REGISTRY.get_sample_value("dis_block_reads_total") == served
+    one = reader(spark, trade_address, dbRoot=db_root, columns="Sym,Date").load()
+    assert one.where("Date = '2026-11-23'").count() == 7_000
+    assert one.where("Sym IS NULL").count() == reader(spark, trade_address).load().where("Sym IS NULL").count() > 0
+
+
+def test_db_root_errors_name_the_cause(spark, trade_address, tmp_path):
+    with pytest.raises(Exception) as e:
+        reader(spark, trade_address, dbRoot=str(tmp_path)).load()
+    assert "option 'dbRoot'" in str(e.value) and "not a DIS database root" in str(e.value)
+    (tmp_path / "Intraday").mkdir()  # a database root, but not this DIS's: its files are elsewhere
+    with pytest.raises(Exception) as e:
+        reader(spark, trade_address, dbRoot=str(tmp_path)).load().count()
+    assert "option 'dbRoot': cannot open" in str(e.value), str(e.value)[:2000]

@@ -26,7 +26,7 @@ KNOWN = {
     "address", "routing", "namespace", "table", "path", "columns", "partitions",
     "rowsperpartition", "minpartitions", "batchrows", "timeout",
     "ca", "cert", "key", "token", "tokenfile", "servername",
-    "maxrowspertrigger", "startingoffsets",
+    "maxrowspertrigger", "startingoffsets", "dbroot",
 }
 
 
@@ -64,6 +64,7 @@ class SourceOptions:
     security: Security = Security()
     max_rows_per_trigger: int | None = None
     starting_offsets: str = "earliest"
+    db_root: str | None = None
 
     @property
     def where(self) -> str:
@@ -110,7 +111,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise DisSourceError(
             f"unknown option {unknown[0]!r}; the options are: address, routing, namespace, table, columns, "
             "partitions, rowsPerPartition, minPartitions, batchRows, timeout, ca, cert, key, token, tokenFile, "
-            "serverName, maxRowsPerTrigger, startingOffsets")
+            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot")
     address = (opts.get("address") or "").strip() or None
     routing = (opts.get("routing") or "").strip() or None
     if address and routing:
@@ -180,6 +181,12 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if starting not in ("earliest", "latest"):
         raise DisSourceError(f"option 'startingOffsets' must be 'earliest' or 'latest', got {opts.get('startingoffsets')!r}")
 
+    db_root = (opts.get("dbroot") or "").strip() or None
+    if db_root is not None:
+        if not pathlib.Path(db_root, "Intraday").is_dir():
+            raise DisSourceError(f"option 'dbRoot': {db_root!r} is not a DIS database root (no Intraday/ in it)")
+        db_root = str(pathlib.Path(db_root).resolve())
+
     batch_rows = _int(opts, "batchRows", DEFAULT_BATCH_ROWS)
     return SourceOptions(
         namespace=namespace,
@@ -195,4 +202,5 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         security=security,
         max_rows_per_trigger=_int(opts, "maxRowsPerTrigger", None),
         starting_offsets=starting,
+        db_root=db_root,
     )

@@ -53,6 +53,7 @@ class ReadSpec:
     security: Security
     timeout_s: float
     batch_rows: int
+    db_root: str | None = None  # read column files straight from here (tasks on the DIS host)
 
 
 class DisInputPartition(InputPartition):

@@ -1,7 +1,8 @@
 """What a Spark task runs: read the slices of one input partition as Arrow RecordBatches.
 
 Runs in a Python worker on an executor with nothing but the pickled input partition: it opens
-its own channels (one per DIS address), reads each slice ``batch_rows`` rows at a time — the
+its own channels (one per DIS address) — or, with option ``dbRoot``, reads the column files
+directly (``disd.spark.direct``) — reads each slice ``batch_rows`` rows at a time — the
 64 KiB blocks of the columns it needs, many in flight — converts them to the exact Arrow schema
 Spark expects and closes the channels when the partition is done.
 """
@@ -39,7 +40,12 @@ def read_partition(part: object) -> Iterator[pa.RecordBatch]:
     table = TableSchema.from_json(proj.table_json, "the planned scan")
     target = proj.arrow_schema()
     fetch_cols = proj.fetch
-    client = Client(Routing.single(part.slices[0].address), spec.security.client_security(), spec.timeout_s)
+    if spec.db_root is not None:
+        from disd.spark.direct import DirectFiles
+
+        client = DirectFiles(spec.db_root)
+    else:
+        client = Client(Routing.single(part.slices[0].address), spec.security.client_security(), spec.timeout_s)
     try:
         for sl in part.slices:
             snap = sl.snapshot()

@@ -165,7 +165,7 @@ class _Base:
                 raise DisSourceError(
                     f"option 'columns' ({', '.join(o.columns)}) differs from the schema given with "
                     f".schema(...) ({', '.join(c.name for c in self.projection.columns)}); give one of them")
-        self.spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows)
+        self.spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, o.db_root)
 
     @property
     def client(self):  # noqa: ANN201
