@@ -62,31 +62,75 @@ class Session:
     taken_over: bool = False
 
 
+def end_stream(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+    """End a stream from another thread (the idle reaper, a taking-over stream) with a status
+    the client can read.
+
+    ``ServicerContext.cancel()`` only says ``CANCELLED`` with no reason, which leaves an operator
+    guessing; the context's core call can cancel with a status and message (the C core's
+    ``grpc_call_cancel_with_status``).  That handle is not public API, so when it is missing or
+    refuses the arguments, fall back to a bare cancel: the stream still ends."""
+    call = getattr(getattr(context, "_rpc_event", None), "call", None)
+    try:
+        call.cancel(code.value[0], details)
+    except (AttributeError, TypeError):
+        context.cancel()
+
+
+@dataclass(eq=False)  # hashed by identity: kept in a set
+class Pending:
+    """A stream that has not sent its ``open`` yet: watched by the reaper too, so a client
+    that connects and sends nothing cannot hold a server thread forever."""
+
+    context: grpc.ServicerContext
+    since: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+
+
 class SessionRegistry:
     """The open ingest streams: at most one per location (a newer stream takes over), and the
-    idle reaper that cancels streams that send nothing for ``idle_timeout_s``."""
+    idle reaper that cancels streams that send nothing for ``idle_timeout_s``.
+
+    Each location has an owner lock.  Taking over (and reading the resume point), ingesting a
+    chunk and ending a stream all hold it, so a stream that has been taken over can never
+    ingest after its successor learnt where to resume (which would duplicate rows), and a
+    departing stream's rollback can never truncate rows of its successor."""
 
     def __init__(self, idle_timeout_s: float) -> None:
         self.idle_timeout_s = idle_timeout_s
         self._by_key: dict[LocationKey, Session] = {}
+        self._owner_locks: dict[LocationKey, threading.Lock] = {}
+        self._pending: set[Pending] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="ingest-idle-reaper", daemon=True)
         self._reaper.start()
 
+    def owner_lock(self, key: LocationKey) -> threading.Lock:
+        with self._lock:
+            lock = self._owner_locks.get(key)
+            if lock is None:
+                lock = self._owner_locks[key] = threading.Lock()
+            return lock
+
     def add(self, s: Session) -> None:
+        """Make ``s`` the location's stream; the caller holds the owner lock."""
         with self._lock:
             old = self._by_key.get(s.key)
             self._by_key[s.key] = s
         if old is not None:
             old.taken_over = True
             log.warning("ingest stream taken over", location=str(s.key), old=old.tailer_id, new=s.tailer_id)
-            old.context.cancel()
+            end_stream(old.context, grpc.StatusCode.CANCELLED,
+                       f"taken over by a newer ingest stream for {s.key} (tailer {s.tailer_id} at {s.peer})")
 
-    def remove(self, s: Session) -> None:
+    def remove(self, s: Session) -> bool:
+        """Forget ``s``; True if it still owned its location (it was not taken over)."""
         with self._lock:
             if self._by_key.get(s.key) is s:
                 del self._by_key[s.key]
+                return True
+            return False
 
     def get(self, key: LocationKey) -> Session | None:
         with self._lock:
@@ -96,15 +140,37 @@ class SessionRegistry:
         with self._lock:
             return list(self._by_key.values())
 
+    def wait_open(self, context: grpc.ServicerContext) -> Pending:
+        p = Pending(context)
+        with self._lock:
+            self._pending.add(p)
+        return p
+
+    def opened(self, p: Pending) -> None:
+        with self._lock:
+            self._pending.discard(p)
+
     def _reap(self) -> None:
         while not self._stop.wait(min(1.0, self.idle_timeout_s / 4)):
             now = time.monotonic()
             for s in self.sessions():
                 if now - s.last_message > self.idle_timeout_s and not s.idle_cancelled:
                     s.idle_cancelled = True
-                    log.warning("ingest stream idle, closing", location=str(s.key), tailer=s.tailer_id,
-                                idle_s=round(now - s.last_message, 1))
-                    s.context.cancel()
+                    idle = round(now - s.last_message, 1)
+                    log.warning("ingest stream idle, closing", location=str(s.key), tailer=s.tailer_id, idle_s=idle)
+                    end_stream(s.context, grpc.StatusCode.CANCELLED,
+                               f"idle for {idle} s (server.idle_timeout_s is {self.idle_timeout_s:g}): "
+                               "closed by the DIS")
+            with self._lock:
+                pending = list(self._pending)
+            for p in pending:
+                if now - p.since > self.idle_timeout_s and not p.cancelled:
+                    p.cancelled = True
+                    idle = round(now - p.since, 1)
+                    log.warning("ingest stream sent no 'open', closing", peer=p.context.peer(), idle_s=idle)
+                    end_stream(p.context, grpc.StatusCode.CANCELLED,
+                               f"idle for {idle} s without an 'open' message (server.idle_timeout_s is "
+                               f"{self.idle_timeout_s:g}): closed by the DIS")
 
     def close(self) -> None:
         self._stop.set()
@@ -124,7 +190,11 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         session: Session | None = None
         loc = None
         try:
-            first = next(request_iterator, None)
+            waiting = self.sessions.wait_open(context)
+            try:
+                first = next(request_iterator, None)
+            finally:
+                self.sessions.opened(waiting)
             if first is None or first.WhichOneof("body") != "open":
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
             key = location_key(first.open.location)
@@ -146,8 +216,11 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             if loc.in_error:
                 raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {loc.error}")
             session = Session(key, first.open.tailer_id or "?", context.peer(), context)
-            self.sessions.add(session)
-            rp = loc.resume_point
+            with self.sessions.owner_lock(key):
+                self.sessions.add(session)
+                # whatever the previous stream left uncommitted is resent from the resume point
+                self._rollback(loc, key)
+                rp = loc.resume_point
             session.file_name, session.offset = rp.file_name, rp.offset
             log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
                      resume_file=rp.file_name, resume_offset=rp.offset)
@@ -165,14 +238,19 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             context.abort(r.code, r.details)
         finally:
             if session is not None:
-                self.sessions.remove(session)
-                if loc is not None and not session.taken_over:
-                    try:
-                        loc.rollback()
-                    except Exception as e:  # the location reports its own error state
-                        log.error("rollback failed", location=str(session.key), error=str(e))
+                with self.sessions.owner_lock(session.key):
+                    owner = self.sessions.remove(session)
+                    if owner and loc is not None:
+                        self._rollback(loc, session.key)
                 reason = "idle timeout" if session.idle_cancelled else ("taken over" if session.taken_over else "closed")
                 log.info("ingest stream closed", location=str(session.key), tailer=session.tailer_id, reason=reason)
+
+    @staticmethod
+    def _rollback(loc, key: LocationKey) -> None:  # noqa: ANN001
+        try:
+            loc.rollback()
+        except Exception as e:  # noqa: BLE001 - the location reports its own error state
+            log.error("rollback failed", location=str(key), error=str(e))
 
     def _ingest_chunk(self, s: Session, loc, schema, chunk: dis_pb2.LogChunk) -> None:  # noqa: ANN001
         try:
@@ -231,10 +309,13 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 rows = decode_frames(data, chunk.offset, run, schema)
             except CorruptLogError as e:
                 raise Refused(grpc.StatusCode.DATA_LOSS, str(e)) from None
-            try:
-                loc.ingest(chunk.file_name, run, rows)
-            except LocationError as e:
-                raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {s.key} is in error: {e}") from None
+            with self.sessions.owner_lock(s.key):
+                if s.taken_over:
+                    raise Refused(grpc.StatusCode.CANCELLED, f"taken over by a newer ingest stream for {s.key}")
+                try:
+                    loc.ingest(chunk.file_name, run, rows)
+                except LocationError as e:
+                    raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {s.key} is in error: {e}") from None
             metrics.INGEST_CHUNKS.labels(s.key.table_key).inc()
         s.file_name = chunk.file_name
         s.offset = chunk.offset + len(data)
