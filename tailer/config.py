@@ -5,6 +5,7 @@
     # tls: {ca: ..., cert: ..., key: ..., server_name: ...}   token_file: ...
     # poll_interval_ms: 200  max_in_flight_bytes: 8388608  chunk_bytes: 4194304
     # csv_tables: [Market.Quote]  schemas: config/schemas  state_dir: var/tailer
+    # retention: {mode: delete}   or   {mode: move, move_to: /archive/logs}   (interval_ms: 10000)
 
 Every error names the file and the key, and unknown keys are errors (see ``disd.config``).
 """
@@ -27,6 +28,16 @@ MAX_CHUNK_BYTES = MAX_FRAME_PAYLOAD
 
 
 @dataclass
+class RetentionConfig:
+    """Log retention (``disd.tailer.retention``): what to do with a binary log once the DIS
+    checkpoint covers every row in it."""
+
+    mode: str  # "delete" | "move"
+    move_to: str | None = None  # the archive directory of mode "move"
+    interval_ms: int = 10000  # how often the DIS is asked for its checkpoints
+
+
+@dataclass
 class TailerConfig:
     routing: Routing
     log_dirs: list[str]
@@ -41,6 +52,7 @@ class TailerConfig:
     schemas: str | None = None
     #: "<Namespace>.<Table>" -> schema, for the tables fed by CSV files
     csv_tables: dict[str, TableSchema] = field(default_factory=dict)
+    retention: RetentionConfig | None = None  # None: logs are kept
     source: str = "<config>"
 
 
@@ -123,8 +135,27 @@ def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
             if schema is None:
                 raise ConfigError(source, f"csv_tables[{i}]", f"no schema for {t} in {cfg.schemas}")
             cfg.csv_tables[t] = schema
+    cfg.retention = _retention(r.sub("retention"), cfg.log_dirs)
     r.finish()
     return cfg
+
+
+def _retention(r: _Reader, log_dirs: list[str]) -> RetentionConfig | None:
+    if not r.data:
+        return None
+    mode = r.get("mode", str, None, lambda v: None if v in ("delete", "move") else "must be 'delete' or 'move'")
+    move_to = r.get("move_to", str, None, lambda v: None if v else "must not be empty")
+    interval = r.get("interval_ms", int, 10000, _positive)
+    r.finish()
+    if mode is None:
+        raise ConfigError(r.source, r.key("mode"), "missing: 'delete' or 'move'")
+    if mode == "move" and not move_to:
+        raise ConfigError(r.source, r.key("move_to"), "required with mode: move")
+    if mode == "delete" and move_to:
+        raise ConfigError(r.source, r.key("move_to"), "only with mode: move")
+    if move_to and any(pathlib.Path(move_to).resolve() == pathlib.Path(d).resolve() for d in log_dirs):
+        raise ConfigError(r.source, r.key("move_to"), "must not be one of log_dirs (moved logs would be sent again)")
+    return RetentionConfig(mode, move_to, interval)
 
 
 def load_tailer_config(path: str | pathlib.Path) -> TailerConfig:

@@ -4,7 +4,9 @@ One scanner thread watches the log directories (inotify when the kernel offers i
 every ``poll_interval_ms``) and keeps, per location, its files ordered by time stamp.  Each
 location gets a ``LocationWorker`` thread (``disd.tailer.stream``) holding its Ingest stream.
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
-(``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.
+(``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
+``retention`` configured, one more thread (``disd.tailer.retention``) deletes or moves the logs
+the DIS checkpoint covers.
 
 Programmatic use (tests, ``dis demo``)::
 
@@ -26,6 +28,7 @@ import structlog
 from disd.binlog import LocationKey, LogFileName
 from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
+from disd.tailer.retention import LogRetention
 from disd.tailer.stream import LocationWorker
 from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, scan_dirs
 
@@ -50,6 +53,9 @@ class Tailer:
         self.watcher = DirectoryWatcher(use_inotify)
         self.csv: CsvTranscoder | None = None
         self.dirs = list(config.log_dirs)
+        self.retention: LogRetention | None = None
+        if config.retention is not None:
+            self.retention = LogRetention(self, config.retention, self._halt)
         if config.csv_tables:
             self.csv = CsvTranscoder(config.csv_tables, config.state_dir, config.torn_tail_grace_ms / 1000,
                                      config.poll_interval_ms / 1000, self._halt)
@@ -57,6 +63,11 @@ class Tailer:
             self.dirs.append(self.csv.spool_dir)
 
     # -- discovery ---------------------------------------------------------------------------
+
+    def locations(self) -> list[LocationKey]:
+        """The locations that have log files, as of the last scan."""
+        with self._lock:
+            return list(self._files)
 
     def files_of(self, key: LocationKey) -> LocationFiles:
         with self._lock:
@@ -137,8 +148,11 @@ class Tailer:
         self.rescan()
         self._scanner = threading.Thread(target=self._scan_loop, name="tailer scan", daemon=True)
         self._scanner.start()
+        if self.retention is not None:
+            self.retention.start()
         log.info("tailer started", tailer_id=self.tailer_id, log_dirs=self.dirs, inotify=self.watcher.inotify,
-                 dis=self.config.routing.addresses, csv_tables=sorted(self.config.csv_tables) or None)
+                 dis=self.config.routing.addresses, csv_tables=sorted(self.config.csv_tables) or None,
+                 retention=self.config.retention.mode if self.config.retention else None)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -156,6 +170,8 @@ class Tailer:
             w.join(max(0.1, deadline - time.monotonic()))
         if self._scanner is not None:
             self._scanner.join(max(0.1, deadline - time.monotonic()))
+        if self.retention is not None and self.retention.is_alive():
+            self.retention.join(max(0.1, deadline - time.monotonic()))
         if self.csv is not None:
             self.csv.stop()
         self.watcher.release()
@@ -182,6 +198,10 @@ class Tailer:
     def csv_status(self) -> dict[str, dict]:
         """Per CSV file: spool_file, csv_offset, csv_size, rows, finished, error."""
         return self.csv.status() if self.csv is not None else {}
+
+    def retention_status(self) -> dict | None:
+        """passes, removed_files, removed_bytes, last_error; None without ``retention``."""
+        return self.retention.status() if self.retention is not None else None
 
     def idle(self, since: float | None = None) -> bool:
         """Every complete frame of every known log file is acknowledged by the DIS (and every
