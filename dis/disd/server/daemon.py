@@ -25,6 +25,7 @@ from disd.notify import Notifier, watchdog_interval_s
 from disd.rpc.channel import MAX_MESSAGE_BYTES
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaRegistry
+from disd.server.allocator import pin_mmap_threshold
 from disd.server.auth import TokenInterceptor, server_credentials
 from disd.server.blockcache import BlockCache
 from disd.server.ingest import IngestService, SessionRegistry
@@ -159,6 +160,7 @@ def serve(config: DisConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    pin_mmap_threshold()  # large ingest messages return their memory (disd.server.allocator)
     server = DisServer(config)
     server.start()
     notifier.ready(f"serving on {config.host}:{server.port}")
