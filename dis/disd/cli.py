@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     from disd import commands  # sub-commands of the daemon and its clients
 
     commands.register(sub)
+
+    from disd.historical import merge  # `dis merge`: intraday to historical (a Spark job)
+
+    merge.register(sub)
     return p
 
 

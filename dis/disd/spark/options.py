@@ -27,6 +27,7 @@ KNOWN = {
     "rowsperpartition", "minpartitions", "batchrows", "timeout",
     "ca", "cert", "key", "token", "tokenfile", "servername",
     "maxrowspertrigger", "startingoffsets", "dbroot",
+    "source",  # intraday (this reader), historical or all: disd.spark.ondisk
 }
 
 
@@ -111,7 +112,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise DisSourceError(
             f"unknown option {unknown[0]!r}; the options are: address, routing, namespace, table, columns, "
             "partitions, rowsPerPartition, minPartitions, batchRows, timeout, ca, cert, key, token, tokenFile, "
-            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot")
+            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot, source")
     address = (opts.get("address") or "").strip() or None
     routing = (opts.get("routing") or "").strip() or None
     if address and routing:

@@ -126,6 +126,11 @@ class DisDataSource(DataSource):
         return "dis"
 
     def schema(self) -> StructType:
+        from disd.spark.ondisk import storage_source
+
+        storage = storage_source(self.options)  # historical/all, or column files without a DIS
+        if storage is not None:
+            return storage.schema()
         o = parse_options(self.options)
         client = _connect(o)
         try:
@@ -135,11 +140,20 @@ class DisDataSource(DataSource):
         return spark_schema(table, o.columns)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from disd.spark.ondisk import storage_source
+
+        storage = storage_source(self.options)
+        if storage is not None:
+            return storage.reader(schema, pushdown_enabled())
         o = parse_options(self.options)
         cls = DisPushdownReader if pushdown_enabled() else DisBatchReader
         return cls(o, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from disd.spark.ondisk import storage_source
+
+        if storage_source(self.options) is not None:
+            raise DisSourceError("streaming reads a DIS: give option 'address' or 'routing' (and source 'intraday')")
         return DisStreamReader(parse_options(self.options), schema)
 
 

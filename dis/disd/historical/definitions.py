@@ -1,0 +1,171 @@
+"""The table definition file, ``Definitions/<Table>.tbl``: what a historical table's rows are.
+
+Every historical table has one, in its namespace (system or user).  Readers take the columns,
+their types, the partitioning column and the layout from it, never from the Parquet files, so a
+file that disagrees is an error rather than a silent change of schema.  JSON::
+
+    {"format": "dis-table-definition", "version": 1,
+     "namespace": "Market", "table": "Trade", "namespace_type": "system",
+     "columns": [{"name": "Timestamp", "type": "timestamp"}, {"name": "Sym", "type": "string"}, ...],
+     "partition_column": "Date",            # null for an unpartitioned table
+     "layout": "nested",                    # see disd.historical.layout.Layout
+     "sort_by": ["Sym", "Timestamp"]}       # the order merges write rows in (may be empty)
+
+Column types are the DIS's (``disd.schema.ColumnType``); a merge copies them from the table's
+DIS schema, ``write_user_table`` maps them from the DataFrame's Spark types.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from dataclasses import dataclass
+from typing import Any
+
+from disd.historical.durable import write_atomic
+from disd.historical.layout import Layout, NamespaceRoot, NamespaceType
+from disd.names import InvalidNameError, NameKind, validate_name
+from disd.schema import Column, ColumnType, TableSchema
+
+FORMAT = "dis-table-definition"
+VERSION = 1
+#: The partition column of the TableSchema that stands for an unpartitioned table (never shown).
+NO_PARTITION = "__dis_no_partition"
+
+
+class DefinitionError(Exception):
+    """A definition file that is missing, damaged or contradicts the data or the request."""
+
+
+@dataclass(frozen=True)
+class TableDefinition:
+    namespace: str
+    table: str
+    namespace_type: NamespaceType
+    columns: tuple[Column, ...]
+    partition_column: str | None
+    layout: Layout
+    sort_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        where = f"definition of {self.namespace}.{self.table}"
+        try:
+            validate_name(NameKind.NAMESPACE, self.namespace)
+            validate_name(NameKind.TABLE, self.table)
+            for c in self.columns:
+                validate_name(NameKind.COLUMN, c.name)
+            if self.partition_column is not None:
+                validate_name(NameKind.COLUMN, self.partition_column)
+        except InvalidNameError as e:
+            raise DefinitionError(f"{where}: {e}") from None
+        if not self.columns:
+            raise DefinitionError(f"{where}: no columns")
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise DefinitionError(f"{where}: a column is named twice")
+        if self.partition_column in names:
+            raise DefinitionError(f"{where}: partition column {self.partition_column!r} is also a data column")
+        if NO_PARTITION in names:
+            raise DefinitionError(f"{where}: {NO_PARTITION!r} is a reserved column name")
+        if self.layout is Layout.NESTED and self.partition_column is None:
+            raise DefinitionError(f"{where}: layout 'nested' needs a partition column")
+        if self.layout in (Layout.SPLAYED, Layout.PARQUET_FLAT) and self.partition_column is not None:
+            raise DefinitionError(f"{where}: layout {self.layout.value!r} has no partition column")
+        for s in self.sort_by:
+            if s not in names:
+                raise DefinitionError(f"{where}: sort column {s!r} is not a data column")
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}.{self.table}"
+
+    @property
+    def partitioned(self) -> bool:
+        return self.partition_column is not None
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def table_schema(self) -> TableSchema:
+        """The columns as a ``TableSchema`` (what the Spark type mapping takes).  An
+        unpartitioned table gets the reserved partition column ``NO_PARTITION``, which readers
+        never put in their schema."""
+        return TableSchema(self.namespace, self.table, self.columns, self.partition_column or NO_PARTITION)
+
+    def output_columns(self) -> tuple[str, ...]:
+        """The columns a reader shows by default: the data columns, then the partition column."""
+        return tuple(self.column_names + ([self.partition_column] if self.partition_column else []))
+
+    def same_rows_as(self, other: "TableDefinition") -> bool:
+        """Whether both describe rows the same way (columns, types, partitioning)."""
+        return (self.columns, self.partition_column) == (other.columns, other.partition_column)
+
+    @classmethod
+    def from_schema(cls, schema: TableSchema, namespace_type: NamespaceType = NamespaceType.SYSTEM,
+                    layout: Layout = Layout.NESTED, sort_by: tuple[str, ...] = ()) -> "TableDefinition":
+        return cls(schema.namespace, schema.table, namespace_type, schema.columns, schema.partition_column,
+                   layout, tuple(sort_by))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION,
+            "namespace": self.namespace, "table": self.table, "namespace_type": self.namespace_type.value,
+            "columns": [{"name": c.name, "type": c.type.value} for c in self.columns],
+            "partition_column": self.partition_column, "layout": self.layout.value, "sort_by": list(self.sort_by),
+        }
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.to_dict()) + "\n").encode()
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> "TableDefinition":
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise DefinitionError(f"{where}: not a table definition (no \"format\": \"{FORMAT}\")")
+        if d.get("version") != VERSION:
+            raise DefinitionError(f"{where}: unsupported definition version {d.get('version')!r} (reads {VERSION})")
+        try:
+            cols = tuple(Column(str(c["name"]), ColumnType(c["type"])) for c in d["columns"])
+            layout = Layout(d.get("layout", Layout.NESTED.value))
+            kind = NamespaceType(d.get("namespace_type", NamespaceType.SYSTEM.value))
+            return cls(str(d["namespace"]), str(d["table"]), kind, cols, d.get("partition_column"), layout,
+                       tuple(d.get("sort_by") or ()))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DefinitionError(f"{where}: unreadable definition: {e!r} (types: "
+                                  f"{', '.join(t.value for t in ColumnType)}; layouts: "
+                                  f"{', '.join(l.value for l in Layout)})") from None
+
+
+def read_definition(ns: NamespaceRoot, table: str) -> TableDefinition | None:
+    path = ns.definition_path(table)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DefinitionError(f"{path}: not JSON: {e}") from None
+    defn = TableDefinition.from_dict(d, str(path))
+    if (defn.namespace, defn.table, defn.namespace_type) != (ns.namespace, table, ns.kind):
+        raise DefinitionError(f"{path}: describes {defn.namespace_type.value} table {defn.key}, "
+                              f"not {ns.kind.value} table {ns.namespace}.{table}")
+    return defn
+
+
+def write_definition(ns: NamespaceRoot, defn: TableDefinition) -> pathlib.Path:
+    path = ns.definition_path(defn.table)
+    write_atomic(path, defn.to_bytes())
+    return path
+
+
+def find_definition(db_root: str, namespace: str, table: str) -> tuple[NamespaceRoot, TableDefinition]:
+    """The definition of ``namespace.table`` in the system namespace, else the user namespace."""
+    for ns in (NamespaceRoot.system(db_root, namespace), NamespaceRoot.user(db_root, namespace)):
+        defn = read_definition(ns, table)
+        if defn is not None:
+            return ns, defn
+    raise DefinitionError(
+        f"no historical table {namespace}.{table} under {db_root}: neither "
+        f"{NamespaceRoot.system(db_root, namespace).definition_path(table)} nor "
+        f"{NamespaceRoot.user(db_root, namespace).definition_path(table)} exists")

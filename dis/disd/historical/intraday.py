@@ -1,0 +1,182 @@
+"""What a merge reads: the intraday locations of one column partition, pinned and described.
+
+A merge of ``Namespace.Table`` for a value (a date) reads every internal partition of it, either
+from a running DIS (``snapshot_from_dis``: the published rows, plus what ``Status`` says about
+tailers and checkpoints) or straight from the column files on the DIS host
+(``snapshot_from_files``: the rows of each ``table.size`` checkpoint, plus what lies past it).
+
+Intraday files only grow and rows ``[0, n)`` never change once published, so a location's row
+count and its column file sizes at that count identify its rows.  ``SourceSnapshot.identity``
+hashes them (with the schema and the merge settings): two merges with the same identity write
+the same rows, which is how a re-run knows it has nothing to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from disd.binlog import LocationKey
+from disd.names import InvalidNameError
+from disd.schema import TableSchema
+from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
+from disd.storage.checkpoint import CheckpointError, read_record
+from disd.storage.engine import location_path
+
+
+class SourceError(Exception):
+    """The intraday data cannot be read (no such table, a damaged checkpoint, an unreachable DIS)."""
+
+
+@dataclass(frozen=True)
+class IntradayLocation:
+    """One internal partition of the column partition being merged, and the facts that tell
+    whether it is still being written (judged by ``disd.historical.liveness``)."""
+
+    internal_partition: str
+    rows: int
+    files: dict[str, int] = field(hash=False)
+    tailer: str | None = None  # a connected tailer (DIS only)
+    rows_past_checkpoint: int = 0  # published but not yet checkpointed (DIS only)
+    bytes_past_checkpoint: int = 0  # column file bytes beyond table.size (files only)
+    checkpoint_age_s: float | None = None  # since table.size last changed (files only)
+
+
+@dataclass(frozen=True)
+class SourceSnapshot:
+    namespace: str
+    table: str
+    value: str  # the column partition
+    schema: TableSchema
+    kind: str  # "dis" or "files"
+    where: str  # the DIS address or the database root
+    locations: tuple[IntradayLocation, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(l.rows for l in self.locations)
+
+    def identity(self, settings: dict[str, Any]) -> str:
+        """SHA-256 of what determines the merged rows: columns, each location's rows and file
+        sizes, and the merge settings.  Where the rows were read from is not part of it."""
+        body = {
+            "fingerprint": self.schema.fingerprint, "partition_column": self.schema.partition_column,
+            "value": self.value,
+            "locations": [[l.internal_partition, l.rows, sorted(l.files.items())] for l in self.locations],
+            "settings": settings,
+        }
+        return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    def describe(self) -> dict[str, Any]:
+        """The ``source`` of a location record."""
+        return {"kind": self.kind, "from": self.where, "fingerprint": self.schema.fingerprint,
+                "locations": {l.internal_partition: l.rows for l in self.locations}}
+
+
+def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceSnapshot:  # noqa: ANN001
+    """The published locations of ``value`` at the DIS that owns the table (``disd.client.Client``)."""
+    from disd.client import DisClientError
+
+    try:
+        schema = client.schema(namespace, table)
+        snaps = [s for s in client.locations(namespace, table)
+                 if (s.key.namespace, s.key.table, s.key.column_partition) == (namespace, table, value)]
+        address = client.routing.owner(namespace, table).address
+        status = {}
+        for l in client.status(address).locations:
+            k = l.key
+            if (k.namespace, k.table, k.column_partition) == (namespace, table, value):
+                status[k.internal_partition] = l
+    except DisClientError as e:
+        raise SourceError(str(e)) from None
+    locs = []
+    for s in sorted(snaps, key=lambda s: s.key.internal_partition):
+        st = status.get(s.key.internal_partition)
+        locs.append(IntradayLocation(
+            s.key.internal_partition, s.rows, dict(s.files),
+            tailer=(st.tailer or None) if st is not None else None,
+            rows_past_checkpoint=max(0, int(st.rows) - int(st.checkpointed_rows)) if st is not None else 0,
+        ))
+    return SourceSnapshot(namespace, table, value, schema, "dis", address, tuple(locs))
+
+
+@dataclass(frozen=True)
+class CheckpointedLocation:
+    """An intraday location as its files on disk show it: the rows of its ``table.size``."""
+
+    key: LocationKey
+    path: str
+    rows: int
+    files: dict[str, int] = field(hash=False)
+    bytes_past_checkpoint: int = 0  # column file bytes beyond the checkpoint (all of them without one)
+    checkpoint_age_s: float | None = None  # since table.size last changed; None without one
+
+
+def checkpointed_locations(db_root: str, schema: TableSchema, wanted=None,  # noqa: ANN001
+                           now: float | None = None) -> list[CheckpointedLocation]:
+    """Every location of ``schema``'s table under ``<db_root>/Intraday`` whose column partition
+    ``wanted(value)`` accepts (all when None), at its checkpoint.  Read on the DIS host, whether or
+    not the DIS runs: only rows a checkpoint covers are taken, and those never change."""
+    now = time.time() if now is None else now
+    base = os.path.join(db_root, "Intraday", schema.namespace, schema.table)
+    out = []
+    for ip in _subdirs(base):
+        for value in _subdirs(os.path.join(base, ip)):
+            if wanted is not None and not wanted(value):
+                continue
+            try:
+                key = LocationKey(schema.namespace, schema.table, ip, value)
+            except InvalidNameError:
+                continue
+            path = location_path(db_root, key)
+            if os.path.isdir(path):
+                out.append(_checkpointed(key, path, schema, now))
+    return sorted(out, key=lambda l: (l.key.column_partition, l.key.internal_partition))
+
+
+def _checkpointed(key: LocationKey, path: str, schema: TableSchema, now: float) -> CheckpointedLocation:
+    try:
+        rec = read_record(path)
+    except CheckpointError as e:
+        raise SourceError(f"location {key}: {e}") from None
+    actual = _sizes(path)
+    if rec is None:
+        return CheckpointedLocation(key, path, 0, {}, bytes_past_checkpoint=sum(actual.values()))
+    if rec.fingerprint != schema.fingerprint:
+        raise SourceError(f"location {key} was written for schema {rec.fingerprint}, the table's schema is "
+                          f"{schema.fingerprint}: check the schemas directory")
+    short = [n for n, size in rec.files.items() if actual.get(n, -1) < size]
+    if short:
+        raise SourceError(f"location {key}: {', '.join(sorted(short))} shorter than its checkpoint "
+                          "(run `dis verify`)")
+    past = sum(max(0, actual.get(n, 0) - size) for n, size in rec.files.items())
+    age = now - os.stat(os.path.join(path, CHECKPOINT_FILE)).st_mtime
+    return CheckpointedLocation(key, path, rec.rows, dict(rec.files), past, age)
+
+
+def snapshot_from_files(db_root: str, schema: TableSchema, value: str, now: float | None = None) -> SourceSnapshot:
+    """The checkpointed locations of ``value`` under ``<db_root>/Intraday``."""
+    locs = checkpointed_locations(db_root, schema, lambda v: v == value, now)
+    return SourceSnapshot(schema.namespace, schema.table, value, schema, "files", str(db_root), tuple(
+        IntradayLocation(l.key.internal_partition, l.rows, dict(l.files),
+                         bytes_past_checkpoint=l.bytes_past_checkpoint, checkpoint_age_s=l.checkpoint_age_s)
+        for l in sorted(locs, key=lambda l: l.key.internal_partition)))
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(path) if e.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _sizes(path: str) -> dict[str, int]:
+    out = {}
+    for e in os.scandir(path):
+        if e.is_file() and (e.name.endswith(".dat") or e.name.endswith(".off")):
+            out[e.name] = e.stat().st_size
+    return out

@@ -1,0 +1,497 @@
+"""``dis merge``: one column partition of a table, from intraday to historical Parquet, with Spark.
+
+    dis merge --namespace Market --table Trade --partition 2026-11-21 [--db-root /var/db] ...
+    spark-submit --master spark://host:7077 examples/merge_job.py --namespace Market ...   # the same job
+
+Steps (docs/historical.md has the layout and the guarantees):
+
+1. **Snapshot** the intraday locations of the partition — from the DIS (``--address``/``--routing``)
+   or, with ``--db-root`` and no DIS option, from the column files at their checkpoints — and
+   refuse a partition still being written (``disd.historical.liveness``) unless ``--force``.
+2. **Lock** the table (one writer at a time), check or write its definition, pick the internal
+   partition: the one already holding this partition, else a ``WritablePartitions/<name>`` (the
+   one with the most free space; ``Partitions/0`` is created when there is none).
+3. **Skip** when the location there already holds exactly these rows: same source identity
+   (every intraday location's row count and file sizes, the schema and the settings) and its
+   files intact.  A complete version left unlinked by a killed merge is linked instead.
+4. **Write** with Spark: read the partition through the ``dis`` source, order by the sort key
+   (``--sort-by``, else the definition's), write Parquet into a hidden staging directory next to
+   the location, reached through ``WritablePartitions/<name>``.
+5. **Publish** (``disd.historical.publish``): fsync, rename to a new version directory, switch the
+   location's link, record it in ``MetadataIndex/<Table>.tlmi``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import pathlib
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from disd.historical.definitions import DefinitionError, TableDefinition, read_definition, write_definition
+from disd.historical.durable import (
+    PublishError,
+    TableLock,
+    current_version,
+    ensure_link,
+    stage_dir,
+    sweep_staging,
+    switch_link,
+)
+from disd.historical.index import MetadataIndexError, check_files, read_manifest
+from disd.historical.intraday import SourceError, SourceSnapshot, snapshot_from_dis, snapshot_from_files
+from disd.historical.layout import (
+    DEFAULT_INTERNAL_PARTITION,
+    Layout,
+    NamespaceRoot,
+    NamespaceType,
+    nested_locations,
+    subdirs,
+)
+from disd.historical.liveness import DEFAULT_QUIET_S, LivePartitionError, check_not_live
+from disd.historical.publish import OutputError, finalize, publish_location, record_in_index
+from disd.names import InvalidNameError, NameKind, validate_name
+
+Step = Callable[[str], None]
+#: Exit status of ``dis merge`` when the partition is still being written (see liveness).
+EXIT_LIVE = 3
+
+
+class MergeError(Exception):
+    """A merge that cannot run: nothing to merge, a schema change, something foreign in the way."""
+
+
+@dataclass(frozen=True)
+class MergeSettings:
+    sort_by: tuple[str, ...] | None = None  # None: the definition's sort key (or none)
+    row_group_rows: int = 1_000_000  # parquet.block.row.count.limit
+    row_group_bytes: int = 128 << 20  # parquet.block.size
+    max_rows_per_file: int = 10_000_000
+    compression: str = "snappy"
+
+    def record(self, sort_by: Sequence[str]) -> dict[str, Any]:
+        """What the written files depend on (part of the source identity, kept in the index)."""
+        return {"sort_by": list(sort_by), "row_group_rows": self.row_group_rows,
+                "row_group_bytes": self.row_group_bytes, "max_rows_per_file": self.max_rows_per_file,
+                "compression": self.compression}
+
+
+@dataclass(frozen=True)
+class IntradaySource:
+    """Where a merge reads intraday rows: a DIS (address or routing, with its security), or the
+    column files under the database root (with the DIS's schemas directory)."""
+
+    address: str | None = None
+    routing: str | None = None
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    token_file: str | None = None
+    schemas: str | None = None
+
+    @property
+    def via_dis(self) -> bool:
+        return bool(self.address or self.routing)
+
+    def spark_options(self) -> dict[str, str]:
+        pairs = {"address": self.address, "routing": self.routing, "ca": self.ca, "cert": self.cert,
+                 "key": self.key, "tokenFile": self.token_file}
+        return {k: v for k, v in pairs.items() if v}
+
+
+@dataclass(frozen=True)
+class MergeRequest:
+    namespace: str
+    table: str
+    value: str  # the column partition, e.g. 2026-11-21
+    db_root: str
+    source: IntradaySource = field(default_factory=IntradaySource)
+    settings: MergeSettings = field(default_factory=MergeSettings)
+    writable_partition: str | None = None
+    force: bool = False
+    quiet_s: float = DEFAULT_QUIET_S
+    today: dt.date | None = None
+
+    def __post_init__(self) -> None:
+        validate_name(NameKind.NAMESPACE, self.namespace)
+        validate_name(NameKind.TABLE, self.table)
+        validate_name(NameKind.COLUMN_PARTITION, self.value)
+        if self.writable_partition is not None:
+            validate_name(NameKind.INTERNAL_PARTITION, self.writable_partition)
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    status: str  # "merged", "unchanged" (already merged) or "relinked" (a killed merge's version)
+    namespace: str
+    table: str
+    value: str
+    internal_partition: str
+    rows: int
+    files: int
+    version: str
+    path: str
+    identity: str
+    source: str  # "dis" or "files"
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- steps 1-3 ----------------------------------------------------------------------------------
+def snapshot(req: MergeRequest) -> SourceSnapshot:
+    """The intraday locations of the partition, from the DIS or the column files."""
+    src = req.source
+    try:
+        if src.via_dis:
+            from disd.client import connect
+            from disd.config import read_token
+            from disd.rpc.channel import ClientSecurity
+
+            token = read_token(src.token_file, "--token-file") if src.token_file else None
+            sec = ClientSecurity(ca=src.ca, cert=src.cert, key=src.key, token=token) \
+                if any((src.ca, src.cert, src.key, token)) else None
+            with connect(src.address, src.routing, sec) as client:
+                return snapshot_from_dis(client, req.namespace, req.table, req.value)
+        schema = _schema_from_dir(src.schemas, req.namespace, req.table)
+        return snapshot_from_files(req.db_root, schema, req.value)
+    except SourceError as e:
+        raise MergeError(str(e)) from None
+
+
+def _schema_from_dir(schemas: str | None, namespace: str, table: str):  # noqa: ANN202
+    from disd.schema import SchemaError, SchemaRegistry
+
+    if not schemas:
+        raise MergeError("reading column files needs the DIS's schemas directory (--schemas or --config)")
+    try:
+        s = SchemaRegistry.load_dir(schemas).get(namespace, table)
+    except SchemaError as e:
+        raise MergeError(str(e)) from None
+    if s is None:
+        raise MergeError(f"no schema for {namespace}.{table} in {schemas}")
+    return s
+
+
+def _definition(ns: NamespaceRoot, snap: SourceSnapshot, sort_by: tuple[str, ...] | None) -> TableDefinition:
+    try:
+        old = read_definition(ns, snap.table)
+    except DefinitionError as e:
+        raise MergeError(str(e)) from None
+    if old is not None and old.layout is not Layout.NESTED:
+        raise MergeError(f"{old.key} has layout {old.layout.value!r} in {ns.definition_path(snap.table)}; "
+                         "merges write the 'nested' layout")
+    chosen = tuple(sort_by) if sort_by is not None else (old.sort_by if old is not None else ())
+    unknown = [c for c in chosen if c not in snap.schema.column_names]
+    if unknown:
+        raise MergeError(f"sort column {unknown[0]!r} is not a column of {snap.schema.key} "
+                         f"({', '.join(snap.schema.column_names)})")
+    new = TableDefinition.from_schema(snap.schema, NamespaceType.SYSTEM, Layout.NESTED, chosen)
+    if old is not None and not old.same_rows_as(new):
+        raise MergeError(f"the intraday schema of {snap.schema.key} differs from its historical definition "
+                         f"{ns.definition_path(snap.table)}: historical and intraday rows would disagree")
+    if old != new:
+        write_definition(ns, new)
+    return new
+
+
+def writable_partitions(ns: NamespaceRoot) -> list[str]:
+    """Names under ``WritablePartitions`` that lead to a directory."""
+    return subdirs(ns.writable_dir)
+
+
+def _free_bytes(path: os.PathLike[str]) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def choose_partition(ns: NamespaceRoot, table: str, value: str, requested: str | None) -> str:
+    """The internal partition the location goes to (step 2 of the module docstring)."""
+    existing = nested_locations(ns, table, lambda v: v == value)
+    writable = writable_partitions(ns)
+    if len(existing) > 1:
+        raise MergeError(f"{ns.namespace}.{table} {value} is in several internal partitions "
+                         f"({', '.join(l.internal_partition for l in existing)}): readers see it twice; "
+                         "keep one")
+    if existing:
+        ip = existing[0].internal_partition
+        if requested is not None and requested != ip:
+            raise MergeError(f"{ns.namespace}.{table} {value} is already in internal partition {ip}, "
+                             f"not {requested}")
+        if ip not in writable:
+            raise MergeError(f"{ns.namespace}.{table} {value} is in internal partition {ip}, which is not "
+                             f"writable (no {ns.writable_dir / ip})")
+        return ip
+    if requested is not None:
+        if requested not in writable:
+            raise MergeError(f"no writable partition {requested!r} in {ns.writable_dir} "
+                             f"(there are: {', '.join(writable) or 'none'})")
+        return requested
+    if not writable:
+        (ns.partitions_dir / DEFAULT_INTERNAL_PARTITION).mkdir(parents=True, exist_ok=True)
+        ensure_link(ns.writable_dir / DEFAULT_INTERNAL_PARTITION, f"../{ns.partitions_dir.name}/"
+                    f"{DEFAULT_INTERNAL_PARTITION}")
+        return DEFAULT_INTERNAL_PARTITION
+    free = {n: _free_bytes(ns.writable_dir / n) for n in writable}
+    return max(writable, key=lambda n: (free[n], -writable.index(n)))
+
+
+def _same(parent, table: str, version: str, identity: str):  # noqa: ANN001, ANN202
+    try:
+        rec = read_manifest(parent / version)
+    except MetadataIndexError:
+        return None
+    if rec is None or rec.identity != identity or check_files(parent / version, rec) is not None:
+        return None
+    return rec
+
+
+def find_merged(parent, table: str, identity: str):  # noqa: ANN001, ANN201
+    """(status, record) of a version in ``parent`` holding exactly these rows: the linked one
+    ("unchanged"), else a complete one a killed merge did not link ("relinked", now linked)."""
+    cur = current_version(parent, table)
+    if cur is not None:
+        rec = _same(parent, table, cur, identity)
+        if rec is not None:
+            return "unchanged", rec
+    prefix = f".{table}.v"
+    try:
+        names = sorted((e.name for e in os.scandir(parent) if e.name.startswith(prefix) and e.is_dir()),
+                       reverse=True)
+    except FileNotFoundError:
+        return None, None
+    for name in names:
+        if name == cur:
+            continue
+        rec = _same(parent, table, name, identity)
+        if rec is not None:
+            switch_link(parent, table, name)
+            return "relinked", rec
+    return None, None
+
+
+# -- step 4 -------------------------------------------------------------------------------------
+def write_staging(spark, req: MergeRequest, snap: SourceSnapshot, sort_by: Sequence[str], staging) -> None:  # noqa: ANN001
+    """Spark reads the partition through the ``dis`` source and writes Parquet into ``staging``."""
+    s = req.settings
+    reader = (spark.read.format("dis").option("namespace", req.namespace).option("table", req.table)
+              .option("partitions", req.value).option("columns", ",".join(snap.schema.column_names)))
+    if req.source.via_dis:
+        for k, v in req.source.spark_options().items():
+            reader = reader.option(k, v)
+    else:
+        reader = reader.option("dbRoot", req.db_root).option("schemas", req.source.schemas)
+    df = reader.load()
+    if sort_by:
+        tasks = max(spark.sparkContext.defaultParallelism, math.ceil(snap.rows / s.max_rows_per_file))
+        df = df.repartitionByRange(tasks, *sort_by).sortWithinPartitions(*sort_by)
+    conf_key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(conf_key, None)
+    spark.conf.set(conf_key, "TIMESTAMP_MICROS")  # a Parquet timestamp every reader knows (not INT96)
+    try:
+        (df.write.mode("errorifexists")
+         .option("compression", s.compression)
+         .option("parquet.block.size", str(s.row_group_bytes))
+         .option("parquet.block.row.count.limit", str(s.row_group_rows))
+         .option("maxRecordsPerFile", str(s.max_rows_per_file))
+         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+         .parquet(pathlib.Path(os.path.abspath(staging)).as_uri()))
+    finally:
+        if before is None:
+            spark.conf.unset(conf_key)
+        else:
+            spark.conf.set(conf_key, before)
+
+
+# -- the job ------------------------------------------------------------------------------------
+def merge(spark, req: MergeRequest, on_step: Step | None = None) -> MergeResult:  # noqa: ANN001
+    """Merge one column partition (steps 1-5 of the module docstring)."""
+    t0 = time.perf_counter()
+    step = on_step or (lambda name: None)
+    snap = snapshot(req)
+    if not snap.locations or snap.rows == 0:
+        raise MergeError(f"no intraday rows of {req.namespace}.{req.table} {req.value} "
+                         f"({'at ' + snap.where if snap.kind == 'dis' else 'under ' + snap.where})")
+    if not req.force:
+        check_not_live(snap, req.today, req.quiet_s)
+    ns = NamespaceRoot.system(os.path.abspath(req.db_root), req.namespace)
+    with TableLock(ns.lock_path(req.table)):
+        step("locked")
+        defn = _definition(ns, snap, req.settings.sort_by)
+        settings = req.settings.record(defn.sort_by)
+        identity = snap.identity(settings)
+        ip = choose_partition(ns, req.table, req.value, req.writable_partition)
+        parent = ns.writable_parent(ip, req.value)
+        sweep_staging(parent, req.table)
+        try:
+            status, rec = find_merged(parent, req.table, identity)
+        except PublishError as e:
+            raise MergeError(str(e)) from None
+        if rec is not None:
+            record_in_index(ns, req.table, defn.partition_column, rec)
+        else:
+            staging = stage_dir(parent, req.table)
+            try:
+                write_staging(spark, req, snap, defn.sort_by, staging)
+            except Exception as e:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise MergeError(f"the Spark job failed: {_first_line(e)}") from e
+            step("written")
+            try:
+                files = finalize(staging)
+                step("finalized")
+                if sum(f.rows for f in files) != snap.rows:
+                    # Rows arrived between the snapshot and the read (a forced merge of a live
+                    # partition): the files hold what Spark read, which no identity describes,
+                    # so the next merge writes a new version.
+                    identity = "unpinned:" + identity
+                rec = publish_location(ns, req.table, defn.partition_column, parent, staging, ip, req.value,
+                                       identity, snap.describe(), settings, files=files, on_step=step)
+            except (OutputError, PublishError) as e:
+                raise MergeError(str(e)) from None
+            status = "merged"
+    return MergeResult(status, req.namespace, req.table, req.value, ip, rec.rows, len(rec.files), rec.version,
+                       str(ns.location_path(ip, req.value, req.table)), rec.identity, snap.kind,
+                       time.perf_counter() - t0)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    for line in text.splitlines():
+        if "DisSourceError" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# -- command line -------------------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--partition", required=True, help="the column partition to merge, e.g. 2026-11-21")
+    p.add_argument("--db-root", default=None,
+                   help="the database root (historical output goes under it); without --address/--routing "
+                        "intraday rows are read from its column files (run on the DIS host)")
+    p.add_argument("--config", default="config/dis.yaml",
+                   help="the DIS's configuration, for db_root and schemas when not given (default config/dis.yaml)")
+    p.add_argument("--schemas", default=None, help="the DIS's schemas directory (column-file reads)")
+    p.add_argument("--address", default=None, help="host:port of the DIS to read through the dis source")
+    p.add_argument("--routing", default=None, help="routing file instead of --address")
+    p.add_argument("--ca", default=None, help="CA certificate: connect with TLS")
+    p.add_argument("--cert", default=None, help="client certificate (mutual TLS)")
+    p.add_argument("--key", default=None, help="client key (mutual TLS)")
+    p.add_argument("--token-file", default=None, help="file holding the bearer token")
+    p.add_argument("--sort-by", default=None,
+                   help="comma-separated columns to order rows by (default: the table definition's)")
+    p.add_argument("--row-group-rows", type=int, default=MergeSettings.row_group_rows)
+    p.add_argument("--row-group-bytes", type=int, default=MergeSettings.row_group_bytes)
+    p.add_argument("--max-rows-per-file", type=int, default=MergeSettings.max_rows_per_file)
+    p.add_argument("--compression", default=MergeSettings.compression,
+                   choices=["snappy", "zstd", "gzip", "lz4", "none", "uncompressed"])
+    p.add_argument("--writable-partition", default=None,
+                   help="the WritablePartitions name to write to (default: the one with most free space)")
+    p.add_argument("--force", action="store_true", help="merge even if the partition is still being written")
+    p.add_argument("--quiet-seconds", type=float, default=DEFAULT_QUIET_S,
+                   help="column-file reads: a checkpoint younger than this means still being written")
+    p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def request_from_args(args: argparse.Namespace) -> MergeRequest:
+    cfg = None
+    if args.db_root is None or (args.schemas is None and not (args.address or args.routing)):
+        from disd.config import ConfigError, load_dis_config
+
+        if args.config and os.path.exists(args.config):
+            try:
+                cfg = load_dis_config(args.config)
+            except ConfigError as e:
+                raise MergeError(str(e)) from None
+    db_root = args.db_root or (cfg.db_root if cfg else None)
+    if not db_root:
+        raise MergeError("give --db-root (or --config with db_root)")
+    via_dis = bool(args.address or args.routing)
+    address = args.address
+    if not via_dis and args.db_root is None:
+        address = "127.0.0.1:22021"  # no DIS option and no --db-root: the local DIS
+    schemas = args.schemas or (cfg.schemas if cfg else None)
+    sort_by = tuple(c.strip() for c in args.sort_by.split(",") if c.strip()) if args.sort_by is not None else None
+    for n, v in (("--row-group-rows", args.row_group_rows), ("--row-group-bytes", args.row_group_bytes),
+                 ("--max-rows-per-file", args.max_rows_per_file)):
+        if v < 1:
+            raise MergeError(f"{n} must be at least 1, got {v}")
+    settings = MergeSettings(sort_by, args.row_group_rows, args.row_group_bytes, args.max_rows_per_file,
+                             args.compression)
+    source = IntradaySource(address, args.routing, args.ca, args.cert, args.key, args.token_file,
+                            None if (address or args.routing) else schemas)
+    try:
+        return MergeRequest(args.namespace, args.table, args.partition, str(db_root), source, settings,
+                            args.writable_partition, args.force, args.quiet_seconds)
+    except InvalidNameError as e:
+        raise MergeError(str(e)) from None
+
+
+def job_session(master: str | None = None):  # noqa: ANN201
+    """The job's SparkSession: under ``spark-submit`` the one it configured (its ``--master``),
+    else ``master`` or ``local[*]``; with the ``dis`` source registered."""
+    from pyspark.sql import SparkSession
+
+    import disd.spark
+
+    conf = {**disd.spark.SESSION_CONF, "spark.ui.showConsoleProgress": "false"}
+    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
+        builder = SparkSession.builder.appName("dis-merge")  # spark-submit's master and settings
+        for k, v in conf.items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()
+        disd.spark.register(spark)
+    else:
+        spark = disd.spark.session(master or "local[*]", app_name="dis-merge", conf=conf)
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def run(args: argparse.Namespace, on_step: Step | None = None) -> int:
+    """``dis merge``: exit 0 when the partition is merged (or already was), 3 when it is still
+    being written, 1 on any other error."""
+    try:
+        req = request_from_args(args)
+        spark = job_session(args.master)
+        result = merge(spark, req, on_step)
+    except LivePartitionError as e:
+        print(f"dis merge: refused: {e}", file=sys.stderr)
+        return EXIT_LIVE
+    except MergeError as e:
+        print(f"dis merge: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(f"{result.status}: {result.namespace}.{result.table} {result.value} -> {result.path} "
+              f"({result.rows} rows, {result.files} files, version {result.version}, "
+              f"from {result.source}, {result.seconds:.1f} s)")
+    return 0
+
+
+def register(sub) -> None:  # noqa: ANN001 - argparse sub-parsers
+    p = sub.add_parser("merge", help="merge one column partition of a table into historical Parquet (Spark)")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for ``spark-submit`` (examples/merge_job.py calls it)."""
+    p = argparse.ArgumentParser(prog="merge_job", description="merge one column partition into historical Parquet")
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Historical rows for Spark: plan a table's Parquet row groups into tasks, and read them.
+
+Planning (``plan_files``) takes the files ``disd.historical.discover`` found, with their row-group
+sizes, and packs row groups into input partitions the way intraday ranges are packed
+(``disd.spark.plan.split_size``): every core gets work, a large file is read by several tasks.
+A task (``read_historical``) opens each file with pyarrow, reads the row groups and columns it
+needs in ``batchRows``-row batches, fills the columns a path gives (the partition column, ``K=v``
+directories) and casts each column to the exact Arrow type Spark expects.  A column the
+definition has but a file lacks is an error naming both: the definition is the schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import InputPartition
+
+from disd.spark.arrow import Projection
+from disd.spark.errors import DisSourceError
+from disd.spark.plan import split_size
+
+
+@dataclass(frozen=True)
+class FilePiece:
+    """Consecutive row groups of one Parquet file, and the values its path gives."""
+
+    path: str
+    row_groups: tuple[int, ...]  # indices in the file
+    rows: int
+    values: tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class HistoricalSpec:
+    projection: Projection
+    batch_rows: int
+
+
+class HistoricalInputPartition(InputPartition):
+    def __init__(self, index: int, pieces: Sequence[FilePiece], spec: HistoricalSpec) -> None:
+        super().__init__(index)
+        self.index = index
+        self.pieces = tuple(pieces)
+        self.spec = spec
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.pieces)
+
+    def __repr__(self) -> str:
+        return f"HistoricalInputPartition({self.index}: {len(self.pieces)} pieces, {self.rows} rows)"
+
+
+def plan_files(files: Sequence, spec: HistoricalSpec, rows_per_partition: int,  # noqa: ANN001
+               min_partitions: int) -> list[HistoricalInputPartition]:
+    """Input partitions over ``files`` (``ParquetFileInfo``), balanced by row-group sizes."""
+    units = [(rows, fi, rg) for fi, f in enumerate(files) for rg, rows in enumerate(f.row_groups) if rows > 0]
+    total = sum(u[0] for u in units)
+    if total == 0:
+        return []
+    _, n = split_size(total, rows_per_partition, min_partitions)
+    n = max(1, min(n, len(units)))
+    bins: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for rows, fi, rg in sorted(units, key=lambda u: (-u[0], u[1], u[2])):
+        j = min(range(n), key=lambda k: (loads[k], k))
+        bins[j].append((fi, rg, rows))
+        loads[j] += rows
+    out = []
+    for items in bins:
+        if not items:
+            continue
+        items.sort()
+        pieces: list[FilePiece] = []
+        for fi, rg, rows in items:
+            f = files[fi]
+            last = pieces[-1] if pieces else None
+            if last is not None and last.path == f.path and last.row_groups[-1] == rg - 1:
+                pieces[-1] = FilePiece(f.path, last.row_groups + (rg,), last.rows + rows, f.values)
+            else:
+                pieces.append(FilePiece(f.path, (rg,), rows, f.values))
+        out.append(HistoricalInputPartition(len(out), pieces, spec))
+    return out
+
+
+def _constant(value: str | None, n: int, typ: pa.DataType, column: str, path: str) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, typ)
+    try:
+        scalar = pa.array([value], pa.string()).cast(typ)[0]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise DisSourceError(f"{path}: value {value!r} of column {column} in its path is not a {typ}") from None
+    return pa.repeat(scalar, n)
+
+
+def _cast(arr: pa.Array, typ: pa.DataType, column: str, path: str) -> pa.Array:
+    if arr.type == typ:
+        return arr
+    try:
+        # Timestamps finer than Spark's microseconds are truncated, as on the intraday path.
+        return arr.cast(typ, safe=not pa.types.is_timestamp(typ))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise DisSourceError(f"{path}: column {column} is {arr.type}, cannot read it as {typ}: {e}") from None
+
+
+def read_historical(part: HistoricalInputPartition) -> Iterator[pa.RecordBatch]:
+    spec = part.spec
+    proj = spec.projection
+    target = proj.arrow_schema()
+    for piece in part.pieces:
+        values = dict(piece.values)
+        try:
+            pf = pq.ParquetFile(piece.path)
+        except (OSError, pa.ArrowInvalid) as e:
+            raise DisSourceError(f"cannot open {piece.path}: {e}") from None
+        want = []
+        for c in proj.columns:
+            if c.source not in values and not c.is_partition and c.source not in want:
+                want.append(c.source)
+        names = pf.schema_arrow.names
+        missing = [c for c in want if c not in names]
+        if missing:
+            raise DisSourceError(f"{piece.path} has no column {missing[0]!r} (its columns: {', '.join(names)}); "
+                                 "the table definition lists it")
+        if want:
+            batches = pf.iter_batches(batch_size=spec.batch_rows, row_groups=list(piece.row_groups),
+                                      columns=want, use_threads=False)
+            sizes = None
+        else:  # only path columns (e.g. count()): row counts from the footer, no column read
+            batches = None
+            sizes = [min(spec.batch_rows, piece.rows - a) for a in range(0, piece.rows, spec.batch_rows)]
+        for item in (batches if batches is not None else sizes):
+            batch = item if batches is not None else None
+            n = batch.num_rows if batch is not None else item
+            arrays = []
+            for c, field in zip(proj.columns, target):
+                if c.source in values or c.is_partition:
+                    arrays.append(_constant(values.get(c.source), n, field.type, c.source, piece.path))
+                else:
+                    arrays.append(_cast(batch.column(c.source), field.type, c.source, piece.path))
+            yield pa.RecordBatch.from_arrays(arrays, schema=target)
