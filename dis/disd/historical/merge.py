@@ -28,7 +28,6 @@ import datetime as dt
 import json
 import math
 import os
-import pathlib
 import shutil
 import sys
 import time
@@ -58,6 +57,7 @@ from disd.historical.layout import (
 from disd.historical.liveness import DEFAULT_QUIET_S, LivePartitionError, check_not_live
 from disd.historical.publish import OutputError, finalize, publish_location, record_in_index
 from disd.names import InvalidNameError, NameKind, validate_name
+from disd.spark.parquet import ParquetSettings, write_parquet
 
 Step = Callable[[str], None]
 #: Exit status of ``dis merge`` when the partition is still being written (see liveness).
@@ -71,16 +71,11 @@ class MergeError(Exception):
 @dataclass(frozen=True)
 class MergeSettings:
     sort_by: tuple[str, ...] | None = None  # None: the definition's sort key (or none)
-    row_group_rows: int = 1_000_000  # parquet.block.row.count.limit
-    row_group_bytes: int = 128 << 20  # parquet.block.size
-    max_rows_per_file: int = 10_000_000
-    compression: str = "snappy"
+    parquet: ParquetSettings = field(default_factory=ParquetSettings)
 
     def record(self, sort_by: Sequence[str]) -> dict[str, Any]:
         """What the written files depend on (part of the source identity, kept in the index)."""
-        return {"sort_by": list(sort_by), "row_group_rows": self.row_group_rows,
-                "row_group_bytes": self.row_group_bytes, "max_rows_per_file": self.max_rows_per_file,
-                "compression": self.compression}
+        return {"sort_by": list(sort_by), **asdict(self.parquet)}
 
 
 @dataclass(frozen=True)
@@ -291,24 +286,9 @@ def write_staging(spark, req: MergeRequest, snap: SourceSnapshot, sort_by: Seque
         reader = reader.option("dbRoot", req.db_root).option("schemas", req.source.schemas)
     df = reader.load()
     if sort_by:
-        tasks = max(spark.sparkContext.defaultParallelism, math.ceil(snap.rows / s.max_rows_per_file))
+        tasks = max(spark.sparkContext.defaultParallelism, math.ceil(snap.rows / s.parquet.max_rows_per_file))
         df = df.repartitionByRange(tasks, *sort_by).sortWithinPartitions(*sort_by)
-    conf_key = "spark.sql.parquet.outputTimestampType"
-    before = spark.conf.get(conf_key, None)
-    spark.conf.set(conf_key, "TIMESTAMP_MICROS")  # a Parquet timestamp every reader knows (not INT96)
-    try:
-        (df.write.mode("errorifexists")
-         .option("compression", s.compression)
-         .option("parquet.block.size", str(s.row_group_bytes))
-         .option("parquet.block.row.count.limit", str(s.row_group_rows))
-         .option("maxRecordsPerFile", str(s.max_rows_per_file))
-         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-         .parquet(pathlib.Path(os.path.abspath(staging)).as_uri()))
-    finally:
-        if before is None:
-            spark.conf.unset(conf_key)
-        else:
-            spark.conf.set(conf_key, before)
+    write_parquet(df, staging, s.parquet)
 
 
 # -- the job ------------------------------------------------------------------------------------
@@ -390,10 +370,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", default=None, help="file holding the bearer token")
     p.add_argument("--sort-by", default=None,
                    help="comma-separated columns to order rows by (default: the table definition's)")
-    p.add_argument("--row-group-rows", type=int, default=MergeSettings.row_group_rows)
-    p.add_argument("--row-group-bytes", type=int, default=MergeSettings.row_group_bytes)
-    p.add_argument("--max-rows-per-file", type=int, default=MergeSettings.max_rows_per_file)
-    p.add_argument("--compression", default=MergeSettings.compression,
+    p.add_argument("--row-group-rows", type=int, default=ParquetSettings.row_group_rows,
+                   help="rows per Parquet row group at most (default %(default)s)")
+    p.add_argument("--row-group-bytes", type=int, default=ParquetSettings.row_group_bytes,
+                   help="bytes per Parquet row group at most (default %(default)s)")
+    p.add_argument("--max-rows-per-file", type=int, default=ParquetSettings.max_rows_per_file)
+    p.add_argument("--compression", default=ParquetSettings.compression,
                    choices=["snappy", "zstd", "gzip", "lz4", "none", "uncompressed"])
     p.add_argument("--writable-partition", default=None,
                    help="the WritablePartitions name to write to (default: the one with most free space)")
@@ -423,12 +405,11 @@ def request_from_args(args: argparse.Namespace) -> MergeRequest:
         address = "127.0.0.1:22021"  # no DIS option and no --db-root: the local DIS
     schemas = args.schemas or (cfg.schemas if cfg else None)
     sort_by = tuple(c.strip() for c in args.sort_by.split(",") if c.strip()) if args.sort_by is not None else None
-    for n, v in (("--row-group-rows", args.row_group_rows), ("--row-group-bytes", args.row_group_bytes),
-                 ("--max-rows-per-file", args.max_rows_per_file)):
-        if v < 1:
-            raise MergeError(f"{n} must be at least 1, got {v}")
-    settings = MergeSettings(sort_by, args.row_group_rows, args.row_group_bytes, args.max_rows_per_file,
-                             args.compression)
+    try:
+        parquet = ParquetSettings(args.row_group_rows, args.row_group_bytes, args.max_rows_per_file, args.compression)
+    except ValueError as e:
+        raise MergeError(str(e)) from None
+    settings = MergeSettings(sort_by, parquet)
     source = IntradaySource(address, args.routing, args.ca, args.cert, args.key, args.token_file,
                             None if (address or args.routing) else schemas)
     try:

@@ -5,6 +5,7 @@
     disd.spark.register(spark)            # once per session (session() already does it)
     df = (spark.read.format("dis").option("address", "127.0.0.1:22021")
           .option("namespace", "Market").option("table", "Trade").load())
+    # historical Parquet (and both at once) under a database root, user tables: docs/historical.md
 
 Everything about options, types, pruning and streaming is in docs/spark.md.
 """
@@ -18,7 +19,16 @@ from typing import Mapping
 from disd.spark.errors import DisSourceError
 from disd.spark.source import PUSHDOWN_CONF, DisDataSource
 
-__all__ = ["DisDataSource", "DisSourceError", "SESSION_CONF", "register", "session"]
+__all__ = ["DisDataSource", "DisSourceError", "SESSION_CONF", "register", "session", "write_user_table"]
+
+
+def write_user_table(df, namespace: str, table: str, **kwargs):  # noqa: ANN001, ANN003, ANN201
+    """Write a DataFrame as a user table under ``<db>/Users/<namespace>/`` (see
+    ``disd.spark.usertables.write_user_table`` and docs/historical.md)."""
+    from disd.spark.usertables import write_user_table as write
+
+    return write(df, namespace, table, **kwargs)
+
 
 #: The settings ``session()`` applies; a session you build yourself should have the first one
 #: for WHERE clauses on the partition column to prune locations.

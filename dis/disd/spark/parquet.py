@@ -1,0 +1,54 @@
+"""How dis writes Parquet from Spark (merges and user tables alike).
+
+One place for the writer settings every historical file shares: INT64 ``TIMESTAMP(MICROS, UTC)``
+timestamps rather than Spark's default INT96 (which other readers treat as legacy), the row-group
+limits in rows (``parquet.block.row.count.limit``) and bytes (``parquet.block.size``), a cap on
+rows per file, the codec, and no ``_SUCCESS`` marker.  The output goes to a staging directory
+(a ``file://`` URI: the database root is a local or shared POSIX filesystem, whatever Spark's
+default filesystem is) that ``disd.historical.publish`` turns into a location.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Sequence
+
+TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
+
+
+@dataclass(frozen=True)
+class ParquetSettings:
+    row_group_rows: int = 1_000_000
+    row_group_bytes: int = 128 << 20
+    max_rows_per_file: int = 10_000_000
+    compression: str = "snappy"
+
+    def __post_init__(self) -> None:
+        for name in ("row_group_rows", "row_group_bytes", "max_rows_per_file"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def write_parquet(df, directory: os.PathLike[str] | str, settings: ParquetSettings,  # noqa: ANN001
+                  partition_by: Sequence[str] = ()) -> None:
+    """Write ``df`` as Parquet into ``directory`` (which must not exist)."""
+    spark = df.sparkSession
+    before = spark.conf.get(TIMESTAMP_CONF, None)
+    spark.conf.set(TIMESTAMP_CONF, "TIMESTAMP_MICROS")
+    try:
+        w = (df.write.mode("errorifexists")
+             .option("compression", settings.compression)
+             .option("parquet.block.size", str(settings.row_group_bytes))
+             .option("parquet.block.row.count.limit", str(settings.row_group_rows))
+             .option("maxRecordsPerFile", str(settings.max_rows_per_file))
+             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"))
+        if partition_by:
+            w = w.partitionBy(*partition_by)
+        w.parquet(pathlib.Path(os.path.abspath(directory)).as_uri())
+    finally:
+        if before is None:
+            spark.conf.unset(TIMESTAMP_CONF)
+        else:
+            spark.conf.set(TIMESTAMP_CONF, before)
