@@ -12,6 +12,7 @@ grown without bound, and ``dis verify`` finds every location consistent with its
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from .helpers import (
     CLEAR_REFUSALS,
+    SCHEMAS,
     DisProcess,
     HeldStream,
     channel,
@@ -45,9 +47,9 @@ IPS = ["fz0", "fz1", "fz2"]
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def dis(tmp_path_factory):
-    d = DisProcess(tmp_path_factory.mktemp("fuzzdis"), idle_timeout_s=30, max_workers=64)
+@pytest.fixture
+def dis(tmp_path):
+    d = DisProcess(tmp_path, idle_timeout_s=30, max_workers=64)
     yield d
     d.stop()
 
@@ -77,25 +79,29 @@ def logs(tmp_path_factory):
     return out
 
 
-_open = st.one_of(
-    st.tuples(st.just("valid"), st.sampled_from(IPS)),
-    st.tuples(st.just("valid"), st.sampled_from(IPS)),
-    st.tuples(st.just("valid"), st.sampled_from(IPS)),
-    st.tuples(st.just("fingerprint"), st.sampled_from(["", "00" * 16, QUOTE.fingerprint])),
-    st.tuples(st.just("name"), st.sampled_from(["..", "a/b", "a\x00b", "x" * 200, "", "é"])),
-    st.tuples(st.just("table"), st.sampled_from(["Nope", "Quote"])),
+def _weighted(*choices):
+    """``(weight, strategy)`` pairs: hypothesis's one_of does not weight its branches, and the
+    fuzz must mostly open valid streams to get past the opening checks."""
+    flat = [strat for w, strat in choices for _ in range(w)]
+    return st.integers(0, len(flat) - 1).flatmap(lambda i: flat[i])
+
+
+_open = _weighted(
+    (7, st.tuples(st.just("valid"), st.sampled_from(IPS))),
+    (1, st.tuples(st.just("fingerprint"), st.sampled_from(["", "00" * 16, QUOTE.fingerprint]))),
+    (1, st.tuples(st.just("name"), st.sampled_from(["..", "a/b", "a\x00b", "x" * 200, "", "é"]))),
+    (1, st.tuples(st.just("table"), st.sampled_from(["Nope", "Quote"]))),
 )
 
-_action = st.one_of(
-    st.tuples(st.just("good"), st.integers(1, 4)),
-    st.tuples(st.just("good"), st.integers(1, 4)),
-    st.tuples(st.just("mutated"), st.lists(_op, min_size=1, max_size=4)),
-    st.tuples(st.just("resealed"), st.lists(_op, min_size=1, max_size=4)),
-    st.tuples(st.just("random"), st.binary(max_size=600)),
-    st.tuples(st.just("offset"), st.sampled_from([-1, 1, 16, -16, 1 << 40])),
-    st.tuples(st.just("file"), st.sampled_from(["other-location", "garbage", "newer", "older", "dotdot"])),
-    st.tuples(st.just("reopen"), st.none()),
-    st.tuples(st.just("empty"), st.none()),
+_action = _weighted(
+    (6, st.tuples(st.just("good"), st.integers(1, 4))),
+    (1, st.tuples(st.just("mutated"), st.lists(_op, min_size=1, max_size=4))),
+    (1, st.tuples(st.just("resealed"), st.lists(_op, min_size=1, max_size=4))),
+    (1, st.tuples(st.just("random"), st.binary(max_size=600))),
+    (1, st.tuples(st.just("offset"), st.sampled_from([-1, 1, 16, -16, 1 << 40]))),
+    (1, st.tuples(st.just("file"), st.sampled_from(["other-location", "garbage", "newer", "older", "dotdot"]))),
+    (1, st.tuples(st.just("reopen"), st.none())),
+    (1, st.tuples(st.just("empty"), st.none())),
 )
 
 
@@ -113,7 +119,9 @@ def _chunk(action, arg, ip: str, resume, logs: dict):
     """The chunk for one action, from the stream's current position (file, offset)."""
     name, data, bounds = logs[ip]
     file, off = resume
-    if file not in ("", name):  # resumed in some other (fuzzed) file: continue it blindly
+    if file in (log_name(ip, hhmmss="235959"), log_name(ip, hhmmss="000001")):
+        name = file  # a "newer"/"older" file was accepted: it holds the same bytes, continue it
+    elif file not in ("", name):  # resumed in some other file: continue it blindly
         return chunk_msg(file, off, b"\x00" * 16), None
     off = off if file == name else 0
     i = bounds.index(off) if off in bounds else None
@@ -141,7 +149,7 @@ def _chunk(action, arg, ip: str, resume, logs: dict):
     return chunk_msg(other, 0, data[: bounds[1]] if arg != "garbage" else b""), None
 
 
-def _drive(ch: grpc.Channel, logs: dict, opening, actions) -> tuple[grpc.StatusCode, str]:
+def _drive(ch: grpc.Channel, logs: dict, opening, actions, acks: list) -> tuple[grpc.StatusCode, str]:
     msg, ip = _open_msg(*opening)
     s = HeldStream(ch, timeout=20)
     try:
@@ -159,6 +167,7 @@ def _drive(ch: grpc.Channel, logs: dict, opening, actions) -> tuple[grpc.StatusC
                 req, _ = _chunk(action, arg, ip, resume, logs)
             r = s.send(req)
             assert r.WhichOneof("body") == "ack", r
+            acks.append(r.ack.committed_rows)
             resume = (r.ack.file_name, r.ack.offset)
         s.close()
         for _ in s.call:
@@ -175,13 +184,14 @@ def _drive(ch: grpc.Channel, logs: dict, opening, actions) -> tuple[grpc.StatusC
 def test_fuzzed_ingest_streams_end_with_clear_statuses_and_the_dis_stays_up(dis, logs):
     ch = channel(dis.port)
     seen: dict = {}
+    acks: list = []
     assert dis.healthy()
     rss0 = dis.rss()
 
-    @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
     @given(opening=_open, actions=st.lists(_action, max_size=8))
     def one_stream(opening, actions):
-        code, details = _drive(ch, logs, opening, actions)
+        code, details = _drive(ch, logs, opening, actions, acks)
         seen[code] = seen.get(code, 0) + 1
         assert code == grpc.StatusCode.OK or code in CLEAR_REFUSALS, (code, details)
         assert code == grpc.StatusCode.OK or details.strip(), code
@@ -189,37 +199,29 @@ def test_fuzzed_ingest_streams_end_with_clear_statuses_and_the_dis_stays_up(dis,
     one_stream()
     ch.close()
     assert dis.proc.alive() and dis.healthy()
-    # the fuzz reached past the opening: valid data was ingested and chunks were refused
-    assert seen.get(grpc.StatusCode.OK, 0) > 10, seen
-    assert seen.get(grpc.StatusCode.DATA_LOSS, 0) > 5 and seen.get(grpc.StatusCode.INVALID_ARGUMENT, 0) > 5, seen
+    # the fuzz reached past the opening: chunks were acknowledged, and refused for their content
+    assert len(acks) > 50 and max(acks) > 0, (len(acks), seen)
+    assert seen.get(grpc.StatusCode.DATA_LOSS, 0) >= 1 and seen.get(grpc.StatusCode.INVALID_ARGUMENT, 0) >= 10, seen
     grown = dis.rss() - rss0
-    print(f"fuzzed streams by final status: { {c.name: n for c, n in seen.items()} }; "
+    print(f"fuzzed streams by final status: { {c.name: n for c, n in seen.items()} }, {len(acks)} acks; "
           f"DIS RSS {rss0 / MiB:.0f} -> {dis.rss() / MiB:.0f} MiB")
     assert grown < 100 * MiB, f"DIS RSS grew by {grown / MiB:.0f} MiB over {sum(seen.values())} fuzzed streams"
-
-
-def test_after_fuzzing_every_location_verifies_against_its_checkpoint(dis, tmp_path):
-    """Runs after the fuzz (same module DIS): stop it cleanly and check the database offline."""
+    # stop it cleanly and check the database offline: every location agrees with its checkpoint
     dis.stop()
-    db = dis.config.parent / "db"
-    r = subprocess.run([sys.executable, "-m", "disd.cli", "verify", "--db-root", str(db),
-                        "--schemas", str(schemas_dir())], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "disd.cli", "verify", "--db-root", str(dis.config.parent / "db"),
+                        "--schemas", str(SCHEMAS)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "fz0" in r.stdout or "location" in r.stdout.lower(), r.stdout
-
-
-def schemas_dir():
-    from .helpers import SCHEMAS
-
-    return SCHEMAS
+    m = re.search(r"(\d+) ok, (\d+) bad", r.stdout)
+    assert m and int(m.group(1)) >= len(IPS) and m.group(2) == "0", r.stdout
 
 
 def test_large_hostile_chunks_do_not_grow_memory(tmp_path):
     """40 streams each send a 30 MiB chunk of frames with a bad checksum, four at a time: each
     is refused (DATA_LOSS).  The peak stays under concurrency x 4 copies x the 48 MiB message
     limit above the start, and the resident memory levels off: the allocator keeps some freed
-    chunks for reuse (glibc arenas), so the later waves must end no higher than the earlier
-    ones, not back at the start."""
+    memory for reuse (glibc arenas), so the test asks that the later waves leave less resident
+    than the earlier ones needed at their peak, and that the level stays low, not that the
+    process returns to its starting size."""
     d = DisProcess(tmp_path, max_workers=16)
     try:
         p = tmp_path / log_name("mem")
@@ -267,6 +269,8 @@ def test_large_hostile_chunks_do_not_grow_memory(tmp_path):
                 t.join(120)
             time.sleep(0.3)
             after.append(d.rss())
+            if wave == 4:
+                first_half_peak = max(peak)
         stop.set()
         sampler.join(5)
         assert len(codes) == 40
@@ -274,8 +278,9 @@ def test_large_hostile_chunks_do_not_grow_memory(tmp_path):
         assert d.healthy()
         top = max(peak) - rss_start
         assert top < 4 * 4 * 48 * MiB, f"peak {top / MiB:.0f} MiB above the start"
-        # no growth from wave to wave: the last waves end where the first ones did
-        assert max(after[5:]) < max(after[:5]) + 64 * MiB, [a // MiB for a in after]
+        # no growth from wave to wave: what the last waves leave resident stays below what the
+        # first waves needed at their peak
+        assert max(after[5:]) < first_half_peak, ([a // MiB for a in after], first_half_peak // MiB)
         # and it levels off low: `dis serve` pins glibc's mmap threshold (disd.server.allocator);
         # without it the arenas keep about 400 MiB here
         assert after[-1] - rss_start < 6 * 48 * MiB, [a // MiB for a in after]
