@@ -200,7 +200,7 @@ class Tailer:
         return self.csv.status() if self.csv is not None else {}
 
     def retention_status(self) -> dict | None:
-        """passes, removed_files, removed_bytes, last_error; None without ``retention``."""
+        """passes, removed_files, removed_bytes, errors, last_error; None without ``retention``."""
         return self.retention.status() if self.retention is not None else None
 
     def idle(self, since: float | None = None) -> bool:

@@ -74,7 +74,8 @@ class RetentionStatus:
     passes: int = 0
     removed_files: int = 0
     removed_bytes: int = 0
-    last_error: str | None = None
+    errors: int = 0
+    last_error: str | None = None  # of the latest pass; None once a pass went through cleanly
 
 
 class LogRetention(threading.Thread):
@@ -112,6 +113,7 @@ class LogRetention(threading.Thread):
 
     def run_once(self) -> list[str]:
         """One pass over every location; returns the paths removed."""
+        errors_before = self.status()["errors"]
         by_owner: dict[str, list[LocationKey]] = {}
         for key in self.tailer.locations():
             owner = self.tailer.config.routing.owner(key.namespace, key.table)
@@ -132,6 +134,8 @@ class LogRetention(threading.Thread):
                         removed.append(f.path)
         with self._lock:
             self._status.passes += 1
+            if self._status.errors == errors_before:
+                self._status.last_error = None
         return removed
 
     def _checkpoints(self, address: str, keys: Iterable[LocationKey]) -> dict[LocationKey, Checkpoint] | None:
@@ -181,6 +185,7 @@ class LogRetention(threading.Thread):
 
     def _error(self, message: str) -> None:
         with self._lock:
+            self._status.errors += 1
             self._status.last_error = message
         if message not in self._reported:  # the same failure every pass is logged once
             self._reported.add(message)
