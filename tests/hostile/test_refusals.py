@@ -116,10 +116,10 @@ def test_bad_names_in_reads_are_refused_and_never_reach_the_disk(dis, ch, tmp_pa
         loc = dis_pb2.LocationKey(namespace="Market", table="Trade", internal_partition=bad,
                                   column_partition="2026-11-22")
         with pytest.raises(grpc.RpcError) as ei:
-            td.ReadBlock(dis_pb2.ReadBlockRequest(location=loc, file="Size.int", block_index=0), timeout=10)
+            td.ReadBlock(dis_pb2.ReadBlockRequest(location=loc, file="Size.dat", block_index=0), timeout=10)
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (bad, ei.value.details())
         with pytest.raises(grpc.RpcError) as ei:
-            list(td.ReadBlocks(dis_pb2.ReadBlocksRequest(location=loc, file="Size.int", first_block=0, block_count=4),
+            list(td.ReadBlocks(dis_pb2.ReadBlocksRequest(location=loc, file="Size.dat", first_block=0, block_count=4),
                                timeout=10))
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (bad, ei.value.details())
         # listing filters are compared, never used as paths: a hostile filter matches nothing
@@ -136,7 +136,7 @@ def test_file_names_in_reads_cannot_escape_the_location(dis, ch, tmp_path):
                               column_partition="2026-11-22")
     td = dis_pb2_grpc.TableDataStub(ch)
     for name in ["../table.size", "table.size", "../../../../../../secret", str(tmp_path / "secret"),
-                 "Size.int\x00", "Size.int/..", "", "x" * 5000]:
+                 "Size.dat\x00", "Size.dat/..", "", "x" * 5000]:
         with pytest.raises(grpc.RpcError) as ei:
             td.ReadBlock(dis_pb2.ReadBlockRequest(location=loc, file=name, block_index=0), timeout=10)
         assert ei.value.code() == grpc.StatusCode.NOT_FOUND and "no column file" in ei.value.details(), name
@@ -157,7 +157,7 @@ def test_unknown_location_of_a_known_table_is_not_found_on_reads_and_not_created
     loc = dis_pb2.LocationKey(namespace="Market", table="Trade", internal_partition="ghost",
                               column_partition="2026-11-22")
     with pytest.raises(grpc.RpcError) as ei:
-        dis_pb2_grpc.TableDataStub(ch).ReadBlock(dis_pb2.ReadBlockRequest(location=loc, file="Size.int",
+        dis_pb2_grpc.TableDataStub(ch).ReadBlock(dis_pb2.ReadBlockRequest(location=loc, file="Size.dat",
                                                                           block_index=0), timeout=10)
     assert ei.value.code() == grpc.StatusCode.NOT_FOUND
     assert not any("ghost" in p for p in tree(tmp_path))
