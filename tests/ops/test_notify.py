@@ -112,3 +112,25 @@ def test_watchdog_interval_is_half_watchdog_usec(monkeypatch):
     assert watchdog_interval_s() == 15.0
     monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + 1))
     assert watchdog_interval_s() is None
+
+
+def test_failed_start_sends_no_ready_and_says_why(tmp_path):
+    """systemd must see the start fail (exit 1, no READY=1), and the journal must say why."""
+    import subprocess
+
+    sock, addr = _bind(tmp_path, abstract=False)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    cfg = write_dis_config(tmp_path, taken.getsockname()[1])
+    try:
+        r = subprocess.run([str(BIN / "dis"), "serve", "--config", str(cfg)], capture_output=True, text=True,
+                           env=dict(os.environ, NOTIFY_SOCKET=addr), timeout=60)
+        assert r.returncode == 1
+        assert f"cannot listen on 127.0.0.1:{taken.getsockname()[1]}" in r.stderr and "Traceback" not in r.stderr
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(4096)
+    finally:
+        taken.close()
+        sock.close()

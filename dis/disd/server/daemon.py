@@ -99,12 +99,16 @@ class DisServer:
             self.server,
         )
         address = f"{cfg.host}:{cfg.port}"
-        if cfg.tls:
-            self.port = self.server.add_secure_port(address, server_credentials(cfg.tls))
-        else:
-            self.port = self.server.add_insecure_port(address)
+        try:
+            if cfg.tls:
+                self.port = self.server.add_secure_port(address, server_credentials(cfg.tls))
+            else:
+                self.port = self.server.add_insecure_port(address)
+        except RuntimeError:  # grpc's way of saying the bind failed
+            self.port = 0
         if not self.port:
-            raise OSError(f"cannot listen on {address}")
+            self.stop(0)  # the engine is open: checkpoint and close it before giving up
+            raise OSError(f"cannot listen on {address} (in use, or not permitted)")
         self.server.start()
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
