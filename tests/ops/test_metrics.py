@@ -84,3 +84,20 @@ def test_connected_tailer_is_reported_per_location(tmp_path):
                  == {0.0}, 10, what="tailers gone")
     finally:
         srv.stop(0.5)
+
+
+def test_metrics_port_in_use_is_a_clear_error_and_leaves_nothing_running(tmp_path):
+    import socket
+
+    import pytest
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        srv = DisServer(server_config(tmp_path, metrics_port=taken.getsockname()[1]))
+        with pytest.raises(OSError, match="cannot serve metrics on 127.0.0.1"):
+            srv.start()
+        assert srv.server is None and srv.engine is None  # stopped: the gRPC port is free again
+    finally:
+        taken.close()

@@ -118,7 +118,11 @@ class DisServer:
             from disd.server.metrics import ServerCollector, server_registry
 
             registry = server_registry(ServerCollector(self.engine, self.sessions, cfg.db_root))
-            srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host, registry=registry)
+            try:
+                srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host, registry=registry)
+            except OSError as e:
+                self.stop(0)
+                raise OSError(f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {e.strerror or e}") from None
             self._metrics_server = srv
             self.metrics_port = srv.server_address[1]
         log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port,
