@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from disd.binlog import LocationKey
 from disd.server.daemon import DisServer
 from disd.server.metrics import SERVER_SERIES
@@ -87,10 +91,6 @@ def test_connected_tailer_is_reported_per_location(tmp_path):
 
 
 def test_metrics_port_in_use_is_a_clear_error_and_leaves_nothing_running(tmp_path):
-    import socket
-
-    import pytest
-
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
