@@ -426,6 +426,7 @@ def job_session(master: str | None = None):  # noqa: ANN201
 
     import disd.spark
 
+    existing = SparkSession.getActiveSession()
     conf = {**disd.spark.SESSION_CONF, "spark.ui.showConsoleProgress": "false"}
     if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
         builder = SparkSession.builder.appName("dis-merge")  # spark-submit's master and settings
@@ -435,7 +436,8 @@ def job_session(master: str | None = None):  # noqa: ANN201
         disd.spark.register(spark)
     else:
         spark = disd.spark.session(master or "local[*]", app_name="dis-merge", conf=conf)
-    spark.sparkContext.setLogLevel("WARN")
+    if existing is None:  # a session of our own: Spark's INFO lines are not for an operator
+        spark.sparkContext.setLogLevel("WARN")
     return spark
 
 

@@ -1,0 +1,45 @@
+"""Merge tests share the one local Spark session of the test run (tests/spark/conftest.py) and a
+DIS serving two dates of Market.Trade, each in two internal partitions, all checkpointed."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark.conftest import spark  # noqa: F401 - the shared local session fixture
+from spark.helpers import start_dis
+
+from .helpers import LOCS, Feeder, trade_rows
+
+
+class Dis:
+    """An in-process DIS over its own database root, and a way to add checkpointed rows."""
+
+    def __init__(self, db_root) -> None:  # noqa: ANN001
+        self.db_root = db_root
+        self.server = start_dis(db_root)
+        self.feeder = Feeder(self.server)
+        self.address = f"127.0.0.1:{self.server.port}"
+
+    def append(self, key, table, checkpoint: bool = True) -> None:  # noqa: ANN001
+        self.feeder.append(key, table)
+        if checkpoint:
+            self.server.engine.location(key).checkpoint()
+
+    def stop(self) -> None:
+        self.server.stop(0.5)
+
+
+@pytest.fixture(scope="module")
+def merge_dis(tmp_path_factory):
+    dis = Dis(tmp_path_factory.mktemp("merge-dis") / "db")
+    for key, (start, n) in LOCS.items():
+        dis.append(key, trade_rows(start, n, nulls=True))
+    yield dis
+    dis.stop()
+
+
+@pytest.fixture
+def fresh_dis(tmp_path):
+    dis = Dis(tmp_path / "intraday-db")
+    yield dis
+    dis.stop()
