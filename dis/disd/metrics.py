@@ -32,3 +32,11 @@ HANDLE_FAST_CYCLING = Counter(
 )
 PARTITIONS_IN_ERROR = Gauge("dis_partitions_in_error", "Locations in error state (not accepting rows)")
 LOCATIONS = Gauge("dis_locations", "Locations open")
+IO_ERRORS = Counter(
+    "dis_io_errors_total", "Failed file-system operations of the storage engine, by operation and errno",
+    ["op", "errno"],
+)
+LOCATION_RECOVERIES = Counter(
+    "dis_location_recoveries_total", "Locations reopened from their checkpoint after an I/O error, by result",
+    ["result"],
+)

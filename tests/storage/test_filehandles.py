@@ -16,6 +16,7 @@ from disd.binlog import LocationKey
 from disd.schema import SchemaRegistry, TableSchema
 from disd.storage import FileIdentityError, StorageConfig, StorageEngine, TrackedFileHandleFactory
 from disd.storage import filehandles as fh
+from disd.storage.fsio import OsFileSystem
 
 from .util import KEY, LOG, SCHEMAS, TRADE, fds_under, ingest_file, trade_rows, write_log
 
@@ -75,19 +76,24 @@ def test_a_handle_busy_this_instant_is_not_closed_under_its_user(tmp_path):
     assert handles[1].fd is None and f.open_count == 9
 
 
-def test_a_descriptor_in_fsync_survives_cleanup_and_close(tmp_path, monkeypatch):
-    f = TrackedFileHandleFactory(4)
+class SlowSync(OsFileSystem):
+    """A disk whose fsync waits for ``release`` (after setting ``entered``)."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def fsync(self, fd):
+        self.entered.set()
+        self.release.wait(5)
+        os.fsync(fd)
+
+
+def test_a_descriptor_in_fsync_survives_cleanup_and_close(tmp_path):
+    disk = SlowSync()
+    f = TrackedFileHandleFactory(4, disk)
     paths = make_files(tmp_path, 6)
     h = f.open(paths[0])
-    entered, release = threading.Event(), threading.Event()
-    real = os.fsync
-
-    def slow_fsync(fd):
-        entered.set()
-        release.wait(5)
-        real(fd)
-
-    monkeypatch.setattr(fh.os, "fsync", slow_fsync)
+    entered, release = disk.entered, disk.release
     t = threading.Thread(target=h.fsync)
     t.start()
     assert entered.wait(5)
@@ -103,18 +109,11 @@ def test_a_descriptor_in_fsync_survives_cleanup_and_close(tmp_path, monkeypatch)
     f.close_all()
 
 
-def test_fsync_does_not_hold_the_handle_lock(tmp_path, monkeypatch):
-    f = TrackedFileHandleFactory(4)
+def test_fsync_does_not_hold_the_handle_lock(tmp_path):
+    disk = SlowSync()
+    f = TrackedFileHandleFactory(4, disk)
     h = f.open(make_files(tmp_path, 1)[0])
-    entered, release = threading.Event(), threading.Event()
-    real = os.fsync
-
-    def slow_fsync(fd):
-        entered.set()
-        release.wait(5)
-        real(fd)
-
-    monkeypatch.setattr(fh.os, "fsync", slow_fsync)
+    entered, release = disk.entered, disk.release
     t = threading.Thread(target=h.fsync)
     t.start()
     assert entered.wait(5)

@@ -24,7 +24,8 @@ from disd.storage import (
     StorageEngine,
     UnknownTableError,
 )
-from disd.storage.checkpoint import FILE_NAME, TEMP_NAME, FileOps, read_record
+from disd.storage.checkpoint import FILE_NAME, TEMP_NAME, read_record
+from disd.storage.fsio import OsFileSystem
 from disd.storage.location import plan_transactions
 
 from .util import KEY, LOG, SCHEMAS, TRADE, frames, ingest_file, sub_run, trade_rows, write_log
@@ -173,10 +174,11 @@ def test_checkpoint_order_is_files_then_temp_then_rename_then_directory(tmp_path
 
     events: list[str] = []
 
-    class Recorder(FileOps):
-        def write_file(self, path, data):
-            events.append(f"write {os.path.basename(path)}")
-            super().write_file(path, data)
+    class Recorder(OsFileSystem):
+        def open(self, path, flags, mode=0o644):
+            if path.endswith(TEMP_NAME):
+                events.append(f"write {os.path.basename(path)}")
+            return super().open(path, flags, mode)
 
         def rename(self, src, dst):
             events.append(f"rename {os.path.basename(src)} {os.path.basename(dst)}")
@@ -189,7 +191,7 @@ def test_checkpoint_order_is_files_then_temp_then_rename_then_directory(tmp_path
     orig = TrackedFile.fsync
     monkeypatch.setattr(TrackedFile, "fsync", lambda self: (events.append(f"fsync {os.path.basename(self.path)}"),
                                                             orig(self))[1])
-    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, file_ops=Recorder())
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, fs=Recorder())
     loc = eng.location(KEY)
     write_log(tmp_path / LOG, TRADE, trade_rows(0, 10), [3] * 10)
     ingest_file(loc, tmp_path / LOG)
@@ -202,7 +204,7 @@ def test_checkpoint_order_is_files_then_temp_then_rename_then_directory(tmp_path
 
 
 def test_a_checkpoint_interrupted_before_the_rename_keeps_the_old_record(tmp_path):
-    class Crashy(FileOps):
+    class Crashy(OsFileSystem):
         armed = False
 
         def rename(self, src, dst):
@@ -211,7 +213,7 @@ def test_a_checkpoint_interrupted_before_the_rename_keeps_the_old_record(tmp_pat
             super().rename(src, dst)
 
     ops = Crashy()
-    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, file_ops=ops)
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, fs=ops)
     p = tmp_path / LOG
     end1 = write_log(p, TRADE, trade_rows(0, 10), [3] * 10)
     loc = eng.location(KEY)
@@ -237,20 +239,21 @@ def test_checkpoints_racing_ingestion_always_recover(tmp_path):
 
     short: list[str] = []
 
-    class Checking(FileOps):
-        """At the moment a record is written, every byte it counts must already be in the files
-        (the page cache; the fsyncs before made it durable)."""
+    class Checking(OsFileSystem):
+        """At the moment a record becomes the record (its rename), every byte it counts must
+        already be in the files (the page cache; the fsyncs before made it durable)."""
 
-        def write_file(self, path, data):
-            rec = CheckpointRecord.from_bytes(data)
+        def rename(self, src, dst):
+            with open(src, "rb") as f:
+                rec = CheckpointRecord.from_bytes(f.read())
             for name, size in rec.files.items():
-                f = os.path.join(os.path.dirname(path), name)
+                f = os.path.join(os.path.dirname(src), name)
                 on_disk = os.path.getsize(f) if os.path.exists(f) else 0
                 if on_disk < size:
                     short.append(f"{name}: record {size} > file {on_disk}")
-            super().write_file(path, data)
+            super().rename(src, dst)
 
-    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, file_ops=Checking())
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, fs=Checking())
     p = tmp_path / LOG
     write_log(p, TRADE, trade_rows(0, 30000), ([1] + [0] * 98 + [2]) * 300)
     loc = eng.location(KEY)
@@ -264,8 +267,12 @@ def test_checkpoints_racing_ingestion_always_recover(tmp_path):
 
     t = threading.Thread(target=checkpointer, daemon=True)
     t.start()
+    data, run = frames(p)
     try:
-        ingest_file(loc, p, frames_per_call=1)
+        for i in range(len(run.starts)):
+            sub = sub_run(run, i, i + 1)
+            loc.ingest(LOG, sub, decode_frames(data, 0, sub, TRADE))
+            time.sleep(0.001)  # ingestion spans several checkpoints however slow fsync is today
     finally:
         stop.set()
         t.join()

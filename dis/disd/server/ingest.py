@@ -9,6 +9,7 @@ published, and the tailer resends them from the resume point.
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,16 @@ class Refused(Exception):
         self.details = details
 
 
+def error_status(os_errno: int | None) -> grpc.StatusCode:
+    """The status a tailer gets from a location in error: RESOURCE_EXHAUSTED when the disk is
+    full (ENOSPC, EDQUOT), UNAVAILABLE otherwise.  Both make the tailer reconnect with backoff;
+    the location reopens itself from its checkpoint once the disk takes writes again, and the
+    reconnect resumes from there."""
+    if os_errno in (errno.ENOSPC, errno.EDQUOT):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    return grpc.StatusCode.UNAVAILABLE
+
+
 def location_key(msg: dis_pb2.LocationKey) -> LocationKey:
     try:
         return LocationKey(msg.namespace, msg.table, msg.internal_partition, msg.column_partition)
@@ -60,6 +71,7 @@ class Session:
     offset: int = 0
     idle_cancelled: bool = False
     taken_over: bool = False
+    epoch: int = 0  # the location's epoch when this stream learnt its resume point
 
 
 def end_stream(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
@@ -214,13 +226,13 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             except LocationError as e:
                 raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
             if loc.in_error:
-                raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {loc.error}")
+                raise Refused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
             session = Session(key, first.open.tailer_id or "?", context.peer(), context)
             with self.sessions.owner_lock(key):
                 self.sessions.add(session)
                 # whatever the previous stream left uncommitted is resent from the resume point
                 self._rollback(loc, key)
-                rp = loc.resume_point
+                rp, session.epoch = loc.resume()
             session.file_name, session.offset = rp.file_name, rp.offset
             log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
                      resume_file=rp.file_name, resume_offset=rp.offset)
@@ -313,9 +325,10 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 if s.taken_over:
                     raise Refused(grpc.StatusCode.CANCELLED, f"taken over by a newer ingest stream for {s.key}")
                 try:
-                    loc.ingest(chunk.file_name, run, rows)
+                    loc.ingest(chunk.file_name, run, rows, epoch=s.epoch)
                 except LocationError as e:
-                    raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {s.key} is in error: {e}") from None
+                    state = "is in error" if loc.in_error else "refused the chunk"
+                    raise Refused(error_status(e.errno), f"location {s.key} {state}: {e}") from None
             metrics.INGEST_CHUNKS.labels(s.key.table_key).inc()
         s.file_name = chunk.file_name
         s.offset = chunk.offset + len(data)

@@ -6,6 +6,7 @@ See docs/storage-format.md for the on-disk layout.
 from disd.storage.checkpoint import CheckpointError, CheckpointRecord, SourcePosition
 from disd.storage.engine import ImportConfig, StorageConfig, StorageEngine, UnknownTableError, location_path
 from disd.storage.filehandles import FileIdentityError, TrackedFileHandleFactory
+from disd.storage.fsio import FileSystem, OsFileSystem
 from disd.storage.columns import decode_column, decode_table
 from disd.storage.location import Location, LocationError
 
@@ -13,6 +14,8 @@ __all__ = [
     "CheckpointError",
     "CheckpointRecord",
     "FileIdentityError",
+    "FileSystem",
+    "OsFileSystem",
     "ImportConfig",
     "decode_column",
     "decode_table",

@@ -24,9 +24,11 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from disd.binlog.format import crc32c
+from disd.storage.fsio import OS, FileSystem, read_file, write_file
+from disd.storage.fsio import fsync_dir as fsync_dir  # noqa: F401 - used by disd.server.status
 
 FILE_NAME = "table.size"
 TEMP_NAME = "table.size.tmp"
@@ -107,65 +109,32 @@ class CheckpointRecord:
         return rec
 
 
-def read_record(directory: str | os.PathLike[str]) -> CheckpointRecord | None:
+def read_record(directory: str | os.PathLike[str], fs: FileSystem = OS) -> CheckpointRecord | None:
     """The location's checkpoint; None when there is no ``table.size``."""
     path = os.path.join(directory, FILE_NAME)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_RECORD_BYTES + 1)
-    except FileNotFoundError:
+    data = read_file(fs, path, MAX_RECORD_BYTES + 1)
+    if data is None:
         return None
     if len(data) > MAX_RECORD_BYTES:
         raise CheckpointError(f"{path}: larger than {MAX_RECORD_BYTES} bytes, not a checkpoint record")
     return CheckpointRecord.from_bytes(data, path)
 
 
-def fsync_dir(directory: str | os.PathLike[str]) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class FileOps:
-    """The file-system operations a checkpoint makes, so a test can record or break them."""
-
-    def write_file(self, path: str, data: bytes) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def rename(self, src: str, dst: str) -> None:
-        os.rename(src, dst)
-
-    def fsync_dir(self, directory: str) -> None:
-        fsync_dir(directory)
-
-
-def write_record(directory: str | os.PathLike[str], record: CheckpointRecord, ops: FileOps | None = None,
-                 before_rename: Callable[[], None] | None = None) -> None:
-    """Atomically replace ``table.size``: write temp, fsync, rename, fsync the directory."""
-    ops = ops or FileOps()
+def write_record(directory: str | os.PathLike[str], record: CheckpointRecord, fs: FileSystem = OS) -> None:
+    """Atomically replace ``table.size``: write temp, fsync, rename, fsync the directory.  The
+    caller has fsynced the column files first."""
     directory = str(directory)
     tmp = os.path.join(directory, TEMP_NAME)
-    ops.write_file(tmp, record.to_bytes())
-    if before_rename is not None:
-        before_rename()
-    ops.rename(tmp, os.path.join(directory, FILE_NAME))
-    ops.fsync_dir(directory)
+    write_file(fs, tmp, record.to_bytes())
+    fs.rename(tmp, os.path.join(directory, FILE_NAME))
+    fs.fsync_dir(directory)
 
 
-def remove_stale_temp(directory: str | os.PathLike[str]) -> bool:
+def remove_stale_temp(directory: str | os.PathLike[str], fs: FileSystem = OS) -> bool:
     """Remove a ``table.size.tmp`` left by a crash mid-checkpoint (it was never renamed, so it
     was never the record)."""
     try:
-        os.unlink(os.path.join(directory, TEMP_NAME))
+        fs.unlink(os.path.join(directory, TEMP_NAME))
         return True
     except FileNotFoundError:
         return False

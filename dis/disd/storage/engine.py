@@ -3,7 +3,12 @@
 Two threads drive the three routines of the seeds: the flusher writes each location's dirty
 buffers and publishes every ``flush_interval_ms``; the checkpointer checkpoints each location
 every ``checkpoint_interval_ms``.  They are separate so a slow fsync never delays publishing.
-Locations are independent: one in error state stops only itself.
+Locations are independent: one in error state stops only itself.  A third thread, the reopener,
+reopens a location in error after an I/O error from its checkpoint when its backoff is due
+(``Location.reopen``), so a full disk needs no restart once space is back.
+
+All file-system calls go through one ``FileSystem`` (``storage.fsio``), wrapped so its failures
+are counted in ``dis_io_errors_total``.
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ from disd import metrics
 from disd.binlog import LocationKey
 from disd.names import InvalidNameError
 from disd.schema import SchemaRegistry
-from disd.storage.checkpoint import FileOps
 from disd.storage.filehandles import TrackedFileHandleFactory
-from disd.storage.location import Location
+from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
+from disd.storage.location import IoRetry, Location
 
 log = structlog.get_logger(__name__)
 
@@ -31,12 +36,19 @@ log = structlog.get_logger(__name__)
 class StorageConfig:
     block_size_bytes: int = 65536
     max_open_files: int = 512
+    #: reopen a location in error after an I/O error after this long, then doubling up to the max
+    io_retry_initial_ms: int = 1000
+    io_retry_max_ms: int = 60000
 
 
 @dataclass
 class ImportConfig:
     flush_interval_ms: int = 100
     checkpoint_interval_ms: int = 30000
+
+
+#: how often the reopener looks for locations due (each attempt is scheduled by its own backoff)
+REOPEN_POLL_S = 0.05
 
 
 class UnknownTableError(LookupError):
@@ -51,14 +63,15 @@ def location_path(db_root: str, key: LocationKey) -> str:
 class StorageEngine:
     def __init__(self, db_root: str, schemas: SchemaRegistry, storage: StorageConfig | None = None,
                  import_default: ImportConfig | None = None, import_tables: dict[str, ImportConfig] | None = None,
-                 file_ops: FileOps | None = None) -> None:
+                 fs: FileSystem = OS) -> None:
         self.db_root = str(db_root)
         self.schemas = schemas
         self.storage = storage or StorageConfig()
         self.import_default = import_default or ImportConfig()
         self.import_tables = dict(import_tables or {})
-        self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files)
-        self.file_ops = file_ops
+        self.fs = MeteredFileSystem(fs)
+        self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files, self.fs)
+        self.io_retry = IoRetry(self.storage.io_retry_initial_ms / 1000.0, self.storage.io_retry_max_ms / 1000.0)
         self._locs: dict[LocationKey, Location] = {}
         self._lock = threading.Lock()
         self._subscribers: list[Callable] = []
@@ -124,7 +137,7 @@ class StorageEngine:
             if not create and not os.path.isdir(path):
                 raise LookupError(f"no location {key}")
             loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
-                           self.import_config(schema.key), on_publish=self._published, file_ops=self.file_ops)
+                           self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry)
             self._locs[key] = loc
             metrics.LOCATIONS.set(len(self._locs))
         self._published(loc)
@@ -180,6 +193,26 @@ class StorageEngine:
             t = threading.Thread(target=self._clock, args=(routine, interval), name=f"dis-{name}", daemon=True)
             t.start()
             self._threads.append(t)
+        t = threading.Thread(target=self._reopener, name="dis-reopener", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _reopener(self) -> None:
+        """Reopen each location in error after an I/O error once its backoff is due."""
+        while not self._stop.wait(REOPEN_POLL_S):
+            self.reopen_due()
+
+    def reopen_due(self, now: float | None = None) -> int:
+        """Try ``reopen`` on every location whose retry is due; returns how many accept rows again."""
+        now = time.monotonic() if now is None else now
+        done = 0
+        for loc in self._open_locations():
+            if loc.in_error and loc.retryable and loc.retry_at is not None and loc.retry_at <= now:
+                try:
+                    done += loc.reopen()
+                except Exception as e:  # noqa: BLE001 - one location must not stop the others
+                    log.error("reopening a location failed", location=str(loc.key), error=repr(e))
+        return done
 
     def _clock(self, routine: Callable[[Location], object], interval_of: Callable[[ImportConfig], int]) -> None:
         due: dict[LocationKey, float] = {}

@@ -25,6 +25,9 @@ with a bounded number of threads that is a handful, which is why the target is 9
 
 Lock order: a handle's lock, then the factory's lock.  The factory never waits for a handle's
 lock while holding its own.
+
+Every call on a descriptor goes through the factory's ``FileSystem`` (``storage.fsio``), the
+real one unless a test puts a recording or failing disk underneath.
 """
 
 from __future__ import annotations
@@ -33,11 +36,10 @@ import collections
 import os
 import threading
 import time
-from typing import Callable
-
 import structlog
 
 from disd import metrics
+from disd.storage.fsio import OS, FileSystem
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +60,7 @@ class TrackedFile:
 
     def __init__(self, factory: "TrackedFileHandleFactory", path: str) -> None:
         self.factory = factory
+        self.fs = factory.fs
         self.path = path
         self.lock = threading.RLock()
         self.fd: int | None = None
@@ -76,16 +79,17 @@ class TrackedFile:
 
     def size(self) -> int:
         with self.lock:
-            return os.fstat(self._fd()).st_size
+            return self.fs.fstat(self._fd()).st_size
 
     def pwrite(self, data, offset: int) -> int:  # noqa: ANN001
         """Write all of ``data`` at ``offset``; one ``pwrite`` call unless the kernel writes short."""
         with self.lock:
             fd = self._fd()
+            pwrite = self.fs.pwrite
             view = memoryview(data).cast("B")
             total = len(view)
             while view:
-                n = os.pwrite(fd, view, offset)
+                n = pwrite(fd, view, offset)
                 view = view[n:]
                 offset += n
             return total
@@ -93,13 +97,13 @@ class TrackedFile:
     def pread(self, size: int, offset: int) -> bytes:
         with self.lock:
             fd = self._fd()
-            out = os.pread(fd, size, offset)
+            out = self.fs.pread(fd, size, offset)
             if len(out) == size or not out:
                 return out
             parts = [out]  # a short read of a regular file: keep reading until EOF
             got = len(out)
             while got < size:
-                more = os.pread(fd, size - got, offset + got)
+                more = self.fs.pread(fd, size - got, offset + got)
                 if not more:
                     break
                 parts.append(more)
@@ -108,7 +112,7 @@ class TrackedFile:
 
     def truncate(self, size: int) -> None:
         with self.lock:
-            os.ftruncate(self._fd(), size)
+            self.fs.ftruncate(self._fd(), size)
 
     def fsync(self) -> None:
         """fsync without holding the handle's lock, so appends to the file go on meanwhile."""
@@ -116,7 +120,7 @@ class TrackedFile:
             fd = self._fd()
             self.pins += 1
         try:
-            os.fsync(fd)
+            self.fs.fsync(fd)
         finally:
             with self.lock:
                 self.pins -= 1
@@ -136,11 +140,11 @@ class TrackedFile:
 class TrackedFileHandleFactory:
     """Opens column files and keeps the number of their descriptors within ``max_open_files``."""
 
-    def __init__(self, max_open_files: int = 512, opener: Callable[[str, int], int] | None = None) -> None:
+    def __init__(self, max_open_files: int = 512, fs: FileSystem = OS) -> None:
         if max_open_files < 2:
             raise ValueError("max_open_files must be at least 2")
         self.capacity = max_open_files
-        self._opener = opener or (lambda path, flags: os.open(path, flags, 0o644))
+        self.fs = fs
         self._lock = threading.Lock()
         # id(handle) -> handle, in the order their current descriptors were opened
         self._handles: "collections.OrderedDict[int, TrackedFile]" = collections.OrderedDict()
@@ -173,7 +177,7 @@ class TrackedFileHandleFactory:
                 self._cleanup_locked(exclude=f)
             flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
             try:
-                fd = self._opener(f.path, flags)
+                fd = self.fs.open(f.path, flags, 0o644)
             except FileNotFoundError:
                 if f.identity is None:
                     raise
@@ -181,10 +185,10 @@ class TrackedFileHandleFactory:
                     f"{f.path}: column file was deleted while the DIS had it open "
                     f"(inode {f.identity[1]}); never delete or replace column files of a running DIS"
                 ) from None
-            st = os.fstat(fd)
+            st = self.fs.fstat(fd)
             ident = (st.st_dev, st.st_ino)
             if f.identity is not None and ident != f.identity:
-                os.close(fd)
+                self.fs.close(fd)
                 raise FileIdentityError(
                     f"{f.path}: column file was replaced while the DIS had it open (device/inode "
                     f"{f.identity[0]}/{f.identity[1]} is now {ident[0]}/{ident[1]}); "
@@ -203,8 +207,8 @@ class TrackedFileHandleFactory:
         with self._lock:
             self._handles.pop(id(f), None)
             if f.fd is not None:
-                os.close(f.fd)
-                f.fd = None
+                fd, f.fd = f.fd, None
+                _close_quietly(self.fs, fd)
             metrics.OPEN_FILE_HANDLES.set(len(self._handles))
 
     def _cleanup_locked(self, exclude: TrackedFile | None = None) -> int:
@@ -225,8 +229,8 @@ class TrackedFileHandleFactory:
                 if h.pins:
                     continue
                 if h.fd is not None:
-                    os.close(h.fd)
-                    h.fd = None
+                    fd, h.fd = h.fd, None
+                    _close_quietly(self.fs, fd)
                 self._handles.pop(key, None)
                 if not h.closed:
                     closed += 1
@@ -297,3 +301,13 @@ class TrackedFileHandleFactory:
                     self._release(h)
         with self._lock:
             metrics.OPEN_FILE_HANDLES.set(len(self._handles))
+
+
+def _close_quietly(fs: FileSystem, fd: int) -> None:
+    """Close a descriptor whose data needs nothing more: an error from close (NFS reports
+    deferred write errors there) is logged, and the descriptor is gone either way (Linux frees
+    it even when close fails).  Durability never rests on close: checkpoints fsync first."""
+    try:
+        fs.close(fd)
+    except OSError as e:
+        log.warning("closing a column file failed", error=str(e))

@@ -9,9 +9,22 @@ A location holds three row counts, always ``published <= committed <= written``:
 Checkpoints record the committed count, the file sizes at that count and the source record, and
 recovery truncates every column file back to them.  Everything is in docs/storage-format.md.
 
+Errors.  Any failure of a write, truncate, flush or checkpoint puts the location in error state:
+its buffers and counts may now disagree with its files, so it accepts nothing until it is reopened
+from its last checkpoint.  A failure the OS reported with an errno (ENOSPC, EIO, ...) is retried:
+the engine calls ``reopen`` with exponential backoff, which truncates every column file back to the
+checkpoint and proves the disk takes writes again (by rewriting ``table.size``) before accepting.
+Nothing past the checkpoint is trusted after a failure, and never the page cache after a failed
+fsync (Linux marks the unwritten pages clean, so an fsync retried on them succeeds and proves
+nothing); the sender resends from the resume point instead.  Damage (a bad ``table.size``, data
+missing under the DIS, a replaced file) is never retried: it needs an operator.  Each reopen bumps
+``epoch``, so an ingest stream opened before it cannot append after it (its offsets would skip
+the rows between the checkpoint and the failure).
+
 Locking: ``lock`` (re-entrant) guards the counts, the buffers and the writers; ingestion, flush,
 rollback and the snapshot half of a checkpoint take it.  The fsyncs of a checkpoint run without
-it, under ``_checkpoint_lock`` alone, so ingestion goes on while the disk syncs.
+it, under ``_checkpoint_lock`` alone, so ingestion goes on while the disk syncs.  ``reopen`` takes
+both (``_checkpoint_lock`` first, as a checkpoint does).
 """
 
 from __future__ import annotations
@@ -31,17 +44,16 @@ from disd import metrics
 from disd.binlog import DecodedRows, FrameRun, LocationKey, RowFlag
 from disd.schema import ColumnType, TableSchema
 from disd.storage import columns as colfmt
+from disd.storage import fsio
 from disd.storage.checkpoint import (
     CheckpointError,
     CheckpointRecord,
-    FileOps,
     SourcePosition,
-    fsync_dir,
     read_record,
     remove_stale_temp,
     write_record,
 )
-from disd.storage.filehandles import TrackedFile, TrackedFileHandleFactory
+from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
 
 if TYPE_CHECKING:
     from disd.storage.engine import ImportConfig
@@ -50,7 +62,47 @@ log = structlog.get_logger(__name__)
 
 
 class LocationError(Exception):
-    """The location is in error state (or closed) and accepts no rows; the message says why."""
+    """The location is in error state (or closed, or was reopened under the caller) and accepts
+    no rows; the message says why.  ``errno`` is the OS error behind it, when there is one (the
+    Ingest service answers ENOSPC with RESOURCE_EXHAUSTED)."""
+
+    def __init__(self, message: str | None, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+class _Damaged(Exception):
+    """What recovery found cannot be trusted; an operator must look (never retried)."""
+
+
+@dataclass(frozen=True)
+class IoRetry:
+    """Backoff of the reopen attempts of a location in error after an I/O error: the first after
+    ``initial_s``, then doubling up to ``max_s``.  It starts over once a checkpoint after the
+    reopen has made new rows durable (a disk that fails again at once keeps backing off)."""
+
+    initial_s: float = 1.0
+    max_s: float = 60.0
+
+
+def describe_failure(what: str, e: BaseException) -> str:
+    """``write failed: ENOSPC (No space left on device) on pwrite of /db/.../Sym.dat``."""
+    return f"{what} failed: {_detail(e)}"
+
+
+def _detail(e: BaseException) -> str:
+    if _retryable_cause(e):
+        assert isinstance(e, OSError)
+        op = fsio.failed_op(e)
+        return (f"{fsio.errno_name(e.errno)} ({e.strerror or e})" + (f" on {op}" if op else "")
+                + (f" of {e.filename}" if e.filename else ""))
+    return str(e)
+
+
+def _retryable_cause(e: BaseException | None) -> bool:
+    """The OS refused an operation (full disk, I/O error, ...): worth retrying from the
+    checkpoint.  A replaced column file is damage, whatever its errno."""
+    return isinstance(e, OSError) and e.errno is not None and not isinstance(e, FileIdentityError)
 
 
 class ColumnFileWriter:
@@ -172,7 +224,7 @@ def plan_transactions(flags: np.ndarray, in_txn: bool) -> TransactionPlan:
     return TransactionPlan(keep, rollback_open, last_commit, in_txn, abandoned, end_without_start)
 
 
-IMPORT_STATE_KEYS = ("transactions_abandoned", "ends_without_start", "rows_rolled_back", "restarts")
+IMPORT_STATE_KEYS = ("transactions_abandoned", "ends_without_start", "rows_rolled_back", "restarts", "io_recoveries")
 
 
 class Location:
@@ -185,7 +237,7 @@ class Location:
         block_size: int,
         import_config: "ImportConfig",
         on_publish: Callable[["Location"], None] | None = None,
-        file_ops: FileOps | None = None,
+        io_retry: IoRetry = IoRetry(),
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be positive")
@@ -195,12 +247,20 @@ class Location:
         self.block_size = block_size
         self.import_config = import_config
         self._files = files
+        self.fs = files.fs
         self._on_publish = on_publish
-        self._file_ops = file_ops or FileOps()
+        self.io_retry = io_retry
         self.lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self.in_error = False
         self.error: str | None = None
+        self.error_errno: int | None = None  # the OS error behind ``error``, if any
+        self.retryable = False  # the error is an I/O error: ``reopen`` is tried at ``retry_at``
+        self.retry_at: float | None = None  # time.monotonic() of the next reopen attempt
+        self._retry_delay = io_retry.initial_s
+        self._first_error: str | None = None
+        self.reopens = 0  # reopen attempts since the location was opened
+        self.epoch = 0  # bumped by every successful reopen
         self.closed = False
         self.writers: dict[str, ColumnFileWriter] = {}
         self.last_flush_time: float | None = None
@@ -216,107 +276,142 @@ class Location:
         self._recover()
 
     # -- recovery ------------------------------------------------------------------------------
-    def _make_dirs(self) -> None:
-        """Create the location directory; fsync each parent that gained an entry, so the
-        directory survives a crash as surely as the table.size written into it."""
-        missing = []
-        p = self.path
-        while not p.exists():
-            missing.append(p)
-            p = p.parent
-        if not missing:
-            return
-        self.path.mkdir(parents=True, exist_ok=True)
-        for d in missing:
-            fsync_dir(d.parent)
-
     def _recover(self) -> None:
+        """Open the location from its checkpoint; any failure puts it in error state."""
         try:
-            self._make_dirs()
-            if remove_stale_temp(self.path):
-                log.info("removed a table.size.tmp left by an interrupted checkpoint", location=str(self.key))
-        except OSError as e:
-            self._fail(f"cannot create location directory {self.path}: {e}")
-            return
+            self._open_from_checkpoint()
+        except _Damaged as e:
+            self._fail(str(e))
+        except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
+            self._fail(describe_failure("opening the location", e), e)
+
+    def _open_from_checkpoint(self) -> None:
+        """Read ``table.size`` and cut every column file back to it; reset every count to it.
+        Raises _Damaged for what needs an operator, OSError for what the OS refused."""
+        fs, path = self.fs, str(self.path)
+        fsio.make_dirs(fs, path)
+        if remove_stale_temp(path, fs):
+            log.info("removed a table.size.tmp left by an interrupted checkpoint", location=str(self.key))
         names = self._file_names
         try:
-            record = read_record(self.path)
+            record = read_record(path, fs)
         except CheckpointError as e:
-            self._fail(f"{e}; refusing to guess which rows are committed "
-                       "(restore table.size, or move the location away to re-ingest it from the logs)")
-            return
-        except OSError as e:
-            self._fail(f"cannot read table.size: {e}")
-            return
+            raise _Damaged(f"{e}; refusing to guess which rows are committed "
+                           "(restore table.size, or move the location away to re-ingest it from the logs)") from None
         if record is None:
-            with_data = sorted(n for n in names if _size_or_zero(self.path / n) > 0)
+            with_data = sorted(n for n in names if fsio.size_or_zero(fs, os.path.join(path, n)) > 0)
             if with_data:
-                self._fail(
+                raise _Damaged(
                     f"table.size is missing but column files hold data ({', '.join(with_data)}); the committed "
                     "row count and source record are unknown (restore table.size, or move the location away "
                     "to re-ingest it from the logs)"
                 )
-                return
             # A new location: its record exists (durably) before any column file does, so a
             # location with data and no table.size can only be damage, never a crash.
             record = CheckpointRecord(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), self.schema.fingerprint,
                                       dict(self.import_state))
-            try:
-                write_record(self.path, record, self._file_ops)
-            except OSError as e:
-                self._fail(f"cannot write the initial table.size: {e}")
-                return
+            write_record(path, record, fs)
         if record.fingerprint != self.schema.fingerprint:
-            self._fail(f"table.size was written for schema fingerprint {record.fingerprint}, the table's schema is "
-                       f"now {self.schema.fingerprint}")
-            return
+            raise _Damaged(f"table.size was written for schema fingerprint {record.fingerprint}, the table's schema "
+                           f"is now {self.schema.fingerprint}")
         sizes = record.files
         if set(sizes) != set(names):
-            self._fail(f"table.size lists column files {sorted(sizes)}, the schema needs {sorted(names)}")
-            return
+            raise _Damaged(f"table.size lists column files {sorted(sizes)}, the schema needs {sorted(names)}")
         problem = colfmt.check_sizes(self.schema, record.rows, sizes)
         if problem:
-            self._fail(f"table.size is inconsistent: {problem}")
-            return
-        try:
-            for name in names:
-                fpath = self.path / name
-                if not fpath.exists() and sizes[name] > 0:
-                    self._fail(f"column file {name} is missing but the checkpoint records {sizes[name]} bytes")
-                    return
-                handle = self._files.open(str(fpath), create=True)
-                self.writers[name] = ColumnFileWriter(handle, sizes[name], self.block_size)
-                actual = handle.size()
-                if actual < sizes[name]:
-                    self._fail(f"column file {name} has {actual} bytes, fewer than the {sizes[name]} checkpointed")
-                    return
-                if actual > sizes[name]:
-                    handle.truncate(sizes[name])  # rows written after the checkpoint
-        except OSError as e:
-            self._fail(f"cannot open column files: {e}")
-            return
+            raise _Damaged(f"table.size is inconsistent: {problem}")
+        for name in names:
+            fpath = os.path.join(path, name)
+            w = self.writers.get(name)
+            if w is None:
+                if sizes[name] > 0 and not fsio.exists(fs, fpath):
+                    raise _Damaged(f"column file {name} is missing but the checkpoint records {sizes[name]} bytes")
+                handle = self._files.open(fpath, create=True)
+            else:
+                handle = w.handle  # a reopen: same file (the handle checks its identity), buffer dropped
+            self.writers[name] = ColumnFileWriter(handle, sizes[name], self.block_size)
+            actual = handle.size()
+            if actual < sizes[name]:
+                raise _Damaged(f"column file {name} has {actual} bytes, fewer than the {sizes[name]} checkpointed")
+            if actual > sizes[name]:
+                handle.truncate(sizes[name])  # rows written after the checkpoint
         rows = record.rows
         self.written_rows = self.committed_rows = self.published_rows = self.checkpointed_rows = rows
         self.committed_sizes = dict(sizes)
         self.published_sizes = dict(sizes)
         self.source = record.source
+        self.txn_open = False
         self.last_checkpoint_time = record.time
         for k, v in record.import_state.items():
             self.import_state[k] = v
         self._last_checkpoint = (record.rows, tuple(sorted(record.files.items())), record.source)
 
-    def _fail(self, message: str) -> None:
-        if not self.in_error:
-            metrics.PARTITIONS_IN_ERROR.inc()
+    def reopen(self) -> bool:
+        """After an I/O error: reopen from the last checkpoint and accept rows again.
+
+        Every column file is cut back to the checkpoint (nothing written after it is trusted:
+        a failed write may have left part of a buffer, a failed fsync left pages the kernel
+        will never write), then ``table.size`` is rewritten, which proves the disk takes a
+        write, an fsync and a rename again.  Returns whether the location accepts rows now;
+        if not, it stays in error and the next attempt is due later (``retry_at``)."""
+        with self._checkpoint_lock, self.lock:
+            if self.closed or not self.in_error or not self.retryable:
+                return False
+            self.reopens += 1
+            cause = self._first_error
+            try:
+                self._open_from_checkpoint()
+                self.import_state["io_recoveries"] += 1
+                record = CheckpointRecord(self.committed_rows, dict(self.committed_sizes), self.source,
+                                          self.schema.fingerprint, dict(self.import_state))
+                write_record(str(self.path), record, self.fs)
+            except _Damaged as e:
+                metrics.LOCATION_RECOVERIES.labels("failed").inc()
+                self._fail(str(e))
+                return False
+            except Exception as e:  # noqa: BLE001
+                metrics.LOCATION_RECOVERIES.labels("failed").inc()
+                self._fail(f"{cause} (still failing at reopen #{self.reopens}: {_detail(e)})", e)
+                return False
+            self.in_error = self.retryable = False
+            self.error = self.error_errno = self.retry_at = self._first_error = None
+            self.epoch += 1
+            metrics.PARTITIONS_IN_ERROR.dec()
+            metrics.LOCATION_RECOVERIES.labels("reopened").inc()
+            log.warning("location reopened from its checkpoint after an I/O error", location=str(self.key),
+                        rows=self.committed_rows, resume_file=self.source.file_name, resume_offset=self.source.offset,
+                        attempt=self.reopens, cause=cause)
+        if self._on_publish is not None:
+            self._on_publish(self)
+        return True
+
+    def _fail(self, message: str, cause: BaseException | None = None) -> None:
+        """Enter (or stay in) error state.  With an OS error as ``cause`` the error is retried:
+        the next ``reopen`` is due after the current backoff, which then doubles."""
+        first = not self.in_error
         self.in_error = True
         self.error = message
-        log.error("location in error", location=str(self.key), error=message)
+        if first or self._first_error is None:
+            self._first_error = message
+        self.retryable = _retryable_cause(cause)
+        self.error_errno = cause.errno if self.retryable else None  # type: ignore[union-attr]
+        if self.retryable:
+            self.retry_at = time.monotonic() + self._retry_delay
+            retry_in: float | None = self._retry_delay
+            self._retry_delay = min(self._retry_delay * 2, self.io_retry.max_s)
+        else:
+            self.retry_at = retry_in = None
+        if first:
+            metrics.PARTITIONS_IN_ERROR.inc()
+        log.error("location in error", location=str(self.key), error=message,
+                  errno=fsio.errno_name(self.error_errno) if self.retryable else None,
+                  reopen_in_s=retry_in)
 
     def _check_usable(self) -> None:
         if self.closed:
             raise LocationError(f"location {self.key} is closed")
         if self.in_error:
-            raise LocationError(self.error)
+            raise LocationError(self.error, self.error_errno)
 
     @property
     def resume_point(self) -> SourcePosition:
@@ -325,12 +420,24 @@ class Location:
         with self.lock:
             return self.source
 
+    def resume(self) -> tuple[SourcePosition, int]:
+        """The resume point and the ``epoch`` it belongs to, read together: a sender that passes
+        this epoch to ``ingest`` can never append after a reopen moved the resume point back."""
+        with self.lock:
+            return self.source, self.epoch
+
     # -- ingestion -----------------------------------------------------------------------------
-    def ingest(self, file_name: str, run: FrameRun, rows: DecodedRows) -> None:
+    def ingest(self, file_name: str, run: FrameRun, rows: DecodedRows, epoch: int | None = None) -> None:
         """Append the decoded rows of the frames of ``run`` (of log ``file_name``) and apply their
-        transaction flags.  See docs/storage-format.md, "Transactions" and "Resuming"."""
+        transaction flags.  See docs/storage-format.md, "Transactions" and "Resuming".
+
+        ``epoch``: the location's ``epoch`` when the sender learnt its resume point; refused when
+        the location was reopened since (the sender must ask for the resume point again)."""
         with self.lock:
             self._check_usable()
+            if epoch is not None and epoch != self.epoch:
+                raise LocationError(f"location {self.key} was reopened from its checkpoint after an I/O error; "
+                                    "resume from its resume point")
             flags = np.asarray(rows.flags, dtype=np.uint8)
             cols = list(rows.columns)
             n = len(flags)
@@ -403,8 +510,8 @@ class Location:
         try:
             return fn()
         except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
-            self._fail(f"{what} failed: {e}")
-            raise LocationError(self.error) from e
+            self._fail(describe_failure(what, e), e)
+            raise LocationError(self.error, self.error_errno) from e
 
     def _append(self, cols: list[pa.Array], segments: list[tuple[int, int]]) -> dict[str, np.ndarray]:
         """Append rows ``[a, b)`` of ``cols`` for each segment; returns each string column's new
@@ -462,7 +569,7 @@ class Location:
             for w in self.writers.values():
                 w.flush()
         except Exception as e:  # noqa: BLE001
-            self._fail(f"flush failed: {e}")
+            self._fail(describe_failure("flush", e), e)
             return False
         changed = self.published_rows != self.committed_rows or self.published_sizes != self.committed_sizes
         self.published_rows = self.committed_rows
@@ -492,18 +599,24 @@ class Location:
                 self.last_checkpoint_time = time.time()
                 return False
             try:
-                for h in handles:
-                    h.fsync()
-                write_record(self.path, record, self._file_ops)
+                self._make_durable(handles, record)
             except Exception as e:  # noqa: BLE001
                 with self.lock:
-                    self._fail(f"checkpoint failed: {e}")
+                    self._fail(describe_failure("checkpoint", e), e)
                 return False
             self._last_checkpoint = ident
             self.checkpointed_rows = record.rows
             self.last_checkpoint_time = time.time()
+            self._retry_delay = self.io_retry.initial_s  # new rows are durable: the disk works
             metrics.CHECKPOINT_DURATION.observe(time.perf_counter() - t0)
             return True
+
+    def _make_durable(self, handles: list[TrackedFile], record: CheckpointRecord) -> None:
+        """The order that makes a crash at any point safe: the column files' bytes first, then
+        the record that counts them (temp, fsync, rename, directory fsync)."""
+        for h in handles:
+            h.fsync()
+        write_record(str(self.path), record, self.fs)
 
     # -- reading -------------------------------------------------------------------------------
     def column_files(self) -> dict[str, int]:
@@ -576,10 +689,3 @@ def _position(file_name: str, run: FrameRun, row: int) -> SourcePosition:
         return SourcePosition(file_name, run.ends[j], 0)
     first = int(cum[j] - run.row_counts[j])
     return SourcePosition(file_name, run.starts[j], row - first + 1)
-
-
-def _size_or_zero(path: pathlib.Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0

@@ -1,0 +1,272 @@
+"""The storage engine's one door to the file system.
+
+Every durable operation of the engine goes through a ``FileSystem``: column-file writes,
+truncates and fsyncs (``storage.filehandles``), the ``table.size.tmp`` write, its fsync and
+rename (``storage.checkpoint``), directory creation and directory fsyncs (``storage.location``).
+Why a seam: the guarantees of docs/reliability.md are claims about *which bytes survive a power
+loss* and *what happens when the disk refuses*, and neither can be tested on a healthy disk
+without a kill switch on the power.  With every operation in one place, tests put a recording,
+crashing or failing disk under a real engine (tests/faults) and nothing can slip past it.
+
+``OsFileSystem`` is the real one: plain ``os`` calls, bound directly so the hot path pays no
+extra Python frame.  ``MeteredFileSystem`` wraps any file system and counts its failures in
+``dis_io_errors_total{op, errno}``; the engine always wraps, so injected and real errors are
+counted alike.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+from typing import Protocol
+
+from disd import metrics
+
+
+class FileSystem(Protocol):
+    """What the storage engine asks of a file system: descriptors, positional I/O, names."""
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int: ...
+
+    def close(self, fd: int) -> None: ...
+
+    def fstat(self, fd: int) -> os.stat_result: ...
+
+    def pwrite(self, fd: int, data: memoryview | bytes, offset: int) -> int: ...
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes: ...
+
+    def ftruncate(self, fd: int, size: int) -> None: ...
+
+    def fsync(self, fd: int) -> None: ...
+
+    def stat(self, path: str) -> os.stat_result: ...
+
+    def rename(self, src: str, dst: str) -> None: ...
+
+    def unlink(self, path: str) -> None: ...
+
+    def mkdir(self, path: str) -> None: ...
+
+    def fsync_dir(self, path: str) -> None: ...
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory, so the entries created, renamed or removed in it survive a crash."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class OsFileSystem:
+    """The real file system."""
+
+    close = staticmethod(os.close)
+    fstat = staticmethod(os.fstat)
+    pwrite = staticmethod(os.pwrite)
+    pread = staticmethod(os.pread)
+    ftruncate = staticmethod(os.ftruncate)
+    fsync = staticmethod(os.fsync)
+    stat = staticmethod(os.stat)
+    rename = staticmethod(os.rename)
+    unlink = staticmethod(os.unlink)
+    fsync_dir = staticmethod(fsync_dir)
+
+    @staticmethod
+    def open(path: str, flags: int, mode: int = 0o644) -> int:
+        return os.open(path, flags, mode)
+
+    @staticmethod
+    def mkdir(path: str) -> None:
+        os.mkdir(path, 0o755)
+
+
+#: Failures that are answers, not errors: "is there a table.size?", "does this directory exist?".
+_EXPECTED = (FileNotFoundError, FileExistsError)
+
+
+def errno_name(code: int | None) -> str:
+    """``ENOSPC`` for 28; ``E?`` when unknown."""
+    return errno_mod.errorcode.get(code, f"E{code}") if code is not None else "E?"
+
+
+def failed_op(e: BaseException) -> str | None:
+    """The file-system operation that raised ``e`` (set by MeteredFileSystem), if any."""
+    return getattr(e, "storage_op", None)
+
+
+class MeteredFileSystem:
+    """Counts every failed operation of ``inner`` in ``dis_io_errors_total{op, errno}`` and
+    marks the exception with the operation (``failed_op``), so an error message can say
+    "fsync failed" rather than guess."""
+
+    def __init__(self, inner: FileSystem) -> None:
+        self.inner = inner
+
+    def _failed(self, op: str, e: OSError) -> None:
+        if not isinstance(e, _EXPECTED):
+            metrics.IO_ERRORS.labels(op, errno_name(e.errno)).inc()
+        try:
+            e.storage_op = op  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        try:
+            return self.inner.open(path, flags, mode)
+        except OSError as e:
+            self._failed("open", e)
+            raise
+
+    def close(self, fd: int) -> None:
+        try:
+            self.inner.close(fd)
+        except OSError as e:
+            self._failed("close", e)
+            raise
+
+    def fstat(self, fd: int) -> os.stat_result:
+        try:
+            return self.inner.fstat(fd)
+        except OSError as e:
+            self._failed("fstat", e)
+            raise
+
+    def pwrite(self, fd: int, data: memoryview | bytes, offset: int) -> int:
+        try:
+            return self.inner.pwrite(fd, data, offset)
+        except OSError as e:
+            self._failed("pwrite", e)
+            raise
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        try:
+            return self.inner.pread(fd, size, offset)
+        except OSError as e:
+            self._failed("pread", e)
+            raise
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        try:
+            self.inner.ftruncate(fd, size)
+        except OSError as e:
+            self._failed("ftruncate", e)
+            raise
+
+    def fsync(self, fd: int) -> None:
+        try:
+            self.inner.fsync(fd)
+        except OSError as e:
+            self._failed("fsync", e)
+            raise
+
+    def stat(self, path: str) -> os.stat_result:
+        try:
+            return self.inner.stat(path)
+        except OSError as e:
+            self._failed("stat", e)
+            raise
+
+    def rename(self, src: str, dst: str) -> None:
+        try:
+            self.inner.rename(src, dst)
+        except OSError as e:
+            self._failed("rename", e)
+            raise
+
+    def unlink(self, path: str) -> None:
+        try:
+            self.inner.unlink(path)
+        except OSError as e:
+            self._failed("unlink", e)
+            raise
+
+    def mkdir(self, path: str) -> None:
+        try:
+            self.inner.mkdir(path)
+        except OSError as e:
+            self._failed("mkdir", e)
+            raise
+
+    def fsync_dir(self, path: str) -> None:
+        try:
+            self.inner.fsync_dir(path)
+        except OSError as e:
+            self._failed("fsync_dir", e)
+            raise
+
+
+OS = OsFileSystem()
+
+
+# -- compound operations, built only from the FileSystem's ---------------------------------------
+
+
+def write_file(fs: FileSystem, path: str, data: bytes) -> None:
+    """Create or replace ``path`` with ``data`` and fsync it (the directory entry is the
+    caller's business: a rename and a directory fsync follow)."""
+    fd = fs.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        offset = 0
+        while offset < len(view):
+            offset += fs.pwrite(fd, view[offset:], offset)
+        fs.fsync(fd)
+    finally:
+        fs.close(fd)
+
+
+def read_file(fs: FileSystem, path: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of ``path``; None when it does not exist."""
+    try:
+        fd = fs.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        parts = []
+        got = 0
+        while got < limit:
+            b = fs.pread(fd, limit - got, got)
+            if not b:
+                break
+            parts.append(b)
+            got += len(b)
+        return b"".join(parts)
+    finally:
+        fs.close(fd)
+
+
+def size_or_zero(fs: FileSystem, path: str) -> int:
+    try:
+        return fs.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def exists(fs: FileSystem, path: str) -> bool:
+    try:
+        fs.stat(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def make_dirs(fs: FileSystem, path: str) -> None:
+    """Create ``path`` and its missing parents, fsyncing each parent that gained an entry, so the
+    directory survives a crash as surely as the files later made durable in it."""
+    missing: list[str] = []
+    p = os.path.abspath(path)
+    while not exists(fs, p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for d in reversed(missing):
+        try:
+            fs.mkdir(d)
+        except FileExistsError:
+            pass  # made meanwhile by another location of the same table
+        fs.fsync_dir(os.path.dirname(d))
