@@ -1,0 +1,572 @@
+"""Load: many locations ingesting at once from several tailers while the client and Spark read.
+
+A real ``dis serve`` (subprocess) and ``--tailers`` real ``dis-tailer`` processes, the log
+directories split among them.  Market.Trade rows for ``--locations`` locations (internal
+partitions x 5 dates), written with ``disd.logger`` (one logger per internal partition, rows
+split into dates by a vectorized partition function).  All the while a client thread follows the
+table (``subscribe``, then reads each location's new rows) and a local Spark session counts it
+with ``spark.read.format("dis")`` every few seconds.
+
+1. Burst: ``--rows`` rows are logged, then the tailers start; rows / time until every row is
+   published is the throughput.
+2. Live: the loggers write ``--live-rate`` rows/s (every ``--tick`` s) for ``--live-seconds``
+   while the tailers follow.  A separate sampler process (so a busy benchmark process cannot
+   starve it) records every ``--sample`` s each location's published rows, the DIS's RSS and
+   open descriptors and the tailers' RSS; each location's lag is the rows logged (handed to its
+   logger) by then minus the rows published.  The lag is bounded when it shows no upward trend
+   (median of the worst location's lag over the last third of the phase no higher than over the
+   first two thirds plus one second of a location's rows) and drains within 5 s of the last
+   write, and every location ends with exactly the rows logged for it.
+3. Baseline, same run: a fresh DIS and one tailer take the burst's rows in a single location,
+   no readers.  ``ratio`` = load rows/s / baseline rows/s.
+
+Flush latency (p99) comes from the DIS's Prometheus histogram ``dis_flush_duration_seconds``
+(per phase, interpolated inside buckets as PromQL's histogram_quantile does).  The memory bound
+the DIS should respect is derived from its configuration and printed next to the measured peak:
+
+    idle RSS + locations x column files x block size (each column file buffers at most one
+    partial block) + block_cache_bytes + locations x max_in_flight_bytes (the most a tailer
+    leaves unacknowledged per location: all gRPC can be holding for it) + decoding (a few chunks
+    at once: cores x 3 copies x chunk_bytes)
+
+Output: human lines, then one JSON line (``bench/_common.emit``).
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/load.py [--locations 200] [--rows N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import multiprocessing as mp
+import os
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import yaml  # noqa: E402
+
+from _common import SYMS, TRADE_SCHEMA, emit  # noqa: E402
+from disd.client import connect  # noqa: E402
+from disd.logger import IntradayLoggerBuilder, Rollover  # noqa: E402
+from e2e_helpers import BIN, Proc, free_port, start_dis  # noqa: E402
+
+DATES = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
+COLUMN_FILES = 5  # Market.Trade: Timestamp, Sym (offsets + data), Price, Size
+MiB = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------
+# Processes
+
+
+@dataclass
+class Cluster:
+    """A DIS and its tailers."""
+
+    work: pathlib.Path
+    port: int
+    metrics_port: int
+    dis: Proc
+    tailers: list[Proc] = field(default_factory=list)
+
+    @property
+    def dis_ps(self) -> psutil.Process:
+        return psutil.Process(self.dis.p.pid)
+
+    def metrics(self) -> str:
+        return urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+
+    def stop(self) -> None:
+        for p in [*self.tailers, self.dis]:
+            if p.alive():
+                p.terminate(60)
+
+
+def start_cluster(work: pathlib.Path, args: argparse.Namespace) -> Cluster:
+    work.mkdir(parents=True, exist_ok=True)
+    port, mport = free_port(), free_port()
+    cfg = {
+        "db_root": str(work / "db"),
+        "schemas": str(pathlib.Path(TRADE_SCHEMA).parent),
+        "server": {"host": "127.0.0.1", "port": port, "metrics_port": mport, "max_workers": args.max_workers},
+        "storage": {"max_open_files": args.max_open_files, "block_cache_bytes": args.block_cache_mib * MiB},
+        "import": {"default": {"flush_interval_ms": 100, "checkpoint_interval_ms": 30000}},
+    }
+    path = work / "dis.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return Cluster(work, port, mport, start_dis(work, path))
+
+
+def start_tailer(c: Cluster, k: int, log_dir: pathlib.Path, args: argparse.Namespace) -> Proc:
+    cfg = {"dis": f"127.0.0.1:{c.port}", "log_dirs": [str(log_dir)], "state_dir": str(c.work / f"tailer{k}"),
+           "chunk_bytes": args.chunk_bytes, "max_in_flight_bytes": args.max_in_flight_bytes, "poll_interval_ms": 100}
+    path = c.work / f"tailer{k}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    p = Proc([str(BIN / "dis-tailer"), "--config", str(path)], c.work / f"tailer{k}.log").start()
+    c.tailers.append(p)
+    return p
+
+
+def cpu_seconds(c: Cluster) -> dict[str, float]:
+    """CPU seconds used so far by the DIS, the tailers (together) and this process (loggers,
+    readers, Spark driver; Spark's JVM and Python workers are not counted)."""
+    def used(pid: int) -> float:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            return t.user + t.system
+        except psutil.Error:
+            return 0.0
+
+    return {"dis": used(c.dis.p.pid), "tailers": sum(used(t.p.pid) for t in c.tailers), "bench": used(os.getpid())}
+
+
+# ------------------------------------------------------------------------------------------
+# Prometheus text
+
+
+def histogram(text: str, name: str) -> tuple[list[float], list[float]]:
+    """(upper bounds, cumulative counts) of a Prometheus histogram in exposition text."""
+    pts = []
+    for m in re.finditer(rf'^{name}_bucket{{[^}}]*le="([^"]+)"[^}}]*}} ([0-9.e+]+)$', text, re.M):
+        pts.append((math.inf if m.group(1) == "+Inf" else float(m.group(1)), float(m.group(2))))
+    pts.sort()
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def gauge(text: str, name: str) -> float | None:
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def quantile(q: float, bounds: list[float], cum: list[float]) -> float:
+    """PromQL histogram_quantile: linear interpolation inside the bucket holding rank q."""
+    if not cum or cum[-1] == 0:
+        return float("nan")
+    rank = q * cum[-1]
+    prev_b, prev_c = 0.0, 0.0
+    for b, c in zip(bounds, cum):
+        if c >= rank:
+            if math.isinf(b):
+                return prev_b
+            return prev_b + (b - prev_b) * ((rank - prev_c) / (c - prev_c) if c > prev_c else 1.0)
+        prev_b, prev_c = b, c
+    return bounds[-1]
+
+
+def flush_p99(before: str, after: str) -> tuple[float, int]:
+    """p99 of the flush durations observed between two scrapes, and how many there were."""
+    b0, c0 = histogram(before, "dis_flush_duration_seconds")
+    b1, c1 = histogram(after, "dis_flush_duration_seconds")
+    if b0 != b1:
+        c0 = [0.0] * len(c1)
+    delta = [y - x for x, y in zip(c0, c1)]
+    return quantile(0.99, b1, delta), int(delta[-1]) if delta else 0
+
+
+# ------------------------------------------------------------------------------------------
+# The sampler (a separate process)
+
+
+def sample_process(port: int, metrics_port: int, pids: list[int], interval: float, stop, out: str) -> None:  # noqa: ANN001
+    """Every ``interval`` until ``stop`` is set, one JSON line to ``out``: the time (monotonic,
+    taken after the listing so lags err high), published rows per location, the DIS's RSS,
+    descriptors and column-file handles, and each tailer's RSS."""
+    dis = psutil.Process(pids[0])
+    tailers = [psutil.Process(p) for p in pids[1:]]
+    with connect(f"127.0.0.1:{port}") as client, open(out, "w") as f:
+        while not stop.wait(interval):
+            try:
+                published = {f"{l.key.internal_partition}/{l.key.column_partition}": l.rows
+                             for l in client.locations("Market", "Trade")}
+                t = time.monotonic()
+                text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+                rec = {"t": t, "published": published, "dis_rss": dis.memory_info().rss, "dis_fds": dis.num_fds(),
+                       "handles": gauge(text, "dis_open_file_handles") or 0,
+                       "tailer_rss": [p.memory_info().rss for p in tailers]}
+            except Exception as e:  # noqa: BLE001 - recorded, sampling goes on
+                rec = {"t": time.monotonic(), "error": repr(e)}
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+
+
+# ------------------------------------------------------------------------------------------
+# Readers
+
+
+class Readers:
+    """A client following the table (subscribe, then each location's new rows) and Spark
+    counting the table every ``spark_every`` seconds."""
+
+    def __init__(self, port: int, spark, spark_every: float) -> None:  # noqa: ANN001
+        self.port, self.spark, self.spark_every = port, spark, spark_every
+        self.stop = threading.Event()
+        self.rows_read = 0
+        self.reads = 0
+        self.spark_counts: list[int] = []
+        self.errors: list[str] = []
+        self._client = connect(f"127.0.0.1:{port}")
+        self.threads = [threading.Thread(target=self._follow, daemon=True)]
+        if spark is not None:
+            self.threads.append(threading.Thread(target=self._spark, daemon=True))
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _follow(self) -> None:
+        seen: dict = {}
+        try:
+            for snap in self._client.subscribe("Market", "Trade"):
+                start = seen.get(snap.key, 0)
+                if snap.rows > start:
+                    t = self._client.read_location(snap, start=start)
+                    if t.num_rows != snap.rows - start:
+                        self.errors.append(f"client: read {t.num_rows} rows of {snap.key}, expected {snap.rows - start}")
+                    seen[snap.key] = snap.rows
+                    self.rows_read += t.num_rows
+                    self.reads += 1
+        except Exception as e:  # noqa: BLE001
+            if not self.stop.is_set():
+                self.errors.append(f"client: {e!r}")
+
+    def _spark(self) -> None:
+        while not self.stop.wait(self.spark_every):
+            try:
+                df = (self.spark.read.format("dis").option("address", f"127.0.0.1:{self.port}")
+                      .option("namespace", "Market").option("table", "Trade").option("columns", "Size").load())
+                self.spark_counts.append(df.count())
+            except Exception as e:  # noqa: BLE001
+                self.errors.append(f"spark: {str(e)[:300]}")
+
+    def wait_caught_up(self, total: int, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.rows_read < total:
+            time.sleep(0.05)
+        return self.rows_read == total
+
+    def finish(self) -> None:
+        self.stop.set()
+        self._client.close()
+        for t in self.threads:
+            t.join(120)
+
+
+# ------------------------------------------------------------------------------------------
+# Logging
+
+
+class Feed:
+    """One logger per internal partition; each batch is split evenly over the dates (a
+    vectorized partition function on Timestamp).  Every log call is recorded with the time it
+    returned, so the rows logged for any location at any instant are known exactly."""
+
+    def __init__(self, log_root: pathlib.Path, ips: list[str], dates: list[str], tailers: int) -> None:
+        self.ips, self.dates = ips, dates
+        self.loggers = {}
+        self.rng = np.random.default_rng(3)
+        self.next_row = {ip: 0 for ip in ips}
+        self.calls: list[tuple[float, int, np.ndarray]] = []  # (returned at, ip index, rows per date)
+        self._starts = np.array([int(dt.datetime.strptime(d, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc)
+                                     .timestamp()) * 1_000_000_000 for d in dates], np.int64)
+        for i, ip in enumerate(ips):
+            d = log_root / f"t{i % tailers}"
+            d.mkdir(parents=True, exist_ok=True)
+            self.loggers[ip] = (IntradayLoggerBuilder(str(TRADE_SCHEMA)).set_log_dir(str(d))
+                                .set_internal_partition(ip).set_rollover(Rollover.DAILY)
+                                .set_column_partition_function(self._partition, columns=["Timestamp"], vectorized=True)
+                                .set_queue_size(1 << 20).build())
+
+    @staticmethod
+    def _partition(table: pa.Table):  # noqa: ANN205
+        return pc.strftime(table.column("Timestamp"), format="%Y-%m-%d")
+
+    def log(self, i: int, n: int) -> None:
+        ip = self.ips[i]
+        k = len(self.dates)
+        per = np.full(k, n // k, np.int64)
+        per[: n % k] += 1
+        day = np.repeat(np.arange(k), per)
+        idx = np.arange(self.next_row[ip], self.next_row[ip] + n, dtype=np.int64)
+        self.next_row[ip] += n
+        ts = self._starts[day] + (idx % 86_400_000) * 1_000_000  # a millisecond apart, within the day
+        self.loggers[ip].log_batch(pa.table({
+            "Timestamp": pa.array(ts).cast(pa.timestamp("ns", tz="UTC")),
+            "Sym": pa.array(SYMS[self.rng.integers(0, len(SYMS), n)]),
+            "Price": pa.array(self.rng.random(n) * 100 + 50),
+            "Size": pa.array(self.rng.integers(1, 1000, n, dtype=np.int32)),
+        }))
+        self.calls.append((time.monotonic(), i, per))
+
+    def logged_at(self, times: np.ndarray) -> np.ndarray:
+        """Rows logged per location (ips x dates, flattened ip-major) by each of ``times``."""
+        out = np.zeros((len(times), len(self.ips) * len(self.dates)), np.int64)
+        if not self.calls:
+            return out
+        t = np.array([c[0] for c in self.calls])
+        rows = np.zeros((len(self.calls), len(self.ips) * len(self.dates)), np.int64)
+        for j, (_, i, per) in enumerate(self.calls):
+            rows[j, i * len(self.dates):(i + 1) * len(self.dates)] = per
+        cum = np.vstack([np.zeros((1, rows.shape[1]), np.int64), np.cumsum(rows, axis=0)])
+        return cum[np.searchsorted(t, times, side="right")]
+
+    def location_names(self) -> list[str]:
+        return [f"{ip}/{d}" for ip in self.ips for d in self.dates]
+
+    def flush(self) -> None:
+        for lg in self.loggers.values():
+            lg.flush()
+
+    def close(self) -> None:
+        for lg in self.loggers.values():
+            lg.close()
+
+
+def layout(locations: int) -> tuple[list[str], list[str]]:
+    dates = DATES[: min(len(DATES), locations)]
+    n_ips = math.ceil(locations / len(dates))
+    if n_ips * len(dates) != locations:
+        raise SystemExit(f"--locations must be a multiple of {len(dates)} (internal partitions x dates)")
+    return [f"feed{i:03d}" for i in range(n_ips)], dates
+
+
+def published_rows(port: int) -> dict[str, int]:
+    with connect(f"127.0.0.1:{port}") as c:
+        return {f"{l.key.internal_partition}/{l.key.column_partition}": l.rows for l in c.locations("Market", "Trade")}
+
+
+def wait_published(port: int, total: int, timeout: float) -> float:
+    t0 = time.perf_counter()
+    with connect(f"127.0.0.1:{port}") as c:
+        while sum(l.rows for l in c.locations("Market", "Trade")) < total:
+            if time.perf_counter() - t0 > timeout:
+                raise SystemExit(f"not every row was published within {timeout:.0f} s")
+            time.sleep(0.02)
+    return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--locations", type=int, default=200, help="internal partitions x 5 dates")
+    ap.add_argument("--rows", type=int, default=4_000_000, help="rows of the burst (and of the baseline)")
+    ap.add_argument("--tailers", type=int, default=4)
+    ap.add_argument("--live-seconds", type=float, default=30.0)
+    ap.add_argument("--live-rate", type=int, default=100_000, help="rows/s logged in the live phase, all locations")
+    ap.add_argument("--tick", type=float, default=0.5, help="seconds between the live phase's writes")
+    ap.add_argument("--sample", type=float, default=0.5, help="seconds between samples")
+    ap.add_argument("--spark-every", type=float, default=5.0, help="seconds between Spark counts")
+    ap.add_argument("--max-open-files", type=int, default=512)
+    ap.add_argument("--block-cache-mib", type=int, default=64)
+    ap.add_argument("--max-workers", type=int, default=512)
+    ap.add_argument("--chunk-bytes", type=int, default=1 * MiB)
+    ap.add_argument("--max-in-flight-bytes", type=int, default=2 * MiB)
+    ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, process logs)")
+    return ap.parse_args()
+
+
+def main() -> None:  # noqa: PLR0915 - one linear script
+    args = parse_args()
+    load_avg = os.getloadavg()[0]  # the machine may be shared: say how busy it was
+    ips, dates = layout(args.locations)
+    streams = len(ips) * len(dates)
+    work = pathlib.Path(tempfile.mkdtemp(prefix="dis-load-", dir=os.environ.get("BENCH_DIR")))
+    spark = None
+    clusters: list[Cluster] = []
+    sampler = None
+    stop_sampling = mp.get_context("spawn").Event()
+    try:
+        if not args.no_spark:
+            import disd.spark
+
+            t0 = time.perf_counter()
+            spark = disd.spark.session(app_name="dis-load", conf={"spark.ui.enabled": "false",
+                                                                  "spark.ui.showConsoleProgress": "false"})
+            spark.sparkContext.setLogLevel("ERROR")
+            print(f"spark session up in {time.perf_counter() - t0:.1f} s")
+        c = start_cluster(work / "load", args)
+        clusters.append(c)
+        time.sleep(1.0)
+        idle_rss, idle_fds = c.dis_ps.memory_info().rss, c.dis_ps.num_fds()
+        feed = Feed(work / "load" / "logs", ips, dates, args.tailers)
+
+        # -- 1. burst ------------------------------------------------------------------------
+        per_ip = args.rows // len(ips)
+        t0 = time.perf_counter()
+        for i in range(len(ips)):
+            feed.log(i, per_ip)
+        feed.flush()
+        log_s = time.perf_counter() - t0
+        burst_rows = per_ip * len(ips)
+        readers = Readers(c.port, spark, args.spark_every)
+        readers.start()
+        m0, cpu0 = c.metrics(), cpu_seconds(c)
+        for k in range(args.tailers):
+            start_tailer(c, k, work / "load" / "logs" / f"t{k}", args)
+        samples_path = work / "samples.jsonl"
+        sampler = mp.get_context("spawn").Process(
+            target=sample_process, daemon=True,
+            args=(c.port, c.metrics_port, [c.dis.p.pid] + [t.p.pid for t in c.tailers], args.sample, stop_sampling,
+                  str(samples_path)))
+        sampler.start()
+        burst_s = wait_published(c.port, burst_rows, 600)
+        m1, cpu1 = c.metrics(), cpu_seconds(c)
+        burst_rate = burst_rows / burst_s
+        burst_p99, burst_flushes = flush_p99(m0, m1)
+
+        # -- 2. live -------------------------------------------------------------------------
+        per_call = max(len(dates), int(args.live_rate * args.tick / len(ips)))
+        t_live = time.monotonic()
+        ticks = late = 0
+        while time.monotonic() - t_live < args.live_seconds:
+            for i in range(len(ips)):
+                feed.log(i, per_call)
+            ticks += 1
+            delay = t_live + ticks * args.tick - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                late += 1
+        t_live_end = time.monotonic()
+        live_s = t_live_end - t_live
+        live_rows = ticks * per_call * len(ips)
+        feed.flush()
+        total = burst_rows + live_rows
+        drain_s = wait_published(c.port, total, 300)
+        m2, cpu2 = c.metrics(), cpu_seconds(c)
+        live_p99, live_flushes = flush_p99(m1, m2)
+        caught_up = readers.wait_caught_up(total, 60)
+        time.sleep(args.sample * 2)
+        stop_sampling.set()
+        sampler.join(30)
+        readers.finish()
+        feed.close()
+        final = published_rows(c.port)
+        expected = dict(zip(feed.location_names(), feed.logged_at(np.array([math.inf]))[0].tolist()))
+        complete = final == expected
+        final_count = None
+        if spark is not None:
+            final_count = (spark.read.format("dis").option("address", f"127.0.0.1:{c.port}")
+                           .option("namespace", "Market").option("table", "Trade").option("columns", "Size").load()
+                           .count())
+        c.stop()
+
+        # -- 3. baseline: the burst's rows in one location, one tailer, no readers -----------
+        b = start_cluster(work / "base", args)
+        clusters.append(b)
+        bfeed = Feed(work / "base" / "logs", ["single"], dates[:1], 1)
+        for i in range(0, burst_rows, 500_000):
+            bfeed.log(0, min(500_000, burst_rows - i))
+        bfeed.close()
+        start_tailer(b, 0, work / "base" / "logs" / "t0", args)
+        base_s = wait_published(b.port, burst_rows, 600)
+        base_rate = burst_rows / base_s
+        b.stop()
+        samples = [json.loads(line) for line in samples_path.read_text().splitlines()]
+    finally:
+        stop_sampling.set()
+        if sampler is not None and sampler.is_alive():
+            sampler.terminate()
+        if spark is not None:
+            spark.stop()
+        for cl in clusters:
+            try:
+                cl.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        if args.keep:
+            print(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    # -- analysis ----------------------------------------------------------------------------
+    good = [s for s in samples if "error" not in s]
+    sample_errors = [s["error"] for s in samples if "error" in s]
+    names = feed.location_names()
+    live = [s for s in good if t_live <= s["t"] <= t_live_end]
+    times = np.array([s["t"] for s in live])
+    logged = feed.logged_at(times)
+    pub = np.array([[s["published"].get(n, 0) for n in names] for s in live], np.int64).reshape(len(live), len(names))
+    lags = logged - pub  # per sample x location
+    worst = lags.max(axis=1) if len(live) else np.zeros(1, np.int64)
+    third = max(1, len(worst) // 3)
+    early = float(np.median(worst[: 2 * third])) if len(worst) else 0.0
+    late_median = float(np.median(worst[2 * third:])) if len(worst) > 2 * third else early
+    lag_limit = early + args.live_rate / streams
+    bounded = late_median <= lag_limit and drain_s < 5.0 and complete
+    all_lags = lags.ravel() if lags.size else np.zeros(1, np.int64)
+    peak_rss = max(s["dis_rss"] for s in good)
+    peak_fds = max(s["dis_fds"] for s in good)
+    peak_handles = max(s["handles"] for s in good)
+    tailer_peak = max((max(s["tailer_rss"]) for s in good if s["tailer_rss"]), default=0)
+    buffers = streams * COLUMN_FILES * 65536
+    in_flight = streams * args.max_in_flight_bytes
+    decode = (os.cpu_count() or 1) * 3 * args.chunk_bytes
+    bound = idle_rss + buffers + args.block_cache_mib * MiB + in_flight + decode
+    live_rate = live_rows / live_s
+
+    def cpu_line(a: dict, b: dict, secs: float) -> str:
+        return ", ".join(f"{k} {(b[k] - a[k]) / secs:.2f}" for k in a)
+
+    print(f"locations={streams} ({len(ips)} internal partitions x {len(dates)} dates)  tailers={args.tailers}  "
+          f"spark={'on' if spark is not None else 'off'}  samples={len(good)} ({len(live)} live)  "
+          f"cores={os.cpu_count()}  load average at start {load_avg:.1f}, at end {os.getloadavg()[0]:.1f}")
+    print(f"burst: {burst_rows} rows logged in {log_s:.2f} s, published {burst_s:.2f} s after the tailers started: "
+          f"{burst_rate / 1e6:.2f} M rows/s; flush p99 {burst_p99 * 1000:.1f} ms over {burst_flushes} flushes")
+    print(f"live: {live_rows} rows over {live_s:.1f} s ({live_rate / 1e3:.0f} k rows/s; {late} of {ticks} writes "
+          f"late), all published {drain_s:.2f} s after the last write; flush p99 {live_p99 * 1000:.1f} ms over "
+          f"{live_flushes} flushes")
+    print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {cpu_line(cpu1, cpu2, live_s + drain_s)}")
+    print(f"lag (rows logged - published) per location, live: p50 {np.percentile(all_lags, 50):.0f}, p99 "
+          f"{np.percentile(all_lags, 99):.0f}, max {all_lags.max():.0f} (a location gets "
+          f"{args.live_rate / streams:.0f} rows/s); worst location, median over the first two thirds {early:.0f}, "
+          f"last third {late_median:.0f} (limit {lag_limit:.0f}): {'bounded' if bounded else 'NOT bounded'}; "
+          f"every location exact at the end: {complete}")
+    print(f"worst location's lag per sample ({args.sample:g} s apart): {' '.join(str(int(w)) for w in worst)}")
+    print(f"DIS RSS: idle {idle_rss / MiB:.0f} MiB, peak {peak_rss / MiB:.0f} MiB; bound {bound / MiB:.0f} MiB = idle "
+          f"+ {streams}x{COLUMN_FILES}x64 KiB buffers ({buffers / MiB:.0f}) + block cache ({args.block_cache_mib}) "
+          f"+ {streams}x{args.max_in_flight_bytes / MiB:g} MiB in flight ({in_flight / MiB:.0f}) "
+          f"+ decoding {os.cpu_count()}x3x{args.chunk_bytes / MiB:g} MiB ({decode / MiB:.0f})")
+    print(f"DIS descriptors: idle {idle_fds}, peak {peak_fds}; column-file handles peak {peak_handles:.0f} "
+          f"(max_open_files {args.max_open_files}, column files {streams * COLUMN_FILES})")
+    print(f"tailer RSS peak {tailer_peak / MiB:.0f} MiB")
+    print(f"readers: client followed {readers.rows_read} rows in {readers.reads} reads (caught up: {caught_up}); "
+          f"spark {len(readers.spark_counts)} counts during the load, final count {final_count} of {total}; "
+          f"errors {len(readers.errors) + len(sample_errors)}"
+          + (f" (first: {(readers.errors + sample_errors)[0]})" if readers.errors or sample_errors else ""))
+    print(f"baseline: {burst_rows} rows in one location, one tailer, no readers: {base_s:.2f} s, "
+          f"{base_rate / 1e6:.2f} M rows/s; load/baseline ratio {burst_rate / base_rate:.2f}")
+    emit("load", burst_rate, "rows/s", base_rate, locations=streams, tailers=args.tailers, rows=burst_rows,
+         live_rows=live_rows, live_rows_per_s=live_rate, flush_p99_ms_burst=burst_p99 * 1000,
+         flush_p99_ms_live=live_p99 * 1000, lag_p99_rows=float(np.percentile(all_lags, 99)),
+         lag_max_rows=int(all_lags.max()), lag_bounded=bool(bounded), complete=complete, drain_s=drain_s,
+         dis_rss_idle_mib=idle_rss / MiB, dis_rss_peak_mib=peak_rss / MiB, dis_rss_bound_mib=bound / MiB,
+         dis_fds_peak=peak_fds, column_handles_peak=peak_handles, max_open_files=args.max_open_files,
+         tailer_rss_peak_mib=tailer_peak / MiB, samples=len(live), client_rows_read=readers.rows_read,
+         client_caught_up=caught_up, spark_counts=len(readers.spark_counts),
+         reader_errors=len(readers.errors) + len(sample_errors),
+         spark_final_count_ok=(final_count == total) if final_count is not None else None,
+         load_average_start=load_avg)
+
+
+if __name__ == "__main__":
+    main()

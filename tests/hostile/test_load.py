@@ -1,0 +1,42 @@
+"""The load benchmark, small: 20 locations from two real tailers into a real ``dis serve`` while
+the client follows the table, with fewer column-file descriptors allowed (32) than there are column files
+(100).  Every row is published exactly (per location), the lag levels off and drains, the
+column-file descriptors stay under ``max_open_files``, and the DIS's memory stays under the
+bound derived from its configuration (bench/load.py prints the formula)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_path):
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "load.py"), "--no-spark", "--locations", "20", "--tailers", "2",
+         "--rows", "200000", "--live-seconds", "6", "--live-rate", "20000", "--max-open-files", "32",
+         "--sample", "0.25"],
+        capture_output=True, text=True, timeout=300, env={"BENCH_DIR": str(tmp_path), **_env()},
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    human = r.stdout[-3000:]
+    assert result["bench"] == "load" and result["locations"] == 20
+    assert result["complete"], human  # every location holds exactly the rows logged for it
+    assert result["lag_bounded"], human
+    assert result["column_handles_peak"] <= 32, human
+    assert result["dis_fds_peak"] <= 32 + 64, human  # column files + sockets, pipes, epoll
+    assert result["dis_rss_peak_mib"] <= result["dis_rss_bound_mib"], human
+    # the client following the table read every row exactly once while it was being written
+    assert result["client_caught_up"] and result["client_rows_read"] == result["rows"] + result["live_rows"], human
+    assert result["reader_errors"] == 0, human
+    assert result["value"] > 0 and result["baseline"] > 0
+
+
+def _env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "BENCH_DIR"}
