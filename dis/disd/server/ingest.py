@@ -42,6 +42,10 @@ class Refused(Exception):
         self.details = details
 
 
+#: how often open streams are checked for idleness and for their location failing under them
+REAP_INTERVAL_S = 0.25
+
+
 def error_status(os_errno: int | None) -> grpc.StatusCode:
     """The status a tailer gets from a location in error: RESOURCE_EXHAUSTED when the disk is
     full (ENOSPC, EDQUOT), UNAVAILABLE otherwise.  Both make the tailer reconnect with backoff;
@@ -72,6 +76,8 @@ class Session:
     idle_cancelled: bool = False
     taken_over: bool = False
     epoch: int = 0  # the location's epoch when this stream learnt its resume point
+    location: object | None = None  # the storage Location this stream feeds
+    ended_for_error: bool = False
 
 
 def end_stream(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
@@ -163,9 +169,10 @@ class SessionRegistry:
             self._pending.discard(p)
 
     def _reap(self) -> None:
-        while not self._stop.wait(min(1.0, self.idle_timeout_s / 4)):
+        while not self._stop.wait(min(REAP_INTERVAL_S, self.idle_timeout_s / 4)):
             now = time.monotonic()
             for s in self.sessions():
+                self._end_if_location_failed(s)
                 if now - s.last_message > self.idle_timeout_s and not s.idle_cancelled:
                     s.idle_cancelled = True
                     idle = round(now - s.last_message, 1)
@@ -183,6 +190,26 @@ class SessionRegistry:
                     end_stream(p.context, grpc.StatusCode.CANCELLED,
                                f"idle for {idle} s without an 'open' message (server.idle_timeout_s is "
                                f"{self.idle_timeout_s:g}): closed by the DIS")
+
+    @staticmethod
+    def _end_if_location_failed(s: Session) -> None:
+        """A stream whose location went into error, or was reopened from its checkpoint, while
+        the stream waited for data is ended now with the reason: a tailer with nothing more to
+        send would otherwise never learn that rows it had sent must be sent again."""
+        loc = s.location
+        if loc is None or s.ended_for_error:
+            return
+        if loc.in_error:
+            code, why = error_status(loc.error_errno), f"location {s.key} is in error: {loc.error}"
+        elif loc.epoch != s.epoch:
+            code, why = (grpc.StatusCode.UNAVAILABLE, f"location {s.key} was reopened from its checkpoint after an "
+                         "I/O error: reconnect and resume from its resume point")
+        else:
+            return
+        s.ended_for_error = True
+        log.warning("ingest stream ended: its location failed", location=str(s.key), tailer=s.tailer_id,
+                    code=code.name, reason=why)
+        end_stream(s.context, code, why)
 
     def close(self) -> None:
         self._stop.set()
@@ -233,6 +260,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 # whatever the previous stream left uncommitted is resent from the resume point
                 self._rollback(loc, key)
                 rp, session.epoch = loc.resume()
+                session.location = loc
             session.file_name, session.offset = rp.file_name, rp.offset
             log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
                      resume_file=rp.file_name, resume_offset=rp.offset)

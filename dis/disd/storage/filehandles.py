@@ -77,9 +77,19 @@ class TrackedFile:
             self.factory._open_fd(self, create=False)
         return self.fd  # type: ignore[return-value]
 
+    # Errors of descriptor operations name no file; each operation adds the path, so an error
+    # state says which column file the disk refused.
+    def _named(self, e: OSError) -> None:
+        if e.filename is None:
+            e.filename = self.path
+
     def size(self) -> int:
         with self.lock:
-            return self.fs.fstat(self._fd()).st_size
+            try:
+                return self.fs.fstat(self._fd()).st_size
+            except OSError as e:
+                self._named(e)
+                raise
 
     def pwrite(self, data, offset: int) -> int:  # noqa: ANN001
         """Write all of ``data`` at ``offset``; one ``pwrite`` call unless the kernel writes short."""
@@ -88,31 +98,43 @@ class TrackedFile:
             pwrite = self.fs.pwrite
             view = memoryview(data).cast("B")
             total = len(view)
-            while view:
-                n = pwrite(fd, view, offset)
-                view = view[n:]
-                offset += n
+            try:
+                while view:
+                    n = pwrite(fd, view, offset)
+                    view = view[n:]
+                    offset += n
+            except OSError as e:
+                self._named(e)
+                raise
             return total
 
     def pread(self, size: int, offset: int) -> bytes:
         with self.lock:
             fd = self._fd()
-            out = self.fs.pread(fd, size, offset)
-            if len(out) == size or not out:
-                return out
-            parts = [out]  # a short read of a regular file: keep reading until EOF
-            got = len(out)
-            while got < size:
-                more = self.fs.pread(fd, size - got, offset + got)
-                if not more:
-                    break
-                parts.append(more)
-                got += len(more)
-            return b"".join(parts)
+            try:
+                out = self.fs.pread(fd, size, offset)
+                if len(out) == size or not out:
+                    return out
+                parts = [out]  # a short read of a regular file: keep reading until EOF
+                got = len(out)
+                while got < size:
+                    more = self.fs.pread(fd, size - got, offset + got)
+                    if not more:
+                        break
+                    parts.append(more)
+                    got += len(more)
+                return b"".join(parts)
+            except OSError as e:
+                self._named(e)
+                raise
 
     def truncate(self, size: int) -> None:
         with self.lock:
-            self.fs.ftruncate(self._fd(), size)
+            try:
+                self.fs.ftruncate(self._fd(), size)
+            except OSError as e:
+                self._named(e)
+                raise
 
     def fsync(self) -> None:
         """fsync without holding the handle's lock, so appends to the file go on meanwhile."""
@@ -121,6 +143,9 @@ class TrackedFile:
             self.pins += 1
         try:
             self.fs.fsync(fd)
+        except OSError as e:
+            self._named(e)
+            raise
         finally:
             with self.lock:
                 self.pins -= 1
