@@ -18,7 +18,7 @@ from disd.historical.layout import Layout, NamespaceRoot, NamespaceType
 from disd.schema import Column, ColumnType
 from disd.spark.usertables import UserTableError
 
-from .helpers import D1, D2, TRADE, trade_rows
+from .helpers import D1, D2, TRADE, location_table, trade_rows
 
 pytestmark = pytest.mark.spark
 
@@ -138,6 +138,8 @@ def test_user_tables_splayed_and_partitioned(spark, tmp_path):
                                        sort_by=["Id"])
     assert sorted((r.value, r.rows) for r in recs) == [(D1, 3000), (D2, 2000)]
     assert (users.location_path("0", D1, "Daily")).is_symlink()
+    ids = location_table(users.location_path("0", D1, "Daily")).column("Id").to_pylist()
+    assert ids == list(range(3000))  # sort_by: in order across the location's files
     assert [l.value for l in read_index(users.index_path("Daily")).locations] == [D1, D2]
     back = read(spark, db, "Research.Daily")
     assert back.columns == ["Id", "S", "Date"]

@@ -110,7 +110,9 @@ def write_user_table(df, namespace: str, table: str, db_root: str | None = None,
     settings = settings or ParquetSettings()
     data = df.select(*[c.name for c in columns], *([partition_column] if partition_column else []))
     if sort_by:
-        data = data.sortWithinPartitions(*sort_by)
+        # The rows of each location in sort order across its files (partition column first, so
+        # Spark's partitioned writer keeps the order instead of sorting again).
+        data = data.orderBy(*([partition_column] if partition_column else []), *sort_by)
     with TableLock(ns.lock_path(table)):
         old = read_definition(ns, table)
         if old is not None and not old.same_rows_as(defn) and (partition_column is not None or mode != "replace"):
