@@ -37,10 +37,12 @@ class Recording:
     db: pathlib.Path
     engine: StorageEngine
     loc: Location
+    failures: int = 0  # times the location fell in error (and was reopened)
 
 
-def record(tmp_path: pathlib.Path, logs: Logs, seed: int) -> Recording:
-    """Ingest every log into a new database on a recording FaultyDisk (see workload.drive)."""
+def record(tmp_path: pathlib.Path, logs: Logs, seed: int, fault_rate: float = 0.0) -> Recording:
+    """Ingest every log into a new database on a recording FaultyDisk (see workload.drive;
+    ``fault_rate`` arms one-shot ENOSPC/EIO faults, each followed by a reopen)."""
     db = tmp_path / "db"
     db.mkdir()
     disk = FaultyDisk()
@@ -51,10 +53,10 @@ def record(tmp_path: pathlib.Path, logs: Logs, seed: int) -> Recording:
         disk.mark(committed=loc.committed_rows, checkpointed=loc.checkpointed_rows)
 
     mark(loc)
-    drive(loc, logs, random.Random(seed), mark)
+    failures = drive(loc, logs, random.Random(seed), mark, engine, disk, fault_rate)
     loc.flush()
     mark(loc)
-    return Recording(disk, db, engine, loc)
+    return Recording(disk, db, engine, loc, failures)
 
 
 def bounds(trace: list[Op]) -> tuple[list[int], list[int]]:

@@ -74,6 +74,21 @@ def test_power_loss_at_random_points_recovers_a_committed_prefix_and_resumes_exa
     assert len(out.recovered) >= 10 and max(out.recovered) > len(logs.expected) // 2, sorted(out.recovered)
 
 
+def test_power_loss_after_io_errors_and_reopens(tmp_path, seed):
+    """The same, on an ingestion where one-shot ENOSPC and EIO hit writes, truncates, fsyncs,
+    renames and directory fsyncs, each time followed by a reopen from the checkpoint and a
+    reconnect: a failed fsync's pages are lost for good, and still nothing committed is."""
+    logs = Logs.build(tmp_path / "logs", seed=seed % 1000, files=3, batches=150)
+    rec = record(tmp_path, logs, seed, fault_rate=0.04)
+    assert rec.loc.committed_rows == len(logs.expected) and rec.failures >= 3, rec.failures
+    out = crash_at_random_points(rec, logs, tmp_path / "work", points=300, seed=seed)
+    kinds = sorted({op.kind for op in rec.disk.trace if op.kind == "fsync_failed"})
+    print(f"{rec.failures} I/O errors and reopens; {out.points} crash points over {len(rec.disk.trace)} operations; "
+          f"{len(out.violations)} violations {kinds}")
+    assert not out.violations, (f"DIS_FAULT_SEED={seed}: {len(out.violations)} of {out.points} crash points "
+                                "violate the invariants:\n" + "\n".join(out.violations[:10]))
+
+
 # -- the test of the test: engines that break the order on purpose are caught ----------------------
 
 

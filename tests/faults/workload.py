@@ -10,17 +10,23 @@ so a table is checked from its Size column alone plus the derived columns.
 from __future__ import annotations
 
 import bisect
+import errno
+import math
 import pathlib
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from disd.binlog import FrameRun, LogFileName, decode_frames
-from disd.storage import Location, SourcePosition, StorageEngine
+from disd.storage import Location, LocationError, SourcePosition, StorageEngine
 
 from storage.test_crash import build_logs
 from storage.util import TRADE, frames, sub_run
+
+if TYPE_CHECKING:
+    from .disk import FaultyDisk
 
 
 @dataclass
@@ -67,20 +73,37 @@ class Logs:
             f, i = f + 1, 0
 
 
-def drive(loc: Location, logs: Logs, rng: random.Random, mark=None) -> None:  # noqa: ANN001
+#: operations a one-shot fault may hit in ``drive``, and its errors
+FAULT_OPS = ("pwrite", "ftruncate", "fsync", "rename", "fsync_dir")
+FAULT_ERRNOS = (errno.ENOSPC, errno.EIO)
+
+
+def drive(loc: Location, logs: Logs, rng: random.Random, mark=None, engine: StorageEngine | None = None,  # noqa: ANN001
+          disk: "FaultyDisk | None" = None, fault_rate: float = 0.0) -> int:
     """Ingest every log a few frames per call, with flushes, checkpoints and tailer reconnects
-    (rollback, then resume from the resume point) at random; ``mark(loc)`` after every step."""
+    (rollback, then resume from the resume point) at random; ``mark(loc)`` after every step.
+
+    With ``fault_rate``, a one-shot ENOSPC or EIO is armed on a random operation of ``disk``
+    before that share of the steps; when the location falls in error, the disk heals, the
+    engine's reopener runs (its backoff elapsed) and the tailer reconnects.  Returns how many
+    times the location fell in error."""
+    failures = 0
     f, i = logs.cursor(loc.resume_point)
     while f < len(logs.names):
         n = len(logs.data[logs.names[f]][1].starts)
         if i >= n:
             f, i = f + 1, 0
             continue
+        if disk is not None and not disk.faults and rng.random() < fault_rate:
+            disk.inject(rng.choice(FAULT_OPS), rng.choice(FAULT_ERRNOS), times=1)
         r = rng.random()
         if r < 0.6:
             j = min(n, i + rng.randint(1, 4))
-            logs.send(loc, f, i, j)
-            i = j
+            try:
+                logs.send(loc, f, i, j)
+                i = j
+            except LocationError:
+                pass
         elif r < 0.8:
             loc.flush()
         elif r < 0.95:
@@ -88,8 +111,19 @@ def drive(loc: Location, logs: Logs, rng: random.Random, mark=None) -> None:  # 
         else:  # the stream breaks: the Ingest service rolls back, the tailer resumes
             loc.rollback()
             f, i = logs.cursor(loc.resume_point)
+        if loc.in_error:
+            assert engine is not None and disk is not None and loc.retryable, loc.error
+            failures += 1
+            disk.heal()
+            if mark is not None:
+                mark(loc)
+            assert engine.reopen_due(now=math.inf) == 1, loc.error
+            f, i = logs.cursor(loc.resume_point)
+        elif disk is not None and disk.faults and disk.faults[0].exhausted():
+            disk.heal()  # the fault hit an operation whose failure was not the location's
         if mark is not None:
             mark(loc)
+    return failures
 
 
 def mismatch(loc: Location, expected: np.ndarray) -> str | None:
