@@ -92,6 +92,8 @@ class DisConfig:
     block_size_bytes: int = 65536
     max_open_files: int = 512
     block_cache_bytes: int = 256 << 20
+    io_retry_initial_ms: int = 1000  # a location in error after an I/O error is reopened after this,
+    io_retry_max_ms: int = 60000     # then after twice as long each time, up to this
     import_default: ImportSettings = field(default_factory=ImportSettings)
     import_tables: dict[str, ImportSettings] = field(default_factory=dict)
     max_workers: int = 256
@@ -162,6 +164,11 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
     )
     cfg.max_open_files = st.get("max_open_files", int, cfg.max_open_files, _min(16))
     cfg.block_cache_bytes = st.get("block_cache_bytes", int, cfg.block_cache_bytes, _min(0))
+    cfg.io_retry_initial_ms = st.get("io_retry_initial_ms", int, cfg.io_retry_initial_ms, _min(1))
+    cfg.io_retry_max_ms = st.get(
+        "io_retry_max_ms", int, cfg.io_retry_max_ms,
+        lambda v: None if v >= cfg.io_retry_initial_ms else "must be at least storage.io_retry_initial_ms",
+    )
     st.finish()
     imp = r.sub("import")
     cfg.import_default = _import_settings(imp.sub("default"), ImportSettings())

@@ -63,7 +63,8 @@ class DisServer:
         self.engine = StorageEngine(
             cfg.db_root,
             self.schemas,
-            StorageConfig(block_size_bytes=cfg.block_size_bytes, max_open_files=cfg.max_open_files),
+            StorageConfig(block_size_bytes=cfg.block_size_bytes, max_open_files=cfg.max_open_files,
+                          io_retry_initial_ms=cfg.io_retry_initial_ms, io_retry_max_ms=cfg.io_retry_max_ms),
             ImportConfig(cfg.import_default.flush_interval_ms, cfg.import_default.checkpoint_interval_ms),
             {k: ImportConfig(v.flush_interval_ms, v.checkpoint_interval_ms) for k, v in cfg.import_tables.items()},
         )
