@@ -34,14 +34,6 @@ def start_dis(db_root, schemas=SCHEMAS, **server):
 
     srv = DisServer(dis_config(db_root, schemas, **server))
     srv.start()
-    # DisServer registers its engine gauges in the process-wide Prometheus registry, so a second
-    # instance in the same process would collide: these tests run several, and need no gauges.
-    collector = getattr(srv, "_collector", None)
-    if collector is not None:
-        from prometheus_client import REGISTRY
-
-        REGISTRY.unregister(collector)
-        srv._collector = None
     return srv
 
 
