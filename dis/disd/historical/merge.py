@@ -39,6 +39,7 @@ from disd.historical.durable import (
     TableLock,
     current_version,
     ensure_link,
+    make_dirs,
     stage_dir,
     sweep_staging,
     switch_link,
@@ -230,7 +231,7 @@ def choose_partition(ns: NamespaceRoot, table: str, value: str, requested: str |
                              f"(there are: {', '.join(writable) or 'none'})")
         return requested
     if not writable:
-        (ns.partitions_dir / DEFAULT_INTERNAL_PARTITION).mkdir(parents=True, exist_ok=True)
+        make_dirs(ns.partitions_dir / DEFAULT_INTERNAL_PARTITION)
         ensure_link(ns.writable_dir / DEFAULT_INTERNAL_PARTITION, f"../{ns.partitions_dir.name}/"
                     f"{DEFAULT_INTERNAL_PARTITION}")
         return DEFAULT_INTERNAL_PARTITION
@@ -238,7 +239,7 @@ def choose_partition(ns: NamespaceRoot, table: str, value: str, requested: str |
     return max(writable, key=lambda n: (free[n], -writable.index(n)))
 
 
-def _same(parent, table: str, version: str, identity: str):  # noqa: ANN001, ANN202
+def _same(parent, version: str, identity: str):  # noqa: ANN001, ANN202
     try:
         rec = read_manifest(parent / version)
     except MetadataIndexError:
@@ -253,7 +254,7 @@ def find_merged(parent, table: str, identity: str):  # noqa: ANN001, ANN201
     ("unchanged"), else a complete one a killed merge did not link ("relinked", now linked)."""
     cur = current_version(parent, table)
     if cur is not None:
-        rec = _same(parent, table, cur, identity)
+        rec = _same(parent, cur, identity)
         if rec is not None:
             return "unchanged", rec
     prefix = f".{table}.v"
@@ -265,7 +266,7 @@ def find_merged(parent, table: str, identity: str):  # noqa: ANN001, ANN201
     for name in names:
         if name == cur:
             continue
-        rec = _same(parent, table, name, identity)
+        rec = _same(parent, name, identity)
         if rec is not None:
             switch_link(parent, table, name)
             return "relinked", rec
