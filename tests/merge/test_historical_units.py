@@ -295,3 +295,26 @@ def test_discovery_of_metadata_and_flat_layouts(tmp_path):
     d = TableDefinition("Flat", "Trade", NamespaceType.SYSTEM, TRADE.columns, None, Layout.PARQUET_FLAT)
     assert [pathlib.Path(f.path).name for f in table_files(flat, d)] == ["f0.parquet", "f1.parquet", "f2.parquet"]
     assert np.sum([f.rows for f in table_files(flat, d)]) == 30
+
+
+def test_one_writer_per_table(tmp_path):
+    """A second writer of the same table waits for the first (flock on separate descriptors)."""
+    import threading
+
+    from disd.historical.durable import TableLock
+
+    ns = NamespaceRoot.system(tmp_path, "Market")
+    got = threading.Event()
+    with TableLock(ns.lock_path("Trade")):
+        with TableLock(ns.lock_path("Quote")):  # another table: no wait
+            pass
+
+        def second() -> None:
+            with TableLock(ns.lock_path("Trade")):
+                got.set()
+
+        t = threading.Thread(target=second)
+        t.start()
+        assert not got.wait(0.3)  # blocked while the first holds the lock
+    assert got.wait(5)
+    t.join()
