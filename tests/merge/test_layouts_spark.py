@@ -153,6 +153,13 @@ def test_user_tables_splayed_and_partitioned(spark, tmp_path):
     leftovers = [n for _, dirs, files in os.walk(users.path) for n in dirs + files if ".tmp-" in n]
     assert leftovers == []
 
+    spark.conf.set("spark.dis.dbRoot", str(db))  # write_user_table(df, ns, table): the root from the session
+    try:
+        disd.spark.write_user_table(spark.range(3).selectExpr("id as Id"), "Research", "Tiny")
+    finally:
+        spark.conf.unset("spark.dis.dbRoot")
+    assert read(spark, db, "Research.Tiny").count() == 3
+
     with pytest.raises(UserTableError, match="decimal"):
         disd.spark.write_user_table(spark.range(3).selectExpr("cast(id as decimal(10,2)) as D"), "Research", "Bad",
                                     db_root=str(db))
