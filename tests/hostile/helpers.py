@@ -180,7 +180,7 @@ class DisProcess:
     """``dis serve`` as a subprocess: the thing whose survival, memory and descriptors the
     hostile tests measure."""
 
-    def __init__(self, tmp: pathlib.Path, **server) -> None:
+    def __init__(self, tmp: pathlib.Path, storage: dict | None = None, **server) -> None:
         self.tmp = tmp
         self.port = free_port()
         cfg = write_dis_config(tmp, self.port)
@@ -188,6 +188,9 @@ class DisProcess:
 
         data = yaml.safe_load(cfg.read_text())
         data["server"].update(server)
+        if storage:
+            data["storage"] = storage
+        self.metrics_port = data["server"]["metrics_port"]
         data["import"] = {"default": {"flush_interval_ms": 20, "checkpoint_interval_ms": 500}}
         cfg.write_text(yaml.safe_dump(data))
         self.config = cfg
