@@ -188,7 +188,9 @@ def test_fuzzed_ingest_streams_end_with_clear_statuses_and_the_dis_stays_up(dis,
     assert dis.healthy()
     rss0 = dis.rss()
 
-    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+    # derandomized: the same 400 streams every run, so the coverage checks below (refusals for
+    # content were reached, not only refusals at the opening) cannot fail by the luck of a draw
+    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(opening=_open, actions=st.lists(_action, max_size=8))
     def one_stream(opening, actions):
         code, details = _drive(ch, logs, opening, actions, acks)
