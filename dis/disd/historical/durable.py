@@ -25,6 +25,8 @@ import time
 import uuid
 from typing import Iterable
 
+from disd.storage import fsio
+
 STAGING_MARK = ".tmp-"
 LINK_MARK = ".link-"
 VERSION_MARK = ".v"
@@ -35,41 +37,26 @@ class PublishError(Exception):
 
 
 def fsync_path(path: str | os.PathLike[str], directory: bool = False) -> None:
-    flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
-    fd = os.open(path, flags)
+    """fsync a file, or (``directory``) a directory's entries."""
+    if directory:
+        fsio.fsync_dir(path)
+        return
+    fd = fsio.OS.open(str(path), os.O_RDONLY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        fsio.OS.fsync(fd)
     finally:
-        os.close(fd)
+        fsio.OS.close(fd)
 
 
 def make_dirs(path: pathlib.Path) -> None:
-    """``mkdir -p`` that fsyncs each parent whose entry it created (a new directory survives a
-    crash only once its parent's entry is on disk)."""
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir()
-        except FileExistsError:
-            continue
-        fsync_path(d.parent, directory=True)
+    """``mkdir -p`` that fsyncs each parent whose entry it created (``disd.storage.fsio``'s)."""
+    fsio.make_dirs(fsio.OS, str(path))
 
 
 def write_atomic(path: pathlib.Path, data: bytes) -> None:
     make_dirs(path.parent)
     tmp = path.parent / f".{path.name}{STAGING_MARK}{uuid.uuid4().hex[:12]}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsio.write_file(fsio.OS, str(tmp), data)
     os.rename(tmp, path)
     fsync_path(path.parent, directory=True)
 
