@@ -25,6 +25,7 @@ from typing import Any
 import crc32c as _crc32c
 
 from disd.binlog.format import crc32c
+from disd.records import RecordFormat
 from disd.historical.durable import write_atomic
 
 MANIFEST_NAME = "_dis_manifest.json"
@@ -36,6 +37,9 @@ CHUNK = 8 << 20
 
 class MetadataIndexError(Exception):
     """An index or manifest that cannot be trusted (damaged, unknown version)."""
+
+
+RECORD = RecordFormat(MAGIC_WORD, VERSION, "metadata index", "index", MetadataIndexError)
 
 
 @dataclass(frozen=True)
@@ -149,27 +153,15 @@ class TableIndex:
         return replace(self, locations=tuple(locs))
 
     def to_bytes(self) -> bytes:
-        body = json.dumps({
+        return RECORD.encode({
             "namespace": self.namespace, "table": self.table, "partition_column": self.partition_column,
             "locations": [l.to_dict() for l in self.locations],
-        }, sort_keys=True, separators=(",", ":")).encode()
-        return MAGIC.encode() + b"\n" + body + b"\n" + f"crc32c {crc32c(body):08x}\n".encode()
+        })
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> "TableIndex":
-        lines = data.split(b"\n")
-        first = lines[0].decode("ascii", errors="replace")
-        if not first.startswith(MAGIC_WORD + " "):
-            raise MetadataIndexError(f"{where}: not a metadata index (first line is not '{MAGIC}')")
-        if first != MAGIC:
-            raise MetadataIndexError(f"{where}: unsupported index version {first[len(MAGIC_WORD) + 1:]!r} (reads {VERSION})")
-        if len(lines) != 4 or lines[3] != b"":
-            raise MetadataIndexError(f"{where}: index truncated or with extra lines")
-        body, crc_line = lines[1], lines[2]
-        if crc_line != f"crc32c {crc32c(body):08x}".encode():
-            raise MetadataIndexError(f"{where}: index checksum mismatch")
+        d = RECORD.decode(data, where)
         try:
-            d = json.loads(body)
             return cls(str(d["namespace"]), str(d["table"]), d.get("partition_column"),
                        tuple(LocationRecord.from_dict(l) for l in d["locations"]))
         except (KeyError, TypeError, ValueError) as e:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from disd.binlog.format import crc32c
+from disd.records import RecordFormat
 from disd.storage.fsio import OS, FileSystem, read_file, write_file
 from disd.storage.fsio import fsync_dir as fsync_dir  # noqa: F401 - used by disd.server.status
 
@@ -40,6 +40,9 @@ MAX_RECORD_BYTES = 1 << 20
 
 class CheckpointError(Exception):
     """table.size exists but cannot be trusted (damaged, unknown version, unreadable)."""
+
+
+RECORD = RecordFormat(MAGIC_WORD, VERSION, "checkpoint record", "checkpoint format", CheckpointError)
 
 
 @dataclass(frozen=True)
@@ -74,25 +77,12 @@ class CheckpointRecord:
         }
 
     def to_bytes(self) -> bytes:
-        body = json.dumps(self.body(), sort_keys=True, separators=(",", ":")).encode()
-        return MAGIC.encode() + b"\n" + body + b"\n" + f"crc32c {crc32c(body):08x}\n".encode()
+        return RECORD.encode(self.body())
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str = FILE_NAME) -> "CheckpointRecord":
-        lines = data.split(b"\n")
-        first = lines[0].decode("ascii", errors="replace")
-        if not first.startswith(MAGIC_WORD + " "):
-            raise CheckpointError(f"{path}: not a checkpoint record (first line is not '{MAGIC}')")
-        if first != MAGIC:
-            raise CheckpointError(f"{path}: unsupported checkpoint format version {first[len(MAGIC_WORD) + 1:]!r} "
-                                  f"(this DIS reads version {VERSION})")
-        if len(lines) != 4 or lines[3] != b"":
-            raise CheckpointError(f"{path}: checkpoint record truncated or with extra lines")
-        body, crc_line = lines[1], lines[2]
-        if not crc_line.startswith(b"crc32c ") or crc_line[7:].decode(errors="replace") != f"{crc32c(body):08x}":
-            raise CheckpointError(f"{path}: checkpoint record checksum mismatch")
+        d = RECORD.decode(data, path)
         try:
-            d = json.loads(body)
             src = d["source"]
             rec = cls(
                 rows=int(d["rows"]),
