@@ -25,7 +25,7 @@ from disd.names import InvalidNameError
 from disd.schema import TableSchema
 from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from disd.storage.checkpoint import CheckpointError, read_record
-from disd.storage.engine import location_path
+from disd.storage.engine import location_path, subdirs
 
 
 class SourceError(Exception):
@@ -124,8 +124,8 @@ def checkpointed_locations(db_root: str, schema: TableSchema, wanted=None,  # no
     now = time.time() if now is None else now
     base = os.path.join(db_root, "Intraday", schema.namespace, schema.table)
     out = []
-    for ip in _subdirs(base):
-        for value in _subdirs(os.path.join(base, ip)):
+    for ip in subdirs(base):
+        for value in subdirs(os.path.join(base, ip)):
             if wanted is not None and not wanted(value):
                 continue
             try:
@@ -165,13 +165,6 @@ def snapshot_from_files(db_root: str, schema: TableSchema, value: str, now: floa
         IntradayLocation(l.key.internal_partition, l.rows, dict(l.files),
                          bytes_past_checkpoint=l.bytes_past_checkpoint, checkpoint_age_s=l.checkpoint_age_s)
         for l in sorted(locs, key=lambda l: l.key.internal_partition)))
-
-
-def _subdirs(path: str) -> list[str]:
-    try:
-        return sorted(e.name for e in os.scandir(path) if e.is_dir())
-    except (FileNotFoundError, NotADirectoryError):
-        return []
 
 
 def _sizes(path: str) -> dict[str, int]:

@@ -91,14 +91,14 @@ class StorageEngine:
         keys: list[LocationKey] = []
         if not os.path.isdir(base):
             return keys
-        for ns in sorted(_dirs(base)):
-            for table in sorted(_dirs(os.path.join(base, ns))):
+        for ns in subdirs(base):
+            for table in subdirs(os.path.join(base, ns)):
                 if self.schemas.get(ns, table) is None:
                     self._warn_once(("table", ns, table), "location directory of an unknown table ignored",
                                     namespace=ns, table=table)
                     continue
-                for ip in sorted(_dirs(os.path.join(base, ns, table))):
-                    for cp in sorted(_dirs(os.path.join(base, ns, table, ip))):
+                for ip in subdirs(os.path.join(base, ns, table)):
+                    for cp in subdirs(os.path.join(base, ns, table, ip)):
                         try:
                             key = LocationKey(ns, table, ip, cp)
                         except InvalidNameError as e:
@@ -258,8 +258,10 @@ class StorageEngine:
         self.close()
 
 
-def _dirs(path: str) -> list[str]:
+def subdirs(path: str) -> list[str]:
+    """The names of the directories in ``path``, sorted; none when it is not a readable directory.
+    The walk of ``<db_root>/Intraday`` (here, ``dis verify``, merges reading column files)."""
     try:
-        return [e.name for e in os.scandir(path) if e.is_dir()]
+        return sorted(e.name for e in os.scandir(path) if e.is_dir())
     except OSError:
         return []

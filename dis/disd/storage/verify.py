@@ -18,7 +18,7 @@ from disd.names import InvalidNameError
 from disd.schema import ColumnType, SchemaRegistry
 from disd.storage import columns as colfmt
 from disd.storage.checkpoint import CheckpointError, read_record
-from disd.storage.engine import location_path
+from disd.storage.engine import location_path, subdirs
 
 
 def verify_location(db_root: str, key: LocationKey, schemas: SchemaRegistry) -> dict[str, Any]:
@@ -90,10 +90,10 @@ def verify_db(db_root: str, schemas_dir: str) -> dict[str, Any]:
     base = os.path.join(db_root, "Intraday")
     results = []
     if os.path.isdir(base):
-        for ns in sorted(os.listdir(base)):
-            for table in sorted(_dirs(os.path.join(base, ns))):
-                for ip in sorted(_dirs(os.path.join(base, ns, table))):
-                    for cp in sorted(_dirs(os.path.join(base, ns, table, ip))):
+        for ns in subdirs(base):
+            for table in subdirs(os.path.join(base, ns)):
+                for ip in subdirs(os.path.join(base, ns, table)):
+                    for cp in subdirs(os.path.join(base, ns, table, ip)):
                         try:
                             key = LocationKey(ns, table, ip, cp)
                         except InvalidNameError as e:
@@ -104,9 +104,3 @@ def verify_db(db_root: str, schemas_dir: str) -> dict[str, Any]:
     ok = sum(1 for r in results if r["ok"])
     return {"db_root": db_root, "locations": results, "ok_count": ok, "bad_count": len(results) - ok}
 
-
-def _dirs(path: str) -> list[str]:
-    try:
-        return [e.name for e in os.scandir(path) if e.is_dir()]
-    except OSError:
-        return []
