@@ -34,6 +34,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from disd.logs import configure_logging
     from disd.schema import SchemaError
     from disd.server.daemon import serve
+    from disd.storage.dblock import DatabaseLockedError
 
     configure_logging(json=True if args.json_logs else None)
     try:
@@ -42,6 +43,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except (ConfigError, SchemaError) as e:
         print(f"dis serve: {e}", file=sys.stderr)
         return 2
+    except DatabaseLockedError as e:
+        print(f"dis serve: {e}", file=sys.stderr)
+        return 1
     except OSError as e:  # the port is taken, the database root is not writable, ...
         print(f"dis serve: {e}", file=sys.stderr)
         return 1

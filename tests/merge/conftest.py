@@ -3,6 +3,8 @@ DIS serving two dates of Market.Trade, each in two internal partitions, all chec
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from spark.conftest import spark  # noqa: F401 - the shared local session fixture
@@ -27,6 +29,18 @@ class Dis:
 
     def stop(self) -> None:
         self.server.stop(0.5)
+
+    @contextlib.contextmanager
+    def stopped(self):  # noqa: ANN201
+        """The DIS stopped for a while (its database lock released, as for an offline writer),
+        then started again on the same root."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.server = start_dis(self.db_root)
+            self.feeder = Feeder(self.server)
+            self.address = f"127.0.0.1:{self.server.port}"
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,7 @@ from disd.historical.liveness import DEFAULT_QUIET_S, LivePartitionError, check_
 from disd.historical.publish import OutputError, finalize, publish_location, record_in_index
 from disd.names import InvalidNameError, NameKind, validate_name
 from disd.spark.parquet import ParquetSettings, write_parquet
+from disd.storage.dblock import DatabaseLockedError, lock_database
 
 Step = Callable[[str], None]
 #: Exit status of ``dis merge`` when the partition is still being written (see liveness).
@@ -294,7 +295,24 @@ def write_staging(spark, req: MergeRequest, snap: SourceSnapshot, sort_by: Seque
 
 # -- the job ------------------------------------------------------------------------------------
 def merge(spark, req: MergeRequest, on_step: Step | None = None) -> MergeResult:  # noqa: ANN001
-    """Merge one column partition (steps 1-5 of the module docstring)."""
+    """Merge one column partition (steps 1-5 of the module docstring).
+
+    Reading the column files themselves (no DIS option) takes the database root's lock for the
+    whole merge, as every offline writer of the root does (``disd.storage.dblock``): a DIS running
+    on that root refuses the merge (read through it with ``--address``), and no DIS starts on the
+    root while the merge runs."""
+    if req.source.via_dis:
+        return _merge(spark, req, on_step)
+    try:
+        lock = lock_database(req.db_root, "dis merge")
+    except DatabaseLockedError as e:
+        raise MergeError(f"cannot read the column files: {e}; while a DIS runs, merge through it "
+                         f"(--address or --routing)") from None
+    with lock:
+        return _merge(spark, req, on_step)
+
+
+def _merge(spark, req: MergeRequest, on_step: Step | None) -> MergeResult:  # noqa: ANN001
     t0 = time.perf_counter()
     step = on_step or (lambda name: None)
     snap = snapshot(req)

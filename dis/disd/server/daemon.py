@@ -9,7 +9,6 @@ accepting and end the streams, then flush and checkpoint every location, exit 0.
 from __future__ import annotations
 
 import fnmatch
-import os
 import signal
 import threading
 import time
@@ -31,6 +30,7 @@ from disd.server.blockcache import BlockCache
 from disd.server.ingest import IngestService, SessionRegistry
 from disd.server.tabledata import TableDataService
 from disd.storage import ImportConfig, StorageConfig, StorageEngine
+from disd.storage.dblock import DatabaseLock, lock_database
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +51,7 @@ class DisServer:
         self._metrics_server = None
         self.health = health.HealthServicer()
         self.sessions: SessionRegistry | None = None
+        self.db_lock: DatabaseLock | None = None
         self.started = time.time()
 
     def routed(self, namespace: str, table: str) -> bool:
@@ -58,8 +59,16 @@ class DisServer:
         return pats is None or any(fnmatch.fnmatchcase(f"{namespace}.{table}", p) for p in pats)
 
     def start(self) -> int:
+        # Before anything touches the column files: a second DIS on this root is refused here.
+        self.db_lock = lock_database(self.config.db_root, "dis serve")
+        try:
+            return self._start()
+        except BaseException:
+            self.stop(0)  # checkpoint what was opened, release the lock
+            raise
+
+    def _start(self) -> int:
         cfg = self.config
-        os.makedirs(cfg.db_root, exist_ok=True)
         self.engine = StorageEngine(
             cfg.db_root,
             self.schemas,
@@ -108,7 +117,6 @@ class DisServer:
         except RuntimeError:  # grpc's way of saying the bind failed
             self.port = 0
         if not self.port:
-            self.stop(0)  # the engine is open: checkpoint and close it before giving up
             raise OSError(f"cannot listen on {address} (in use, or not permitted)")
         self.server.start()
         for name in ("", *SERVICE_NAMES):
@@ -122,7 +130,6 @@ class DisServer:
             try:
                 srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host, registry=registry)
             except OSError as e:
-                self.stop(0)
                 raise OSError(f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {e.strerror or e}") from None
             self._metrics_server = srv
             self.metrics_port = srv.server_address[1]
@@ -154,6 +161,9 @@ class DisServer:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
             self._metrics_server = None
+        if self.db_lock is not None:
+            self.db_lock.release()  # last: the column files are checkpointed and closed
+            self.db_lock = None
         log.info("dis stopped")
 
 
