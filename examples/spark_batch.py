@@ -5,9 +5,8 @@
         --address 127.0.0.1:22021 --date 2026-11-22
 
 Copy it and change the query.  Notes (docs/spark.md has the rest):
-* ``disd.spark.session()`` turns on ``spark.sql.python.filterPushdown.enabled``, so the WHERE on
-  the partition column (``Date``) skips every other day's locations; with your own session set
-  that option too, or prune with ``.option("partitions", "2026-11-22")``.
+* ``.option("partitions", "2026-11-22")`` skips every other day's locations; a WHERE on ``Date``
+  gives the same rows but reads every location first (docs/spark.md, Partition pruning).
 * ``.option("columns", ...)`` fetches only the listed columns (Spark does not tell Python sources
   which columns a query uses).
 * Call ``load()`` for each query: a loaded DataFrame keeps the scan Spark planned first.
@@ -39,9 +38,9 @@ def main() -> None:
               .option("namespace", args.namespace).option("table", args.table)
               .option("columns", "Sym,Price,Size,Timestamp,Date"))
     reader = reader.option("routing", args.routing) if args.routing else reader.option("address", args.address)
-    trades = reader.load()
     if args.date:
-        trades = trades.where(F.col("Date") == args.date)  # pushed down: other days are never read
+        reader = reader.option("partitions", args.date)  # other days' locations are never read
+    trades = reader.load()
 
     stats = (trades.groupBy("Date", "Sym")
              .agg(F.count("*").alias("trades"),

@@ -8,19 +8,6 @@ import pickle
 import numpy as np
 import pyarrow as pa
 import pytest
-from pyspark.sql.datasource import (
-    EqualNullSafe,
-    EqualTo,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    IsNotNull,
-    IsNull,
-    LessThan,
-    LessThanOrEqual,
-    Not,
-    StringStartsWith,
-)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -172,35 +159,10 @@ def test_only_partition_column():
 DATES = ["2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24"]
 
 
-@pytest.mark.parametrize("f, expect", [
-    (EqualTo(("Date",), "2026-11-22"), ["2026-11-22"]),
-    (EqualNullSafe(("Date",), "2026-11-22"), ["2026-11-22"]),
-    (EqualNullSafe(("Date",), None), []),
-    (In(("Date",), ("2026-11-21", "2026-11-24", "1999-01-01")), ["2026-11-21", "2026-11-24"]),
-    (GreaterThan(("Date",), "2026-11-22"), ["2026-11-23", "2026-11-24"]),
-    (GreaterThanOrEqual(("Date",), "2026-11-22"), DATES[1:]),
-    (LessThan(("Date",), "2026-11-22"), ["2026-11-21"]),
-    (LessThanOrEqual(("Date",), "2026-11-22"), DATES[:2]),
-    (Not(EqualTo(("Date",), "2026-11-22")), ["2026-11-21", "2026-11-23", "2026-11-24"]),
-    (Not(In(("Date",), ("2026-11-21", "2026-11-22"))), DATES[2:]),
-    (StringStartsWith(("date",), "2026-11-2"), DATES),
-    (IsNull(("Date",)), []),
-    (IsNotNull(("Date",)), DATES),
-])
-def test_partition_filters_are_taken_over(f, expect):
-    pf = PartitionFilter("Date")
-    assert pf.push([f]) == []
-    assert pf.select(DATES) == expect
-
-
-def test_other_filters_are_returned_to_spark():
-    pf = PartitionFilter("Date", frozenset(["2026-11-22", "2026-11-23"]))
-    others = [EqualTo(("Sym",), "AAPL"), GreaterThan(("Date",), 5), In(("Date",), ("a", None)),
-              Not(GreaterThan(("Price",), 1.0))]
-    mine = GreaterThanOrEqual(("Date",), "2026-11-23")
-    rest = pf.push(others[:2] + [mine] + others[2:])
-    assert rest == others and all(a is b for a, b in zip(rest, others))
-    assert pf.select(DATES) == ["2026-11-23"]  # the option and the filter, both
+def test_the_partitions_option_selects_locations():
+    assert PartitionFilter("Date").select(DATES) == DATES
+    assert PartitionFilter("Date", frozenset(["2026-11-22", "1999-01-01"])).select(DATES) == ["2026-11-22"]
+    assert PartitionFilter("Date", frozenset()).select(DATES) == []
 
 
 # -- planning -----------------------------------------------------------------------------------

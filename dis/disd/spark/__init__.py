@@ -17,7 +17,7 @@ import sys
 from typing import Mapping
 
 from disd.spark.errors import DisSourceError
-from disd.spark.source import PUSHDOWN_CONF, DisDataSource
+from disd.spark.source import DisDataSource
 
 __all__ = ["DisDataSource", "DisSourceError", "SESSION_CONF", "register", "session", "write_user_table"]
 
@@ -30,10 +30,8 @@ def write_user_table(df, namespace: str, table: str, **kwargs):  # noqa: ANN001,
     return write(df, namespace, table, **kwargs)
 
 
-#: The settings ``session()`` applies; a session you build yourself should have the first one
-#: for WHERE clauses on the partition column to prune locations.
+#: The settings ``session()`` applies.
 SESSION_CONF: dict[str, str] = {
-    PUSHDOWN_CONF: "true",  # hand filters to the source (partition pruning)
     "spark.sql.session.timeZone": "UTC",  # show DIS timestamps (UTC) as they are
 }
 
@@ -45,7 +43,7 @@ def register(spark) -> None:  # noqa: ANN001 - pyspark.sql.SparkSession
 
 def session(master: str | None = None, app_name: str = "dis", conf: Mapping[str, str] | None = None):  # noqa: ANN201
     """A SparkSession (``local[*]`` unless ``master`` or an existing session says otherwise)
-    with filter pushdown on, UTC session time, the worker Python set to this interpreter, and the
+    with UTC session time, the worker Python set to this interpreter, and the
     ``dis`` source registered.  ``conf`` adds or overrides settings."""
     from pyspark.sql import SparkSession
 

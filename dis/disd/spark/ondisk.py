@@ -241,9 +241,8 @@ class OnDiskSource:
                                      f"(columns: {', '.join(r.default_columns)})")
         return spark_schema(r.table(), tuple(cols))
 
-    def reader(self, schema: StructType, pushdown: bool) -> DataSourceReader:
-        cls = OnDiskPushdownReader if pushdown else OnDiskReader
-        return cls(self.o, schema)
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return OnDiskReader(self.o, schema)
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -309,15 +308,6 @@ class OnDiskReader(DataSourceReader):
         if isinstance(partition, HistoricalInputPartition):
             return read_historical(partition)
         return read_partition(partition)
-
-
-class OnDiskPushdownReader(OnDiskReader):
-    """The same scan, also taking over filters on the partition column."""
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
-        if not self.resolved.partitioned:
-            return iter(filters)
-        return iter(self.partition_filter.push(filters))
 
 
 def file_snapshots(db_root: str, table, wanted=None) -> list:  # noqa: ANN001

@@ -10,22 +10,22 @@ Where each method runs (Spark 4.x Python Data Source API):
   partition, which carries the DIS address, location key, row range, file sizes, columns, table
   schema JSON and security settings.  No client or channel is ever pickled.
 
-Filter pushdown: ``pushFilters`` is only called when ``spark.sql.python.filterPushdown.enabled``
-is true, and Spark refuses to plan a reader that overrides it when the setting is false.  Python
-workers cannot read the session's SQL conf, so ``reader()`` looks at which Spark worker is
-calling it (the pushdown planner or the plain one) and returns ``DisPushdownReader`` or the plain
-``DisBatchReader``: a user's own session works either way, unpruned or pruned by the
-``partitions`` option, and pruned by WHERE clauses when the setting is on.
+Filters: the source takes over none of Spark's WHERE filters; Spark applies them to the rows it
+reads, and the ``partitions`` option prunes locations explicitly.  Taking over partition filters
+would prune per query only in appearance: Spark 4.x keeps the read a Python source planned for a
+filtered query on the loaded DataFrame (``PythonDataSourceV2.setReadInfo``) and reuses it for the
+next query on that DataFrame that has no pushable filter, so ``df.where("Date = 'x'").count()``
+followed by ``df.count()`` would count day x twice.  A Python source has no hook that tells it a
+plan is being reused, so it must not prune by filters at all.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -41,9 +41,6 @@ from disd.spark.filters import PartitionFilter
 from disd.spark.options import SourceOptions, parse_options
 from disd.spark.plan import Range, ReadSpec, plan_partitions
 from disd.spark.read import read_partition
-
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-
 
 # -- connecting ---------------------------------------------------------------------------------
 def _connect(o: SourceOptions):  # noqa: ANN202 - disd.client.Client
@@ -96,27 +93,6 @@ def offset_key(key) -> str:  # noqa: ANN001 - LocationKey
     return f"{key.internal_partition}/{key.column_partition}"
 
 
-def pushdown_enabled() -> bool:
-    """Whether the reader being created will be offered filters (see the module docstring)."""
-    f = sys._getframe(1)
-    while f is not None:
-        name = f.f_code.co_filename.replace("\\", "/")
-        if name.endswith("/data_source_pushdown_filters.py"):
-            return True
-        if name.endswith("/plan_data_source_read.py"):
-            return False
-        f = f.f_back
-    try:  # not in a Spark planning worker (a direct call): the active session's setting
-        from pyspark.sql import SparkSession
-
-        s = SparkSession.getActiveSession()
-        if s is not None:
-            return str(s.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
-    except Exception:  # noqa: BLE001
-        pass
-    return False
-
-
 # -- the data source ----------------------------------------------------------------------------
 class DisDataSource(DataSource):
     """``spark.read.format("dis")`` and ``spark.readStream.format("dis")``; see docs/spark.md."""
@@ -144,10 +120,8 @@ class DisDataSource(DataSource):
 
         storage = storage_source(self.options)
         if storage is not None:
-            return storage.reader(schema, pushdown_enabled())
-        o = parse_options(self.options)
-        cls = DisPushdownReader if pushdown_enabled() else DisBatchReader
-        return cls(o, schema)
+            return storage.reader(schema)
+        return DisBatchReader(parse_options(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from disd.spark.ondisk import storage_source
@@ -206,7 +180,8 @@ class _Base:
 
 
 class DisBatchReader(_Base, DataSourceReader):
-    """A batch scan, pruned only by the ``partitions`` option (no ``pushFilters``)."""
+    """A batch scan, pruned only by the ``partitions`` option (no ``pushFilters``: see the module
+    docstring)."""
 
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self._setup(options, schema)
@@ -222,13 +197,6 @@ class DisBatchReader(_Base, DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
-
-
-class DisPushdownReader(DisBatchReader):
-    """A batch scan that also takes over filters on the partition column."""
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
-        return iter(self.partition_filter.push(filters))
 
 
 # -- streaming ----------------------------------------------------------------------------------
