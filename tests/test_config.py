@@ -14,8 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_the_sample_config_loads_with_its_values():
     cfg = load_dis_config(ROOT / "config" / "dis.yaml")
-    assert cfg.port == 22021 and cfg.max_open_files == 512 and cfg.block_size_bytes == 65536
-    assert (cfg.io_retry_initial_ms, cfg.io_retry_max_ms) == (1000, 60000)
+    assert cfg.port == 22021 and cfg.storage.max_open_files == 512 and cfg.storage.block_size_bytes == 65536
+    assert (cfg.storage.io_retry_initial_ms, cfg.storage.io_retry_max_ms) == (1000, 60000)
     assert cfg.import_tables["Market.Trade"].flush_interval_ms == 50
     assert cfg.import_default.checkpoint_interval_ms == 30000
 

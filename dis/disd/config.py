@@ -1,4 +1,8 @@
-"""Configuration files of the daemon (``dis serve``) and the tailer, loaded and validated here.
+"""Configuration: one dataclass per concept, with its defaults written once, and the YAML loader.
+
+``StorageConfig`` and ``ImportConfig`` are the storage engine's own options (the engine takes
+them as they are); ``DisConfig`` is ``dis serve``'s whole file and holds one of each.  The
+tailer's and the routing file's loaders read their YAML with the same ``ConfigReader``.
 
 Every error names the file and the key (``config/dis.yaml: storage.max_open_files: must be an
 integer >= 16``), and unknown keys are errors too: a typo must not silently fall back to a default.
@@ -12,14 +16,20 @@ from typing import Any, Callable
 
 import yaml
 
+from disd.errors import DisError
 
-class ConfigError(ValueError):
+
+#: Bytes per block of a column file: the unit of the storage engine's buffers and of block reads.
+DEFAULT_BLOCK_SIZE_BYTES = 65536
+
+
+class ConfigError(DisError, ValueError):
     def __init__(self, source: str, key: str, problem: str) -> None:
         super().__init__(f"{source}: {key}: {problem}")
         self.source, self.key, self.problem = source, key, problem
 
 
-class _Reader:
+class ConfigReader:
     """Walks a parsed YAML mapping, recording which keys were used."""
 
     def __init__(self, source: str, data: Any, prefix: str = "") -> None:
@@ -49,9 +59,9 @@ class _Reader:
                 raise ConfigError(self.source, self.key(name), problem)
         return v
 
-    def sub(self, name: str) -> "_Reader":
+    def sub(self, name: str) -> "ConfigReader":
         self.used.add(name)
-        return _Reader(self.source, self.data.get(name), f"{self.prefix}{name}.")
+        return ConfigReader(self.source, self.data.get(name), f"{self.prefix}{name}.")
 
     def finish(self) -> None:
         unknown = sorted(set(self.data) - self.used, key=str)
@@ -75,9 +85,22 @@ class TlsConfig:
 
 
 @dataclass
-class ImportSettings:
+class ImportConfig:
+    """How often a table's locations publish (visibility) and checkpoint (durability)."""
+
     flush_interval_ms: int = 100
     checkpoint_interval_ms: int = 30000
+
+
+@dataclass
+class StorageConfig:
+    """The storage engine's options (the ``storage`` section of ``dis.yaml``)."""
+
+    block_size_bytes: int = DEFAULT_BLOCK_SIZE_BYTES
+    max_open_files: int = 512
+    #: reopen a location in error after an I/O error after this long, then doubling up to the max
+    io_retry_initial_ms: int = 1000
+    io_retry_max_ms: int = 60000
 
 
 @dataclass
@@ -89,13 +112,10 @@ class DisConfig:
     metrics_port: int | None = 9464
     tls: TlsConfig | None = None
     token_file: str | None = None
-    block_size_bytes: int = 65536
-    max_open_files: int = 512
+    storage: StorageConfig = field(default_factory=StorageConfig)
     block_cache_bytes: int = 256 << 20
-    io_retry_initial_ms: int = 1000  # a location in error after an I/O error is reopened after this,
-    io_retry_max_ms: int = 60000     # then after twice as long each time, up to this
-    import_default: ImportSettings = field(default_factory=ImportSettings)
-    import_tables: dict[str, ImportSettings] = field(default_factory=dict)
+    import_default: ImportConfig = field(default_factory=ImportConfig)
+    import_tables: dict[str, ImportConfig] = field(default_factory=dict)
     max_workers: int = 256
     idle_timeout_s: float = 600.0
     routed_tables: list[str] | None = None  # patterns this DIS accepts ("Market.*"); None: all
@@ -117,8 +137,8 @@ def read_token(path: str, source: str) -> str:
     return tok
 
 
-def _import_settings(r: _Reader, base: ImportSettings) -> ImportSettings:
-    s = ImportSettings(
+def _import_config(r: ConfigReader, base: ImportConfig) -> ImportConfig:
+    s = ImportConfig(
         flush_interval_ms=r.get("flush_interval_ms", int, base.flush_interval_ms, _min(1)),
         checkpoint_interval_ms=r.get("checkpoint_interval_ms", int, base.checkpoint_interval_ms, _min(1)),
     )
@@ -126,7 +146,7 @@ def _import_settings(r: _Reader, base: ImportSettings) -> ImportSettings:
     return s
 
 
-def _tls(r: _Reader) -> TlsConfig | None:
+def _tls(r: ConfigReader) -> TlsConfig | None:
     if not r.data:
         return None
     cert = r.get("cert", str, None)
@@ -140,7 +160,7 @@ def _tls(r: _Reader) -> TlsConfig | None:
 
 
 def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path | None = None) -> DisConfig:
-    r = _Reader(source, data)
+    r = ConfigReader(source, data)
     cfg = DisConfig(source=source)
     cfg.db_root = r.get("db_root", str, cfg.db_root)
     cfg.schemas = r.get("schemas", str, cfg.schemas)
@@ -158,25 +178,27 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
     cfg.routed_tables = routed
     srv.finish()
     st = r.sub("storage")
-    cfg.block_size_bytes = st.get(
-        "block_size_bytes", int, cfg.block_size_bytes,
-        lambda v: None if v >= 4096 and v & (v - 1) == 0 else "must be a power of two >= 4096",
+    d = StorageConfig()
+    retry_initial = st.get("io_retry_initial_ms", int, d.io_retry_initial_ms, _min(1))
+    cfg.storage = StorageConfig(
+        block_size_bytes=st.get(
+            "block_size_bytes", int, d.block_size_bytes,
+            lambda v: None if v >= 4096 and v & (v - 1) == 0 else "must be a power of two >= 4096"),
+        max_open_files=st.get("max_open_files", int, d.max_open_files, _min(16)),
+        io_retry_initial_ms=retry_initial,
+        io_retry_max_ms=st.get(
+            "io_retry_max_ms", int, d.io_retry_max_ms,
+            lambda v: None if v >= retry_initial else "must be at least storage.io_retry_initial_ms"),
     )
-    cfg.max_open_files = st.get("max_open_files", int, cfg.max_open_files, _min(16))
     cfg.block_cache_bytes = st.get("block_cache_bytes", int, cfg.block_cache_bytes, _min(0))
-    cfg.io_retry_initial_ms = st.get("io_retry_initial_ms", int, cfg.io_retry_initial_ms, _min(1))
-    cfg.io_retry_max_ms = st.get(
-        "io_retry_max_ms", int, cfg.io_retry_max_ms,
-        lambda v: None if v >= cfg.io_retry_initial_ms else "must be at least storage.io_retry_initial_ms",
-    )
     st.finish()
     imp = r.sub("import")
-    cfg.import_default = _import_settings(imp.sub("default"), ImportSettings())
+    cfg.import_default = _import_config(imp.sub("default"), ImportConfig())
     tables = imp.sub("tables")
     for name in tables.data:
         if not isinstance(name, str) or name.count(".") != 1:
             raise ConfigError(source, f"import.tables.{name}", "must be <Namespace>.<Table>")
-        cfg.import_tables[name] = _import_settings(tables.sub(name), cfg.import_default)
+        cfg.import_tables[name] = _import_config(tables.sub(name), cfg.import_default)
     tables.finish()
     imp.finish()
     r.finish()

@@ -160,7 +160,7 @@ def test_container_configs_agree(tmp_path):
     volumes = {v.split(":")[1] for v in compose["services"]["dis"]["volumes"]}
     assert any(dis.db_root.startswith(v) for v in volumes)  # the database is on the volume
     nofile = compose["services"]["dis"]["ulimits"]["nofile"]["soft"]
-    assert nofile >= dis.max_open_files + dis.max_workers + 256
+    assert nofile >= dis.storage.max_open_files + dis.max_workers + 256
     promtool = shutil.which("promtool")
     if promtool:  # the compose Prometheus loads the repository's rules
         shutil.copy(DOCKER / "prometheus.yml", tmp_path)

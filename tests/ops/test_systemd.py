@@ -130,7 +130,7 @@ def test_dis_unit_agrees_with_its_config():
     assert _under(cfg.db_root, _writable(u)), (cfg.db_root, _writable(u))
     assert f"/var/lib/{_one(u, 'StateDirectory')}" in map(str, _writable(u))
     # every column-file descriptor the cache may hold, a socket per worker, and a margin
-    assert int(_one(u, "LimitNOFILE")) >= cfg.max_open_files + cfg.max_workers + 256
+    assert int(_one(u, "LimitNOFILE")) >= cfg.storage.max_open_files + cfg.max_workers + 256
     assert cfg.metrics_port == 9464  # what config/prometheus/prometheus.yml scrapes
 
 

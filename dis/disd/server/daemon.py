@@ -29,7 +29,7 @@ from disd.server.auth import TokenInterceptor, server_credentials
 from disd.server.blockcache import BlockCache
 from disd.server.ingest import IngestService, SessionRegistry
 from disd.server.tabledata import TableDataService
-from disd.storage import ImportConfig, StorageConfig, StorageEngine
+from disd.storage import StorageEngine
 from disd.storage.dblock import DatabaseLock, lock_database
 
 log = structlog.get_logger(__name__)
@@ -72,10 +72,9 @@ class DisServer:
         self.engine = StorageEngine(
             cfg.db_root,
             self.schemas,
-            StorageConfig(block_size_bytes=cfg.block_size_bytes, max_open_files=cfg.max_open_files,
-                          io_retry_initial_ms=cfg.io_retry_initial_ms, io_retry_max_ms=cfg.io_retry_max_ms),
-            ImportConfig(cfg.import_default.flush_interval_ms, cfg.import_default.checkpoint_interval_ms),
-            {k: ImportConfig(v.flush_interval_ms, v.checkpoint_interval_ms) for k, v in cfg.import_tables.items()},
+            cfg.storage,
+            cfg.import_default,
+            cfg.import_tables,
         )
         self.engine.start()
         self.sessions = SessionRegistry(cfg.idle_timeout_s)
@@ -100,7 +99,7 @@ class DisServer:
         cache = BlockCache(cfg.block_cache_bytes)
         dis_pb2_grpc.add_IngestServicer_to_server(IngestService(self.engine, self.sessions, self.routed), self.server)
         dis_pb2_grpc.add_TableDataServicer_to_server(
-            TableDataService(self.engine, self.sessions, cache, cfg.block_size_bytes, self.routed, self.started),
+            TableDataService(self.engine, self.sessions, cache, cfg.storage.block_size_bytes, self.routed, self.started),
             self.server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

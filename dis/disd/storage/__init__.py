@@ -4,7 +4,8 @@ See docs/storage-format.md for the on-disk layout.
 """
 
 from disd.storage.checkpoint import CheckpointError, CheckpointRecord, SourcePosition
-from disd.storage.engine import ImportConfig, StorageConfig, StorageEngine, UnknownTableError, location_path
+from disd.config import ImportConfig, StorageConfig
+from disd.storage.engine import StorageEngine, UnknownTableError, location_path
 from disd.storage.filehandles import FileIdentityError, TrackedFileHandleFactory
 from disd.storage.fsio import FileSystem, OsFileSystem
 from disd.storage.columns import decode_column, decode_table

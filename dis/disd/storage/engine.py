@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import structlog
 
 from disd import metrics
 from disd.binlog import LocationKey
+from disd.config import ImportConfig, StorageConfig
 from disd.names import InvalidNameError
 from disd.schema import SchemaRegistry
 from disd.storage.filehandles import TrackedFileHandleFactory
@@ -30,21 +30,6 @@ from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass
-class StorageConfig:
-    block_size_bytes: int = 65536
-    max_open_files: int = 512
-    #: reopen a location in error after an I/O error after this long, then doubling up to the max
-    io_retry_initial_ms: int = 1000
-    io_retry_max_ms: int = 60000
-
-
-@dataclass
-class ImportConfig:
-    flush_interval_ms: int = 100
-    checkpoint_interval_ms: int = 30000
 
 
 #: how often the reopener looks for locations due (each attempt is scheduled by its own backoff)

@@ -56,7 +56,7 @@ from disd.storage.checkpoint import (
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
 
 if TYPE_CHECKING:
-    from disd.storage.engine import ImportConfig
+    from disd.config import ImportConfig
 
 log = structlog.get_logger(__name__)
 
