@@ -18,7 +18,6 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from disd import metrics
 from disd.binlog import decode_frames
 from disd.storage import ImportConfig, Location, LocationError, StorageConfig, StorageEngine
 from disd.storage.checkpoint import read_record
@@ -104,7 +103,7 @@ def test_io_error_stops_the_location_then_it_recovers_by_itself(tmp_path, op, co
         base = loc.checkpointed_rows
         assert base > 0
         io_before = sample("dis_io_errors_total", op=op, errno=name)
-        gauge_before = metrics.PARTITIONS_IN_ERROR._value.get()
+        gauge_before = eng.in_error_count()
         failed_before = sample("dis_location_recoveries_total", result="failed")
         reopened_before = sample("dis_location_recoveries_total", result="reopened")
 
@@ -119,7 +118,7 @@ def test_io_error_stops_the_location_then_it_recovers_by_itself(tmp_path, op, co
             logs.send(loc, 1, 0, 1)
         assert ei.value.errno == code and name in str(ei.value)
         assert sample("dis_io_errors_total", op=op, errno=name) > io_before
-        assert metrics.PARTITIONS_IN_ERROR._value.get() == gauge_before + 1
+        assert eng.in_error_count() == gauge_before + 1
         # what was published stays readable, and what was checkpointed stays on disk
         assert mismatch(loc, logs.expected[: loc.published_rows]) is None
         ckpt = read_record(loc.path)
@@ -138,7 +137,7 @@ def test_io_error_stops_the_location_then_it_recovers_by_itself(tmp_path, op, co
         took = time.monotonic() - t0
         recovered = loc.committed_rows
         assert sample("dis_location_recoveries_total", result="reopened") == reopened_before + 1
-        assert metrics.PARTITIONS_IN_ERROR._value.get() == gauge_before
+        assert eng.in_error_count() == gauge_before
         assert loc.epoch == 1 and recovered == read_record(loc.path).rows == ckpt.rows
         sub, rows = _first_frame(logs, 1)
         with pytest.raises(LocationError, match="reopened"):  # a stream from before the reopen
@@ -172,7 +171,6 @@ def test_the_power_cut_catches_a_location_that_trusts_a_retried_fsync(tmp_path, 
                 return False
             self.in_error = self.retryable = False
             self.error = self.error_errno = None
-            metrics.PARTITIONS_IN_ERROR.dec()
         return True
 
     monkeypatch.setattr(Location, "reopen", trusting_reopen)

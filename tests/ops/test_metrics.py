@@ -65,6 +65,32 @@ def test_two_servers_in_one_process_each_serve_their_own_series(tmp_path):
         c.stop(0.5)
 
 
+def test_state_gauges_are_per_server(tmp_path):
+    """dis_locations, dis_partitions_in_error, dis_open_file_handles, dis_block_cache_bytes and
+    dis_subscribers describe one server: two in one process each report their own."""
+    a = DisServer(server_config(tmp_path / "a"))
+    a.start()
+    try:
+        b = DisServer(server_config(tmp_path / "b"))
+        b.start()
+        try:
+            _feed(a, tmp_path / "logs-a1", "ipA1", 7)
+            _feed(a, tmp_path / "logs-a2", "ipA2", 3)
+            _feed(b, tmp_path / "logs-b", "ipB", 5)
+            sa, sb = scrape(a.metrics_port), scrape(b.metrics_port)
+            handles_a, handles_b = a.engine.file_handles.open_count, b.engine.file_handles.open_count
+        finally:
+            b.stop(0.5)
+    finally:
+        a.stop(0.5)
+    assert (sa["dis_locations"][0].value, sb["dis_locations"][0].value) == (2, 1)
+    assert (sa["dis_open_file_handles"][0].value, sb["dis_open_file_handles"][0].value) == (handles_a, handles_b)
+    assert handles_a > handles_b > 0
+    for s in (sa, sb):
+        assert s["dis_partitions_in_error"][0].value == 0 and s["dis_subscribers"][0].value == 0
+        assert s["dis_block_cache_bytes"][0].value == 0
+
+
 def test_connected_tailer_is_reported_per_location(tmp_path):
     srv = DisServer(server_config(tmp_path))
     srv.start()

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from disd import metrics
 from disd.binlog import LocationKey, decode_frames
 from disd.schema import SchemaRegistry
 from disd.storage import (
@@ -336,16 +335,16 @@ def test_corrupt_table_size_puts_the_location_in_error(engine, tmp_path, damage,
     loc.checkpoint()
     rec_path = loc.path / FILE_NAME
     rec_path.write_bytes(damage(rec_path.read_bytes()))
-    before = metrics.PARTITIONS_IN_ERROR._value.get()
+    before = engine.in_error_count()
     eng = crash(engine)
     loc = eng.location(KEY)
     assert loc.in_error and message in loc.error, loc.error
-    assert metrics.PARTITIONS_IN_ERROR._value.get() == before + 1
+    assert eng.in_error_count() == before + 1
     with pytest.raises(LocationError):
         ingest_file(loc, p)
     assert os.path.getsize(loc.path / "Size.dat") == 40  # nothing was truncated
     eng.close()
-    assert metrics.PARTITIONS_IN_ERROR._value.get() == before
+    assert eng.in_error_count() == before
 
 
 def test_column_file_shorter_than_the_record_or_missing(engine, tmp_path):
@@ -596,11 +595,11 @@ def test_one_location_in_error_others_keep_ingesting(tmp_path):
         raise OSError(errno.EIO, "Input/output error")
 
     bad.writers["Price.dat"].handle.pwrite = eio
-    before = metrics.PARTITIONS_IN_ERROR._value.get()
+    before = eng.in_error_count()
     with pytest.raises(LocationError, match="Input/output error"):
         ingest_file(bad, p1)
     assert bad.in_error and "write failed" in bad.error
-    assert metrics.PARTITIONS_IN_ERROR._value.get() == before + 1
+    assert eng.in_error_count() == before + 1
     with pytest.raises(LocationError):
         ingest_file(bad, p1)
     ingest_file(good, p2, frames_per_call=1)
@@ -609,7 +608,7 @@ def test_one_location_in_error_others_keep_ingesting(tmp_path):
         time.sleep(0.02)
     assert good.published_rows == 20000 and read_record(good.path).rows == 20000 and not good.in_error
     eng.close()
-    assert metrics.PARTITIONS_IN_ERROR._value.get() == before
+    assert eng.in_error_count() == before
 
 
 def test_a_failing_flush_puts_only_that_location_in_error(engine, tmp_path):

@@ -52,6 +52,7 @@ class DisServer:
         self.health = health.HealthServicer()
         self.sessions: SessionRegistry | None = None
         self.db_lock: DatabaseLock | None = None
+        self.tabledata: TableDataService | None = None
         self.started = time.time()
 
     def routed(self, namespace: str, table: str) -> bool:
@@ -98,10 +99,9 @@ class DisServer:
         )
         cache = BlockCache(cfg.block_cache_bytes)
         dis_pb2_grpc.add_IngestServicer_to_server(IngestService(self.engine, self.sessions, self.routed), self.server)
-        dis_pb2_grpc.add_TableDataServicer_to_server(
-            TableDataService(self.engine, self.sessions, cache, cfg.storage.block_size_bytes, self.routed, self.started),
-            self.server,
-        )
+        self.tabledata = TableDataService(self.engine, self.sessions, cache, cfg.storage.block_size_bytes,
+                                          self.routed, self.started)
+        dis_pb2_grpc.add_TableDataServicer_to_server(self.tabledata, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -125,7 +125,7 @@ class DisServer:
 
             from disd.server.metrics import ServerCollector, server_registry
 
-            registry = server_registry(ServerCollector(self.engine, self.sessions, cfg.db_root))
+            registry = server_registry(ServerCollector(self.engine, self.sessions, cfg.db_root, self.tabledata))
             try:
                 srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host, registry=registry)
             except OSError as e:

@@ -1,11 +1,13 @@
-"""Prometheus metrics of the gRPC services (the storage engine's are in disd.metrics).
+"""Prometheus metrics of the gRPC services (the storage engine's counters are in
+``disd.storage.metrics``).
 
 Counters of events (chunks, rejections, block reads) are process-wide, on prometheus_client's
-default registry.  Everything that describes *one server's state* (its locations, its connected
-tailers, the disk of its database root) is computed at scrape time by a ``ServerCollector`` that
-belongs to that server and lives in that server's own registry (``server_registry``): two
-``DisServer``s in one process (tests, ``dis demo``, embedding) then never collide on the default
-registry, and each endpoint reports its own locations.
+default registry.  Everything that describes *one server's state* (its locations and those in
+error, its open column-file descriptors, its block cache and subscribers, its connected tailers,
+the disk of its database root) is computed at scrape time by a ``ServerCollector`` that belongs to
+that server and lives in that server's own registry (``server_registry``): two ``DisServer``s in
+one process (tests, ``dis demo``, embedding) then never collide on the default registry, and each
+endpoint reports its own state.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from disd.server.status import disk_usage
 
 if TYPE_CHECKING:
     from disd.server.ingest import SessionRegistry
+    from disd.server.tabledata import TableDataService
     from disd.storage import StorageEngine
 
 INGEST_CHUNKS = Counter("dis_ingest_chunks_total", "Log chunks received from tailers", ["table"])
@@ -28,11 +31,14 @@ INGEST_REJECTIONS = Counter(
 )
 BLOCK_READS = Counter("dis_block_reads_total", "ReadBlock calls served")
 BLOCK_CACHE_HITS = Counter("dis_block_cache_hits_total", "ReadBlock calls served from the block cache")
-BLOCK_CACHE_BYTES = Gauge("dis_block_cache_bytes", "Bytes held by the block cache")
-SUBSCRIBERS = Gauge("dis_subscribers", "Open Subscribe streams")
 
 #: Every series a ServerCollector produces, for the documentation and the drift tests.
 SERVER_SERIES = (
+    "dis_locations",
+    "dis_partitions_in_error",
+    "dis_open_file_handles",
+    "dis_block_cache_bytes",
+    "dis_subscribers",
     "dis_connected_tailers",
     "dis_location_tailer_connected",
     "dis_location_rows",
@@ -52,13 +58,33 @@ class ServerCollector:
     Per location (labels ``table``, ``location``): published and checkpointed rows, error state,
     whether a tailer is connected, flush and checkpoint age and the checkpoint interval (the
     stale-checkpoint alert divides one by the other).  Per server: open ingest streams and the
-    free and total bytes of the database root's filesystem.  A per-location gauge at 0 (rather
-    than an absent series) is what lets "tailer disconnected" fire for one location."""
+    free and total bytes of the database root's filesystem; its locations, those in error, open
+    column-file descriptors, block-cache bytes and open Subscribe streams.  A per-location gauge
+    at 0 (rather than an absent series) is what lets "tailer disconnected" fire for one location."""
 
-    def __init__(self, engine: "StorageEngine", sessions: "SessionRegistry", db_root: str) -> None:
+    def __init__(self, engine: "StorageEngine", sessions: "SessionRegistry", db_root: str,
+                 tabledata: "TableDataService | None" = None) -> None:
         self.engine = engine
         self.sessions = sessions
         self.db_root = db_root
+        self.tabledata = tabledata
+
+    def _server_gauges(self, locations: list) -> Iterator[Metric]:  # noqa: ANN001
+        values = [
+            ("dis_locations", "Locations open", len(locations)),
+            ("dis_partitions_in_error", "Locations in error state (not accepting rows)",
+             sum(1 for loc in locations if loc.in_error)),
+            ("dis_open_file_handles", "Column-file descriptors currently open", self.engine.file_handles.open_count),
+        ]
+        if self.tabledata is not None:
+            values += [
+                ("dis_block_cache_bytes", "Bytes held by the block cache", self.tabledata.cache.size_bytes),
+                ("dis_subscribers", "Open Subscribe streams", self.tabledata.subscribers),
+            ]
+        for name, doc, value in values:
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], value)
+            yield g
 
     def collect(self) -> Iterator[Metric]:
         lbl = ["table", "location"]
@@ -77,7 +103,9 @@ class ServerCollector:
         sessions = self.sessions.sessions()
         with_tailer = {s.key for s in sessions}
         now = time.time()
-        for loc in list(self.engine.locations()):
+        locations = list(self.engine.locations())
+        yield from self._server_gauges(locations)
+        for loc in locations:
             labels = [loc.key.table_key, str(loc.key)]
             connected.add_metric(labels, 1.0 if loc.key in with_tailer else 0.0)
             rows.add_metric(labels, loc.published_rows)

@@ -70,6 +70,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         self.block_size = block_size
         self.routed = routed
         self.started = started
+        self.subscribers = 0  # open Subscribe streams (the dis_subscribers gauge)
+        self._subscribers_lock = threading.Lock()
 
     def _matching(self, namespace: str, table: str):
         for loc in self.engine.locations():
@@ -103,7 +105,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
                 updates.push(loc)
 
         unsubscribe = self.engine.subscribe(on_change)
-        metrics.SUBSCRIBERS.inc()
+        with self._subscribers_lock:
+            self.subscribers += 1
         try:
             for loc in self._matching(request.namespace, request.table):
                 yield location_info(loc, self.block_size)
@@ -112,7 +115,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
                     yield location_info(loc, self.block_size)
         finally:
             unsubscribe()
-            metrics.SUBSCRIBERS.dec()
+            with self._subscribers_lock:
+                self.subscribers -= 1
 
     def _column_file(self, request, context):  # noqa: ANN001, ANN202
         """The location and published size of the column file a read names, or abort."""
@@ -153,7 +157,6 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         data = data[: max(0, min(bs, size - start))]
         if full and len(data) == bs:
             self.cache.put(cache_key, data)
-            metrics.BLOCK_CACHE_BYTES.set(self.cache.size_bytes)
         return data
 
     def ReadBlock(self, request, context):  # noqa: N802

@@ -20,7 +20,7 @@ from typing import Callable
 
 import structlog
 
-from disd import metrics
+from disd.storage import metrics
 from disd.binlog import LocationKey
 from disd.config import ImportConfig, StorageConfig
 from disd.names import InvalidNameError
@@ -124,9 +124,13 @@ class StorageEngine:
             loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
                            self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry)
             self._locs[key] = loc
-            metrics.LOCATIONS.set(len(self._locs))
         self._published(loc)
         return loc
+
+    def in_error_count(self) -> int:
+        """Open locations in error state (not accepting rows): the ``dis_partitions_in_error``
+        gauge of this engine's server."""
+        return sum(1 for loc in self.locations() if loc.in_error)
 
     def locations(self) -> list[Location]:
         """Every location on disk (opened now if need be) or open."""
@@ -233,7 +237,6 @@ class StorageEngine:
             loc.close()
         with self._lock:
             self._locs.clear()
-            metrics.LOCATIONS.set(0)
         self.file_handles.close_all()
 
     def __enter__(self) -> "StorageEngine":

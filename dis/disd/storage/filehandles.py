@@ -38,7 +38,7 @@ import threading
 import time
 import structlog
 
-from disd import metrics
+from disd.storage import metrics
 from disd.storage.fsio import OS, FileSystem
 
 log = structlog.get_logger(__name__)
@@ -226,7 +226,6 @@ class TrackedFileHandleFactory:
             n = len(self._handles)
             if n > self.peak_open:
                 self.peak_open = n
-            metrics.OPEN_FILE_HANDLES.set(n)
 
     def _release(self, f: TrackedFile) -> None:
         with self._lock:
@@ -234,7 +233,6 @@ class TrackedFileHandleFactory:
             if f.fd is not None:
                 fd, f.fd = f.fd, None
                 _close_quietly(self.fs, fd)
-            metrics.OPEN_FILE_HANDLES.set(len(self._handles))
 
     def _cleanup_locked(self, exclude: TrackedFile | None = None) -> int:
         """Drop closed handles, then close least-recently-opened descriptors until usage is under
@@ -263,7 +261,6 @@ class TrackedFileHandleFactory:
                 h.lock.release()
         if closed:
             self._note_reclaims(closed)
-        metrics.OPEN_FILE_HANDLES.set(len(self._handles))
         return closed
 
     def _note_reclaims(self, n: int, now: float | None = None) -> None:
@@ -324,8 +321,6 @@ class TrackedFileHandleFactory:
             with h.lock:
                 if h.pins == 0:
                     self._release(h)
-        with self._lock:
-            metrics.OPEN_FILE_HANDLES.set(len(self._handles))
 
 
 def _close_quietly(fs: FileSystem, fd: int) -> None:

@@ -20,7 +20,7 @@ import errno as errno_mod
 import os
 from typing import Protocol
 
-from disd import metrics
+from disd.storage import metrics
 
 
 class FileSystem(Protocol):

@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import structlog
 
-from disd import metrics
+from disd.storage import metrics
 from disd.binlog import DecodedRows, FrameRun, LocationKey, RowFlag
 from disd.schema import ColumnType, TableSchema
 from disd.storage import columns as colfmt
@@ -376,7 +376,6 @@ class Location:
             self.in_error = self.retryable = False
             self.error = self.error_errno = self.retry_at = self._first_error = None
             self.epoch += 1
-            metrics.PARTITIONS_IN_ERROR.dec()
             metrics.LOCATION_RECOVERIES.labels("reopened").inc()
             log.warning("location reopened from its checkpoint after an I/O error", location=str(self.key),
                         rows=self.committed_rows, resume_file=self.source.file_name, resume_offset=self.source.offset,
@@ -401,8 +400,6 @@ class Location:
             self._retry_delay = min(self._retry_delay * 2, self.io_retry.max_s)
         else:
             self.retry_at = retry_in = None
-        if first:
-            metrics.PARTITIONS_IN_ERROR.inc()
         log.error("location in error", location=str(self.key), error=message,
                   errno=fsio.errno_name(self.error_errno) if self.retryable else None,
                   reopen_in_s=retry_in)
@@ -672,8 +669,6 @@ class Location:
             self.closed = True
             for w in self.writers.values():
                 w.handle.close()
-            if self.in_error:
-                metrics.PARTITIONS_IN_ERROR.dec()
 
     def __repr__(self) -> str:
         state = f"error={self.error!r}" if self.in_error else f"rows={self.published_rows}"

@@ -1,10 +1,15 @@
-"""Prometheus metrics of the storage engine (the gRPC services' are in disd.server.metrics).
+"""Prometheus counters and histograms of the storage engine (the gRPC services' are in
+``disd.server.metrics``).
 
-All on prometheus_client's default registry; names follow Prometheus conventions: the ``dis_``
-prefix, base units (seconds, bytes), ``_total`` for counters.
+Only events live here, on prometheus_client's default registry: they add up across every engine
+of a process, as counters should.  Gauges of one engine's *state* (its locations, those in error,
+its open descriptors) are computed at scrape time by the owning server's collector
+(``disd.server.metrics.ServerCollector``), so two servers in one process never overwrite each
+other's.  Names follow Prometheus conventions: the ``dis_`` prefix, base units (seconds, bytes),
+``_total`` for counters.
 """
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Histogram
 
 ROWS_INGESTED = Counter("dis_rows_ingested_total", "Rows written to column files", ["table"])
 ROWS_COMMITTED = Counter("dis_rows_committed_total", "Rows committed (single rows and ended transactions)", ["table"])
@@ -25,13 +30,10 @@ CHECKPOINT_DURATION = Histogram(
     "dis_checkpoint_duration_seconds", "Time to checkpoint a location (fsyncs and table.size rename)",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0),
 )
-OPEN_FILE_HANDLES = Gauge("dis_open_file_handles", "Column-file descriptors currently open")
 HANDLE_RECLAIMS = Counter("dis_file_handle_reclaims_total", "Open column-file handles closed to stay under the limit")
 HANDLE_FAST_CYCLING = Counter(
     "dis_file_handle_fast_cycling_total", "Times 20% of max_open_files were reclaimed within 60 s"
 )
-PARTITIONS_IN_ERROR = Gauge("dis_partitions_in_error", "Locations in error state (not accepting rows)")
-LOCATIONS = Gauge("dis_locations", "Locations open")
 IO_ERRORS = Counter(
     "dis_io_errors_total", "Failed file-system operations of the storage engine, by operation and errno",
     ["op", "errno"],
