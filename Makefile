@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
+RUN_STAMP := $(VENV)/.installed
+DEPS   := pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto)
 
 .PHONY: test run install bench clean
 
@@ -10,16 +12,21 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto)
+# `make run` needs only the project itself; `make test` adds the test extra.
+$(RUN_STAMP): $(PY) $(DEPS)
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(PY) $(DEPS)
 	$(PY) -m pip install -q -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/dis demo
 
 bench: $(STAMP)

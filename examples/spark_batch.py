@@ -1,6 +1,7 @@
 """A batch Spark job over a live DIS: per-symbol trade statistics for one day.
 
-    make run                                   # or: dis serve --config config/dis.yaml (+ tailer)
+    .venv/bin/pip install -e ".[spark]"                # PySpark (the venv of `make test` has it)
+    .venv/bin/dis serve --config config/dis.yaml &    # a DIS on 127.0.0.1:22021, fed by dis-tailer
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python examples/spark_batch.py \
         --address 127.0.0.1:22021 --date 2026-11-22
 
