@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from e2e_helpers import BIN, ROOT, free_port, start_dis, wait_for, write_dis_config
 
@@ -79,3 +80,50 @@ def test_bad_config_names_the_key(tmp_path):
     p.write_text("server: {port: http}\n")
     r = run("serve", "--config", str(p))
     assert r.returncode == 2 and "server.port" in r.stderr
+
+
+def test_verify_takes_what_it_needs_from_the_config_and_refuses_what_is_missing(tmp_path):
+    cfg = write_dis_config(tmp_path, free_port())
+    elsewhere = tmp_path / "elsewhere"  # outside the repository: no config/ relative to the cwd
+    elsewhere.mkdir()
+
+    def verify(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "dis"), "verify", *args], capture_output=True, text=True, cwd=elsewhere,
+                              timeout=60)
+
+    missing = verify("--db-root", str(tmp_path / "nonexistent"), "--schemas", str(ROOT / "config/schemas"))
+    assert missing.returncode == 2 and "nonexistent does not exist" in missing.stderr
+    r = verify("--db-root", str(tmp_path))
+    assert r.returncode == 2 and "--schemas" in r.stderr and "--config" in r.stderr
+    for r in (missing, r):
+        assert "Traceback" not in r.stderr
+    bad_cfg = tmp_path / "bad.yaml"
+    bad_cfg.write_text("storage: {max_open_files: many}\n")
+    r = verify("--config", str(bad_cfg))
+    assert r.returncode == 2 and "storage.max_open_files" in r.stderr and "Traceback" not in r.stderr
+
+    dis = start_dis(tmp_path, cfg)
+    try:
+        from disd.logger import IntradayLoggerBuilder
+        from disd.tailer import Tailer, parse_tailer_config
+
+        logs = tmp_path / "logs"
+        log = (IntradayLoggerBuilder(str(ROOT / "config/schemas/Market.Trade.yaml")).set_log_dir(logs)
+               .set_internal_partition("ip1").set_column_partition_value("2026-11-22").build())
+        log.log_batch({"Sym": ["AAA", "BB", "C", "DDDD"], "Size": [1, 2, 3, 4]})
+        log.close()
+        port = yaml.safe_load(cfg.read_text())["server"]["port"]
+        with Tailer(parse_tailer_config({"dis": f"127.0.0.1:{port}", "log_dirs": [str(logs)]})) as t:
+            assert t.wait_idle(30)
+    finally:
+        assert dis.terminate() == 0
+    r = verify("--config", str(cfg), "--json")  # db_root and schemas from the DIS's own config
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["ok_count"] == 1
+    # a string offset pointing past its data file (bytes damaged in place)
+    off = next((tmp_path / "db").rglob("Sym.off"))
+    raw = bytearray(off.read_bytes())
+    raw[8:16] = (10**6).to_bytes(8, "little")
+    off.write_bytes(bytes(raw))
+    r = verify("--config", str(cfg))
+    assert r.returncode == 1 and "offset of row 1" in r.stdout and "points past Sym.dat" in r.stdout

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+from disd.errors import DisError
 
 
 def _client_args(p: argparse.ArgumentParser, routing: bool = True) -> None:
@@ -201,17 +204,55 @@ def _age(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}s"
 
 
+def verify_sources(args: argparse.Namespace) -> tuple[str, str]:
+    """The database root and schemas directory ``dis verify`` checks: the flags, else the DIS's
+    configuration (``--config``, by default ``config/dis.yaml`` when it exists).  Raises
+    ``VerifyUsageError`` naming what is missing or wrong: never a traceback for a user's slip."""
+    from disd.config import ConfigError, load_dis_config
+
+    cfg = None
+    if args.db_root is None or args.schemas is None:
+        explicit = args.config is not None
+        path = args.config or "config/dis.yaml"
+        if explicit or os.path.exists(path):
+            try:
+                cfg = load_dis_config(path)
+            except ConfigError as e:
+                raise VerifyUsageError(str(e)) from None
+    db_root = args.db_root or (cfg.db_root if cfg else None)
+    schemas = args.schemas or (cfg.schemas if cfg else None)
+    if db_root is None:
+        raise VerifyUsageError("give --db-root, or --config with the DIS's configuration")
+    if schemas is None:
+        raise VerifyUsageError("give --schemas (the DIS's schemas directory), or --config with the DIS's configuration")
+    if not os.path.isdir(db_root):
+        raise VerifyUsageError(f"database root {db_root} does not exist (or is not a directory)")
+    if not os.path.isdir(schemas):
+        raise VerifyUsageError(f"schemas directory {schemas} does not exist (or is not a directory)")
+    return db_root, schemas
+
+
+class VerifyUsageError(DisError):
+    """What ``dis verify`` was asked to check cannot be found."""
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from disd.schema import SchemaError
     from disd.storage.verify import verify_db
 
-    report = verify_db(args.db_root, args.schemas)
+    try:
+        db_root, schemas = verify_sources(args)
+        report = verify_db(db_root, schemas)
+    except (VerifyUsageError, SchemaError) as e:
+        print(f"dis verify: {e}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(report))
     else:
         for loc in report["locations"]:
             mark = "ok " if loc["ok"] else "BAD"
             print(f"{mark} {loc['location']}  rows={loc.get('rows')}  {'; '.join(loc['problems'])}")
-        print(f"{report['ok_count']} ok, {report['bad_count']} bad")
+        print(f"{report['ok_count']} ok, {report['bad_count']} bad  ({db_root}, schemas {schemas})")
     return 0 if report["bad_count"] == 0 else 1
 
 
@@ -236,7 +277,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     status.set_defaults(func=_cmd_status)
 
     verify = sub.add_parser("verify", help="check every location on disk against its checkpoint (offline)")
-    verify.add_argument("--db-root", required=True)
-    verify.add_argument("--schemas", default="config/schemas")
+    verify.add_argument("--db-root", default=None, help="the database root (default: db_root of --config)")
+    verify.add_argument("--schemas", default=None, help="the schemas directory (default: schemas of --config)")
+    verify.add_argument("--config", default=None,
+                        help="the DIS's configuration, for what --db-root/--schemas leave out (default config/dis.yaml)")
     verify.add_argument("--json", action="store_true")
     verify.set_defaults(func=_cmd_verify)

@@ -2,7 +2,8 @@
 
 For each location: table.size is present and intact, written for the current schema, every
 column file exists and holds at least the checkpointed bytes, fixed-width files hold exactly
-rows*width checkpointed bytes, and string offsets are monotonic and end at the data size.  Bytes
+rows*width checkpointed bytes, and string offsets are monotonic, never point past their data
+file and end at the data size.  Bytes
 past the checkpoint are reported (they are truncated at the next start), not counted as damage.
 """
 
@@ -74,6 +75,11 @@ def verify_location(db_root: str, key: LocationKey, schemas: SchemaRegistry) -> 
                 bad(f"{off}: checkpoint size {rec.files.get(off)} is not rows*8 = {rec.rows * 8}")
             elif rec.rows and os.path.exists(os.path.join(path, off)) and os.path.getsize(os.path.join(path, off)) >= rec.files[off]:
                 ends = np.fromfile(os.path.join(path, off), dtype="<u8", count=rec.rows) & colfmt.OFFSET_MASK
+                data_size = os.path.getsize(os.path.join(path, dat)) if os.path.exists(os.path.join(path, dat)) else 0
+                past = np.flatnonzero(ends > data_size)
+                if past.size:
+                    bad(f"{off}: offset of row {int(past[0])} ({int(ends[past[0]])}) points past {dat} "
+                        f"({data_size} bytes); {past.size} rows do")
                 if np.any(np.diff(ends.astype(np.int64)) < 0):
                     bad(f"{off}: offsets are not monotonic")
                 if int(ends[-1]) != rec.files.get(dat):
