@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import structlog
 
     from disd.config import ConfigError
-    from disd.logs import configure_logging
+    from disd.logconfig import configure_logging
     from disd.notify import Notifier, watchdog_interval_s
     from disd.tailer.config import load_tailer_config
     from disd.tailer.core import Tailer

@@ -34,7 +34,7 @@ def _connect(args: argparse.Namespace):  # noqa: ANN202
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from disd.config import ConfigError, load_dis_config
-    from disd.logs import configure_logging
+    from disd.logconfig import configure_logging
     from disd.schema import SchemaError
     from disd.server.daemon import serve
     from disd.storage.dblock import DatabaseLockedError

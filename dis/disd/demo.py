@@ -49,7 +49,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from disd.client import connect
     from disd.config import parse_dis_config
     from disd.logger import IntradayLoggerBuilder
-    from disd.logs import configure_logging
+    from disd.logconfig import configure_logging
     from disd.routing import Routing
     from disd.server.daemon import DisServer
     from disd.tailer import Tailer, TailerConfig
