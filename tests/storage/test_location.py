@@ -25,7 +25,7 @@ from disd.storage import (
 )
 from disd.storage.checkpoint import FILE_NAME, TEMP_NAME, read_record
 from disd.storage.fsio import OsFileSystem
-from disd.storage.location import plan_transactions
+from disd.storage.transactions import plan_transactions
 
 from .util import KEY, LOG, SCHEMAS, TRADE, frames, ingest_file, sub_run, trade_rows, write_log
 

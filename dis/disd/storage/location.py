@@ -41,7 +41,7 @@ import pyarrow as pa
 import structlog
 
 from disd.storage import metrics
-from disd.binlog import DecodedRows, FrameRun, LocationKey, RowFlag
+from disd.binlog import DecodedRows, FrameRun, LocationKey
 from disd.schema import ColumnType, TableSchema
 from disd.storage import columns as colfmt
 from disd.storage import fsio
@@ -53,7 +53,9 @@ from disd.storage.checkpoint import (
     remove_stale_temp,
     write_record,
 )
+from disd.storage.columnwriter import ColumnFileWriter
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
+from disd.storage.transactions import plan_transactions
 
 if TYPE_CHECKING:
     from disd.config import ImportConfig
@@ -103,125 +105,6 @@ def _retryable_cause(e: BaseException | None) -> bool:
     """The OS refused an operation (full disk, I/O error, ...): worth retrying from the
     checkpoint.  A replaced column file is damage, whatever its errno."""
     return isinstance(e, OSError) and e.errno is not None and not isinstance(e, FileIdentityError)
-
-
-class ColumnFileWriter:
-    """A column file with its block buffer.
-
-    The buffer holds the bytes between the file's on-disk end and the next multiple of the block
-    size, so every full write is one aligned block: ``[k*B, (k+1)*B)``.  Appends fill the buffer
-    and write it when it reaches the boundary; a run of appended bytes that covers whole blocks
-    is written from the caller's memory, a block per call.  ``flush`` writes a partial buffer (a
-    write may be 1 byte); the next write then completes that block.  No write exceeds the block
-    size, and each write's size is recorded in ``dis_write_size_bytes``."""
-
-    def __init__(self, handle: TrackedFile, disk_size: int, block_size: int) -> None:
-        self.handle = handle
-        self.disk_size = disk_size
-        self.block_size = block_size
-        self.buf = bytearray()
-
-    @property
-    def size(self) -> int:
-        return self.disk_size + len(self.buf)
-
-    def _write(self, data) -> None:  # noqa: ANN001
-        n = self.handle.pwrite(data, self.disk_size)
-        self.disk_size += n
-        metrics.WRITE_SIZE.observe(n)
-
-    def append(self, data) -> None:  # noqa: ANN001
-        mv = memoryview(data).cast("B")
-        bs = self.block_size
-        while len(mv):
-            limit = bs - self.disk_size % bs  # bytes from the on-disk end to the next block boundary
-            if not self.buf and len(mv) >= limit:
-                self._write(mv[:limit])
-                mv = mv[limit:]
-                continue
-            take = min(limit - len(self.buf), len(mv))
-            self.buf += mv[:take]
-            mv = mv[take:]
-            if len(self.buf) == limit:
-                full, self.buf = self.buf, bytearray()
-                self._write(full)
-
-    def flush(self) -> bool:
-        if not self.buf:
-            return False
-        data, self.buf = self.buf, bytearray()
-        self._write(data)
-        return True
-
-    def truncate_to(self, size: int) -> None:
-        """Cut the file (buffer included) back to ``size`` bytes."""
-        if size >= self.disk_size:
-            del self.buf[size - self.disk_size :]
-        else:
-            self.handle.truncate(size)
-            self.disk_size = size
-            self.buf = bytearray()
-
-
-@dataclass
-class TransactionPlan:
-    """How a batch of flags applies to a location (see docs/storage-format.md, Transactions)."""
-
-    keep: np.ndarray | None  # rows to write; None = all
-    rollback_open: bool  # the transaction open before this batch is abandoned
-    last_commit: int  # index of the batch's last committing row, -1 when none
-    open_at_end: bool  # a transaction is still open after the batch
-    abandoned: int  # transactions abandoned by a Start or SingleRow inside them
-    end_without_start: int
-
-
-def plan_transactions(flags: np.ndarray, in_txn: bool) -> TransactionPlan:
-    """Apply the flag rules to a batch in O(transactions) steps, not O(rows).
-
-    Outside a transaction every row commits by itself (SingleRow; also None and a stray End).
-    Start opens a transaction; End commits it.  A Start or SingleRow inside an open transaction
-    abandons it: its rows are rolled back and the row is then processed outside a transaction."""
-    n = len(flags)
-    starts = np.flatnonzero(flags == RowFlag.START_TRANSACTION)
-    breakers = np.flatnonzero(flags != RowFlag.NONE)
-    keep: np.ndarray | None = None
-    rollback_open = False
-    last_commit = -1
-    abandoned = end_without_start = 0
-    txn_begin = -1  # batch index where the open transaction began; -1: before this batch
-    pos = 0
-    while pos < n:
-        if in_txn:
-            i = int(np.searchsorted(breakers, pos))
-            if i == len(breakers):
-                break
-            b = int(breakers[i])
-            if flags[b] == RowFlag.END_TRANSACTION:
-                last_commit = b
-                in_txn = False
-                pos = b + 1
-            else:
-                abandoned += 1
-                if txn_begin < 0:
-                    rollback_open = True
-                if b > max(txn_begin, 0):
-                    if keep is None:
-                        keep = np.ones(n, bool)
-                    keep[max(txn_begin, 0) : b] = False
-                in_txn = False
-                pos = b
-        else:
-            i = int(np.searchsorted(starts, pos))
-            stop = int(starts[i]) if i < len(starts) else n
-            if stop > pos:
-                last_commit = stop - 1
-                end_without_start += int(np.count_nonzero(flags[pos:stop] == RowFlag.END_TRANSACTION))
-            if stop == n:
-                break
-            in_txn = True
-            txn_begin = stop
-            pos = stop + 1
-    return TransactionPlan(keep, rollback_open, last_commit, in_txn, abandoned, end_without_start)
 
 
 IMPORT_STATE_KEYS = ("transactions_abandoned", "ends_without_start", "rows_rolled_back", "restarts", "io_recoveries")

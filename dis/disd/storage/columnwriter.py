@@ -1,0 +1,69 @@
+"""A column file being appended to, with its one block buffer.
+
+Split from ``storage.location`` because the block-aligned write rule is a concept of its own
+(docs/storage-format.md, Buffers): the location decides *what* to append and when to flush; the
+writer decides *how* the bytes reach the file.
+"""
+
+from __future__ import annotations
+
+from disd.storage import metrics
+from disd.storage.filehandles import TrackedFile
+
+
+class ColumnFileWriter:
+    """A column file with its block buffer.
+
+    The buffer holds the bytes between the file's on-disk end and the next multiple of the block
+    size, so every full write is one aligned block: ``[k*B, (k+1)*B)``.  Appends fill the buffer
+    and write it when it reaches the boundary; a run of appended bytes that covers whole blocks
+    is written from the caller's memory, a block per call.  ``flush`` writes a partial buffer (a
+    write may be 1 byte); the next write then completes that block.  No write exceeds the block
+    size, and each write's size is recorded in ``dis_write_size_bytes``."""
+
+    def __init__(self, handle: TrackedFile, disk_size: int, block_size: int) -> None:
+        self.handle = handle
+        self.disk_size = disk_size
+        self.block_size = block_size
+        self.buf = bytearray()
+
+    @property
+    def size(self) -> int:
+        return self.disk_size + len(self.buf)
+
+    def _write(self, data) -> None:  # noqa: ANN001
+        n = self.handle.pwrite(data, self.disk_size)
+        self.disk_size += n
+        metrics.WRITE_SIZE.observe(n)
+
+    def append(self, data) -> None:  # noqa: ANN001
+        mv = memoryview(data).cast("B")
+        bs = self.block_size
+        while len(mv):
+            limit = bs - self.disk_size % bs  # bytes from the on-disk end to the next block boundary
+            if not self.buf and len(mv) >= limit:
+                self._write(mv[:limit])
+                mv = mv[limit:]
+                continue
+            take = min(limit - len(self.buf), len(mv))
+            self.buf += mv[:take]
+            mv = mv[take:]
+            if len(self.buf) == limit:
+                full, self.buf = self.buf, bytearray()
+                self._write(full)
+
+    def flush(self) -> bool:
+        if not self.buf:
+            return False
+        data, self.buf = self.buf, bytearray()
+        self._write(data)
+        return True
+
+    def truncate_to(self, size: int) -> None:
+        """Cut the file (buffer included) back to ``size`` bytes."""
+        if size >= self.disk_size:
+            del self.buf[size - self.disk_size :]
+        else:
+            self.handle.truncate(size)
+            self.disk_size = size
+            self.buf = bytearray()
