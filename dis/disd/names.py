@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from enum import Enum
 
+from disd.errors import DisError
+
 MAX_NAME_LENGTH = 128
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+\-]*")
 
@@ -28,7 +30,7 @@ class NameKind(str, Enum):
     COLUMN = "column"
 
 
-class InvalidNameError(ValueError):
+class InvalidNameError(DisError, ValueError):
     """A name that may not be used as a path component or log file name field."""
 
     def __init__(self, kind: NameKind | str, value: object, reason: str) -> None:

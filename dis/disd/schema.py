@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
+from disd.errors import DisError
 from disd.names import InvalidNameError, NameKind, validate_name
 
 
@@ -187,7 +188,7 @@ class TableSchema:
         return _parse_schema(json.loads(text), source)
 
 
-class SchemaError(ValueError):
+class SchemaError(DisError, ValueError):
     """A schema file that cannot be used; the message names the file, the key and the problem."""
 
     def __init__(self, source: str, key: str, problem: str) -> None:

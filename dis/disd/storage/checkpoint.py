@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from disd.errors import DisError
 from disd.records import RecordFormat
 from disd.storage.fsio import OS, FileSystem, read_file, write_file
 from disd.storage.fsio import fsync_dir as fsync_dir  # noqa: F401 - used by disd.server.status
@@ -38,7 +39,7 @@ MAGIC = f"{MAGIC_WORD} {VERSION}"
 MAX_RECORD_BYTES = 1 << 20
 
 
-class CheckpointError(Exception):
+class CheckpointError(DisError):
     """table.size exists but cannot be trusted (damaged, unknown version, unreadable)."""
 
 

@@ -20,6 +20,7 @@ from typing import Callable
 
 import structlog
 
+from disd.errors import DisError
 from disd.storage import metrics
 from disd.binlog import LocationKey
 from disd.config import ImportConfig, StorageConfig
@@ -36,7 +37,7 @@ log = structlog.get_logger(__name__)
 REOPEN_POLL_S = 0.05
 
 
-class UnknownTableError(LookupError):
+class UnknownTableError(DisError, LookupError):
     """No schema for (namespace, table)."""
 
 

@@ -38,6 +38,7 @@ import threading
 import time
 import structlog
 
+from disd.errors import DisError
 from disd.storage import metrics
 from disd.storage.fsio import OS, FileSystem
 
@@ -49,7 +50,7 @@ FAST_CYCLE_FRACTION = 0.2
 TARGET_FRACTION = 0.9
 
 
-class FileIdentityError(OSError):
+class FileIdentityError(DisError, OSError):
     """The path of a tracked file now names another file, or nothing."""
 
 

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import structlog
 
+from disd.errors import DisError
 from disd.storage import metrics
 from disd.binlog import DecodedRows, FrameRun, LocationKey
 from disd.schema import ColumnType, TableSchema
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
-class LocationError(Exception):
+class LocationError(DisError):
     """The location is in error state (or closed, or was reopened under the caller) and accepts
     no rows; the message says why.  ``errno`` is the OS error behind it, when there is one (the
     Ingest service answers ENOSPC with RESOURCE_EXHAUSTED)."""
@@ -73,7 +74,7 @@ class LocationError(Exception):
         self.errno = errno
 
 
-class _Damaged(Exception):
+class _Damaged(DisError):
     """What recovery found cannot be trusted; an operator must look (never retried)."""
 
 
