@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from disd.schema import ColumnType, TableSchema
+from disd.values import string_offsets, timestamp_ns
 
 MAGIC = b"DISBLOG\x00"
 VERSION = 1
@@ -176,7 +177,7 @@ def _as_arrow_column(values: Any, ctype: ColumnType, n: int | None) -> pa.Array:
     elif ctype is ColumnType.TIMESTAMP and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
         arr = pa.array(values.astype(np.int64)).view(pa.int64())
     elif ctype is ColumnType.TIMESTAMP and not isinstance(values, np.ndarray):
-        arr = pa.array([_ts_to_ns(v) for v in values], pa.int64())
+        arr = pa.array([timestamp_ns(v) for v in values], pa.int64())
     else:
         arr = pa.array(values)
     if ctype is ColumnType.TIMESTAMP:
@@ -194,25 +195,6 @@ def _as_arrow_column(values: Any, ctype: ColumnType, n: int | None) -> pa.Array:
     if n is not None and len(arr) != n:
         raise ValueError(f"column has {len(arr)} values, expected {n}")
     return arr
-
-
-def _ts_to_ns(v: Any) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, np.datetime64):
-        return int(v.astype("datetime64[ns]").astype(np.int64))
-    if hasattr(v, "value") and hasattr(v, "tz_localize"):  # pandas.Timestamp
-        return int(v.value)
-    import datetime as _dt
-
-    if isinstance(v, _dt.datetime):
-        if v.tzinfo is None:
-            v = v.replace(tzinfo=_dt.timezone.utc)
-        delta = v - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-        return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-    raise TypeError(f"cannot use {type(v).__name__} as a timestamp")
 
 
 def normalize_columns(schema: TableSchema, data: Any) -> list[pa.Array]:
@@ -248,10 +230,9 @@ def normalize_columns(schema: TableSchema, data: Any) -> list[pa.Array]:
 
 def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(lengths as uint32, the UTF-8 bytes in row order) of a string array; nulls are empty."""
-    bufs = arr.buffers()
-    n = len(arr)
-    offs = np.frombuffer(bufs[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset :]
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    offs = string_offsets(arr)
+    buf = arr.buffers()[2]
+    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, np.uint8)
     lens = np.diff(offs).astype(np.uint32)
     if arr.null_count:
         lens[~np.asarray(arr.is_valid())] = 0
