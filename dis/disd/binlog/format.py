@@ -21,7 +21,6 @@ Layout (all integers little-endian)::
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -476,15 +475,3 @@ def _decode_records(
             arr = pa.Array.from_buffers(c.type.arrow_type, n, [validity, data], null_count)
         columns.append(arr)
     return DecodedRows(schema, columns, flags)
-
-
-def decode_payload(payload: bytes, row_count: int, schema: TableSchema) -> DecodedRows:
-    """Decode a single frame payload (without its header)."""
-    lay = layout_for(schema)
-    rec = np.frombuffer(payload, dtype=lay.dtype, count=row_count)
-    heap = np.frombuffer(payload, dtype=np.uint8, offset=row_count * lay.row_size)
-    return _decode_records(schema, lay, rec, heap, 0)
-
-
-def header_json(header: LogHeader) -> str:
-    return json.dumps(header.schema.canonical())
