@@ -148,6 +148,22 @@ class RowLayout:
     def row_size(self) -> int:
         return self.dtype.itemsize
 
+    def payload_bytes(self, columns: Sequence[pa.Array]) -> int:
+        """At most how many payload bytes these rows encode to: their row records and the
+        string bytes their Arrow arrays span (a null that spans bytes counts them)."""
+        total = len(columns[0]) * self.row_size
+        for i in self.string_columns:
+            offs = string_offsets(columns[i])
+            total += int(offs[-1] - offs[0])
+        return total
+
+    def row_bytes(self, columns: Sequence[pa.Array]) -> np.ndarray:
+        """At most how many payload bytes each row encodes to (int64, one per row)."""
+        sizes = np.full(len(columns[0]), self.row_size, np.int64)
+        for i in self.string_columns:
+            sizes += np.diff(string_offsets(columns[i]))
+        return sizes
+
 
 _LAYOUTS: dict[str, RowLayout] = {}
 

@@ -11,9 +11,11 @@ import numpy as np
 import pyarrow as pa
 
 from disd.binlog.format import (
+    MAX_FRAME_PAYLOAD,
     CorruptLogError,
     LogHeader,
     RowFlag,
+    RowLayout,
     SchemaMismatchError,
     decode_frames,
     decode_header,
@@ -96,6 +98,37 @@ def split_points(flags: np.ndarray, max_rows: int = MAX_ROWS_PER_FRAME) -> list[
     return out
 
 
+def size_points(row_bytes: np.ndarray, limit: int = MAX_FRAME_PAYLOAD) -> list[int]:
+    """Frame boundaries that keep every frame's payload within ``limit`` bytes, given each
+    row's payload bytes: each frame takes as many rows as fit (at least one)."""
+    n = len(row_bytes)
+    cum = np.zeros(n + 1, np.int64)
+    np.cumsum(row_bytes, out=cum[1:])
+    out: list[int] = []
+    a = 0
+    while a < n:
+        b = int(np.searchsorted(cum, cum[a] + limit, side="right")) - 1
+        a = min(max(b, a + 1), n)
+        if a < n:
+            out.append(a)
+    return out
+
+
+def frame_points(layout: RowLayout, columns: Sequence[pa.Array], flags: np.ndarray,
+                 max_rows: int = MAX_ROWS_PER_FRAME) -> list[int]:
+    """Every frame boundary of a batch: where its payload would pass ``MAX_FRAME_PAYLOAD``
+    bytes (``size_points``), and within those pieces ``split_points``."""
+    if layout.payload_bytes(columns) <= MAX_FRAME_PAYLOAD:
+        return split_points(flags, max_rows)
+    bounds = [0, *size_points(layout.row_bytes(columns)), len(flags)]
+    out: list[int] = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if a:
+            out.append(a)
+        out.extend(a + p for p in split_points(flags[a:b], max_rows))
+    return out
+
+
 class BinlogWriter:
     """Appends frames to one log file.
 
@@ -136,12 +169,14 @@ class BinlogWriter:
     def write_rows(self, columns: Sequence[pa.Array], flags: np.ndarray) -> int:
         """Encode and append rows; returns the file offset after them.  One ``write`` call per
         batch, so a reader never sees a frame before its header is complete... except through a
-        torn write, which the frame checksums expose."""
+        torn write, which the frame checksums expose.  The batch is cut into frames by
+        ``frame_points``; a single row whose payload passes ``MAX_FRAME_PAYLOAD`` raises
+        ValueError."""
         flags = np.asarray(flags, dtype=np.uint8)
         n = len(flags)
         if n == 0:
             return self.offset
-        cuts = [0, *split_points(flags), n]
+        cuts = [0, *frame_points(self._layout, columns, flags), n]
         parts = []
         for a, b in zip(cuts[:-1], cuts[1:]):
             cols = [c.slice(a, b - a) for c in columns]
