@@ -318,9 +318,9 @@ def test_transactions_of_different_threads_never_interleave(tmp_path):
 
 
 def test_long_transactions_are_compacted_on_the_caller_and_written_whole(tmp_path, monkeypatch):
-    import disd.logger
+    import disd.logger.api
 
-    monkeypatch.setattr(disd.logger, "_TXN_COMPACT_ROWS", 4)
+    monkeypatch.setattr(disd.logger.api, "TXN_COMPACT_ROWS", 4)
     log = builder(TRADE, tmp_path).build()
     with log.transaction():
         for i in range(10):
