@@ -70,7 +70,8 @@ class IntradayLogger:
         lay = layout_for(self.schema)
         self._names = self.schema.column_names
         self._name_set = frozenset(self._names)
-        self._norms = [(c.name, value_normalizer(c, lay.row_size)) for c in self.schema.columns]
+        key = self.schema.key
+        self._norms = [(c.name, value_normalizer(key, c, lay.row_size)) for c in self.schema.columns]
         self._types = [c.type.arrow_type for c in self.schema.columns]
         self._sizes = RowSizeCheck(lay)
 

@@ -11,17 +11,19 @@ import numpy as np
 import pyarrow as pa
 
 from disd.binlog.format import MAX_FRAME_PAYLOAD, RowLayout
+from disd.binlog.normalize import show_value
 from disd.schema import Column, ColumnType
-from disd.values import I64_MIN, timestamp_ns
+from disd.values import I64_MIN, string_offsets, timestamp_ns
 
 
-def value_normalizer(col: Column, row_size: int) -> Callable[[Any], Any]:
-    """A function turning one user value of ``col`` into the Python value its Arrow array is
-    built from (None for null), or raising TypeError/ValueError."""
+def value_normalizer(table: str, col: Column, row_size: int) -> Callable[[Any], Any]:
+    """A function turning one user value of ``col`` of ``table`` into the Python value its Arrow
+    array is built from (None for null), or raising TypeError/ValueError naming both."""
     name, t = col.name, col.type
+    where = f"{table}: column {name} ({t.value})"
 
     def bad(v: Any, why: str = "") -> Exception:
-        return TypeError(f"column {name} ({t.value}): cannot log {type(v).__name__} {v!r}{why}")
+        return TypeError(f"{where}: cannot log {type(v).__name__} {show_value(v)}{why}")
 
     if t in (ColumnType.BYTE, ColumnType.SHORT, ColumnType.INT, ColumnType.LONG):
         bits = t.width * 8
@@ -36,7 +38,7 @@ def value_normalizer(col: Column, row_size: int) -> Callable[[Any], Any]:
                 v = int(v)
             if lo <= v <= hi:
                 return v
-            raise ValueError(f"column {name} ({t.value}): {v} is out of range [{lo}, {hi}]")
+            raise ValueError(f"{where}: {v} is out of range [{lo}, {hi}]")
 
         return norm_int
 
@@ -93,9 +95,10 @@ def value_normalizer(col: Column, row_size: int) -> Callable[[Any], Any]:
                 try:
                     n = len(v.encode())
                 except UnicodeEncodeError as e:
-                    raise ValueError(f"column {name}: not encodable as UTF-8: {e}") from None
+                    raise ValueError(f"{where}: not encodable as UTF-8: {e}") from None
                 if n > limit:
-                    raise ValueError(f"column {name}: a {n}-byte string exceeds the frame limit")
+                    raise ValueError(f"{where}: a {n}-byte string passes the frame limit of "
+                                     f"{MAX_FRAME_PAYLOAD} bytes a row ({limit} for its strings)")
             return v
 
         return norm_str
@@ -114,7 +117,7 @@ def value_normalizer(col: Column, row_size: int) -> Callable[[Any], Any]:
             else:
                 raise bad(v, " (use int ns since the epoch, datetime or numpy.datetime64)")
             if not I64_MIN <= ns < 2**63:
-                raise ValueError(f"column {name}: timestamp {ns} does not fit in 64 bits")
+                raise ValueError(f"{where}: timestamp {ns} does not fit in 64 bits")
             return ns
 
         return norm_ts
@@ -137,13 +140,21 @@ def rows_to_columns(rows: list[tuple], types: Sequence[pa.DataType]) -> list[pa.
 
 
 class RowSizeCheck:
-    """Refuses, on the caller, rows whose payload would pass the frame limit."""
+    """Refuses, on the caller, rows whose payload would pass the frame limit, naming the row's
+    largest string column."""
 
     def __init__(self, layout: RowLayout) -> None:
         self.layout = layout
+        self.table = layout.schema.key
+        self.names = layout.schema.column_names
         self.row_size = layout.row_size
         self.string_columns = layout.string_columns
         self.long_string = (MAX_FRAME_PAYLOAD - layout.row_size) // 4  # chars; beyond, count bytes
+
+    def _error(self, column: int, size: int, row: int | None) -> ValueError:
+        at = "" if row is None else f", row {row}"
+        return ValueError(f"{self.table}: column {self.names[column]} (string){at}: the row is {size} bytes, "
+                          f"over the frame limit of {MAX_FRAME_PAYLOAD} bytes")
 
     def check_row(self, tup: tuple) -> None:
         total = 0
@@ -152,12 +163,17 @@ class RowSizeCheck:
             if s is not None:
                 total += len(s)
         if total > self.long_string:
-            size = self.row_size + sum(len(tup[i].encode()) for i in self.string_columns if tup[i] is not None)
+            sizes = {i: len(tup[i].encode()) for i in self.string_columns if tup[i] is not None}
+            size = self.row_size + sum(sizes.values())
             if size > MAX_FRAME_PAYLOAD:
-                raise ValueError(f"a row of {size} bytes exceeds the frame limit of {MAX_FRAME_PAYLOAD}")
+                raise self._error(max(sizes, key=sizes.__getitem__), size, None)
 
     def check_batch(self, cols: list[pa.Array]) -> None:
         if not self.string_columns or self.layout.payload_bytes(cols) <= MAX_FRAME_PAYLOAD:
             return
-        if int(self.layout.row_bytes(cols).max()) > MAX_FRAME_PAYLOAD:
-            raise ValueError(f"a row exceeds the frame limit of {MAX_FRAME_PAYLOAD} bytes")
+        sizes = self.layout.row_bytes(cols)
+        over = np.flatnonzero(sizes > MAX_FRAME_PAYLOAD)
+        if len(over):
+            row = int(over[0])
+            lens = [int(np.diff(string_offsets(cols[i].slice(row, 1)))[0]) for i in self.string_columns]
+            raise self._error(self.string_columns[int(np.argmax(lens))], int(sizes[row]), row)
