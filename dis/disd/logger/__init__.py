@@ -25,7 +25,11 @@ Threads and the queue
     ``flush(fsync=True)`` and ``close()`` fsync, and so does every file closed by a rollover.
 
     Values are checked and converted on the calling thread, so a bad value raises from
-    ``log``/``log_batch`` itself and never reaches the writer.  Numpy arrays handed to
+    ``log``/``log_batch`` itself and never reaches the writer.  The error (TypeError or
+    ValueError) names the table and the column, and for ``log_batch`` the first offending row
+    (its index in the batch); ``log_batch`` converts whole columns and looks for that row only
+    after a conversion failed.  A char column takes one-character strings (one UTF-16 code
+    unit) or code units, a bool column booleans or the numbers 0 and 1.  Numpy arrays handed to
     ``log_batch`` are copied (Arrow would otherwise share their memory, and a caller reusing its
     buffer would change rows already logged).  If the writer thread fails (a full disk, an
     unwritable directory, a failing clock) the logger stops: every later call, and ``close()``,
