@@ -13,6 +13,7 @@ import pyarrow as pa
 from disd.binlog.format import (
     MAX_FRAME_PAYLOAD,
     CorruptLogError,
+    FrameRun,
     LogHeader,
     RowFlag,
     RowLayout,
@@ -34,7 +35,8 @@ MAX_ROWS_PER_FRAME = 65536
 
 @dataclass
 class LogContents:
-    """Every complete row of a log file."""
+    """Every complete row of a log file (with ``read_file(..., intact_only=True)``: every row
+    before its first corrupt frame, and that frame's error in ``corrupt``)."""
 
     header: LogHeader
     table: pa.Table
@@ -43,18 +45,22 @@ class LogContents:
     torn: bool  # bytes after end_offset form an incomplete frame
     frame_ends: list[int]
     frame_row_counts: list[int]
+    corrupt: CorruptLogError | None = None
 
     @property
     def schema(self) -> TableSchema:
         return self.header.schema
 
 
-def read_file(path: str | os.PathLike[str], schema: TableSchema | None = None) -> LogContents:
+def read_file(path: str | os.PathLike[str], schema: TableSchema | None = None,
+              intact_only: bool = False) -> LogContents:
     """Decode every complete row of a binary log.
 
     With ``schema`` the log's fingerprint must match it (SchemaMismatchError otherwise).  A torn
     tail is not an error: reading stops at the last complete frame and ``torn`` is set.  A
-    complete frame that fails its checksum raises CorruptLogError naming the byte offset.
+    complete frame that fails its checks raises CorruptLogError naming the byte offset; with
+    ``intact_only`` it ends the contents instead (``end_offset`` is its start) and the error is
+    returned in ``corrupt``.  A bad header always raises.
     """
     path = str(path)
     with open(path, "rb") as f:
@@ -69,14 +75,39 @@ def read_file(path: str | os.PathLike[str], schema: TableSchema | None = None) -
             f"expected {schema.fingerprint} ({schema.key})"
         )
     use = schema or header.schema
-    run = scan_frames(data, 0, use, start=header.size, path=path)
-    if run.starts:
-        rows = decode_frames(data, 0, run, use)
+    corrupt = None
+    try:
+        run = scan_frames(data, 0, use, start=header.size, path=path)
+    except CorruptLogError as e:
+        if not intact_only:
+            raise
+        corrupt = e
+        run = scan_frames(memoryview(data)[: e.offset], 0, use, start=header.size, path=path)
+    try:
+        rows = decode_frames(data, 0, run, use) if run.starts else None
+    except CorruptLogError:
+        if not intact_only:
+            raise
+        run, corrupt = _before_undecodable(data, run, use, header.size, path)
+        rows = decode_frames(data, 0, run, use) if run.starts else None
+    if rows is not None:
         table, flags = rows.to_table(), rows.flags
     else:
         table = use.arrow_schema().empty_table()
         flags = np.zeros(0, np.uint8)
-    return LogContents(header, table, flags, run.end_offset, run.torn, run.ends, run.row_counts)
+    return LogContents(header, table, flags, run.end_offset, run.torn, run.ends, run.row_counts, corrupt)
+
+
+def _before_undecodable(data: bytes, run: FrameRun, schema: TableSchema, first: int,
+                        path: str) -> tuple[FrameRun, CorruptLogError | None]:
+    """The frames of ``run`` before the first one that does not decode, and its error."""
+    for k, (s, e, r) in enumerate(zip(run.starts, run.ends, run.row_counts)):
+        try:
+            decode_frames(data, 0, FrameRun(0, [s], [e], [r], e), schema)
+        except CorruptLogError as err:
+            good = FrameRun(0, run.starts[:k], run.ends[:k], run.row_counts[:k], s if k else first)
+            return good, CorruptLogError(err.offset, err.problem, path)
+    return run, None  # pragma: no cover - a run that fails whole fails in one of its frames
 
 
 def split_points(flags: np.ndarray, max_rows: int = MAX_ROWS_PER_FRAME) -> list[int]:
