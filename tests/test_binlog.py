@@ -163,6 +163,28 @@ def test_unknown_flag_is_corruption(tmp_path, trade_schema):
         read_file(p)
 
 
+@pytest.mark.parametrize("damage", ["checksum", "flag"])
+def test_read_file_intact_only_ends_at_the_first_corrupt_frame(tmp_path, trade_schema, damage):
+    p = tmp_path / "i.bin"
+    with BinlogWriter(p, trade_schema) as w:
+        off1 = w.write_rows(normalize_columns(trade_schema, {"Size": [1, 2]}), [3, 3])
+        w.write_rows(normalize_columns(trade_schema, {"Size": [3]}), [7 if damage == "flag" else 3])
+        w.write_rows(normalize_columns(trade_schema, {"Size": [4]}), [3])
+    if damage == "checksum":
+        data = bytearray(p.read_bytes())
+        data[off1 + FRAME_HEADER_SIZE + 3] ^= 0x40
+        p.write_bytes(bytes(data))
+    with pytest.raises(CorruptLogError):
+        read_file(p)
+    got = read_file(p, intact_only=True)
+    assert got.table.column("Size").to_pylist() == [1, 2] and got.flags.tolist() == [3, 3]
+    assert got.end_offset == off1 and len(got.frame_ends) == 1
+    assert got.corrupt.offset == off1 and str(p) in str(got.corrupt)
+    with BinlogWriter(tmp_path / "ok.bin", trade_schema) as w:
+        w.write_rows(normalize_columns(trade_schema, {"Size": [1]}), [3])
+    assert read_file(tmp_path / "ok.bin", intact_only=True).corrupt is None
+
+
 def test_scan_frames_in_pieces(tmp_path, trade_schema):
     p = tmp_path / "s.bin"
     with BinlogWriter(p, trade_schema) as w:

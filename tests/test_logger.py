@@ -195,6 +195,49 @@ def test_bad_values_raise_at_the_call_and_the_logger_keeps_working(tmp_path):
     assert t.column("Size").to_pylist() == [1] and flags == [ONE]
 
 
+def test_log_batch_errors_name_the_table_the_column_and_the_row(tmp_path):
+    log = builder(ALL, tmp_path).build()
+    where = r"Test\.AllTypes: column "
+    cases = [
+        (pa.table({"Char": pa.array(["A", "B", "CD"])}), ValueError, where + r"Char \(char\), row 2: .*'CD'"),
+        ({"Char": ["A", "\U0001F600"]}, ValueError, where + r"Char \(char\), row 1: "),
+        ({"Char": np.array([65, 70000])}, ValueError, where + r"Char \(char\), row 1: .*70000"),
+        ({"Int": [1, 2, 2**31]}, ValueError, where + r"Int \(int\), row 2: .*2147483648"),
+        ({"Byte": np.array([1, 300, 2])}, ValueError, where + r"Byte \(byte\), row 1: .*300"),
+        ({"Long": [1, "x"]}, ValueError, where + r"Long \(long\), row 1: .*'x'"),
+        ({"Bool": [True, False, 2]}, ValueError, where + r"Bool \(bool\), row 2: .*2"),
+        ({"Bool": pa.array(["true", "maybe"])}, ValueError, where + r"Bool \(bool\), row 1: .*'maybe'"),
+        ({"Timestamp": [0, "noon"]}, TypeError, where + r"Timestamp \(timestamp\), row 1: .*'noon'"),
+        ({"Timestamp": pa.array([1.5])}, TypeError, where + r"Timestamp \(timestamp\), row 0: "),
+        ({"String": ["a", "b", "\ud800"]}, ValueError, where + r"String \(string\), row 2: "),
+        ({"Note": ["a"], "Int": [1, 2]}, ValueError, where + r"Int has 2 values, expected 1"),
+    ]
+    for data, kind, pattern in cases:
+        with pytest.raises(kind, match=pattern):
+            log.log_batch(data)
+    with pytest.raises(TypeError, match=where + r"Int \(int\): cannot log str '12'"):
+        log.log(Int="12")
+    # a char column takes one-character strings from pyarrow and numpy, as from log() and lists
+    log.log_batch(pa.table({"Char": pa.array(["A", "B", None, "é", "€"])}))
+    log.log_batch({"Char": pa.chunked_array([["x"], ["y"]]).slice(1)})
+    log.log_batch({"Char": np.array(["z"])})
+    log.log_batch({"Char": ["w"]})
+    log.log(Char="v")
+    log.close()
+    t, _ = read_all(log)
+    assert t.column("Char").to_pylist() == [65, 66, None, 233, 8364, ord("y"), ord("z"), ord("w"), ord("v")]
+
+
+def test_frame_limit_errors_state_the_limit_and_name_the_column_and_the_row(tmp_path):
+    log = builder(TRADE, tmp_path).build()
+    limit = rf"frame limit of {MAX_FRAME_PAYLOAD} bytes"
+    with pytest.raises(ValueError, match=rf"Market\.Trade: column Sym \(string\), row 1: .*{limit}"):
+        log.log_batch({"Sym": ["y", "x" * (MAX_FRAME_PAYLOAD + 1)]})
+    with pytest.raises(ValueError, match=rf"Market\.Trade: column Sym \(string\): .*{limit}"):
+        log.log(Sym="x" * (MAX_FRAME_PAYLOAD + 1))
+    log.close()
+
+
 def test_rows_bigger_than_a_frame_are_refused_and_big_batches_are_cut_below_the_frame_limit(tmp_path):
     log = builder(TRADE, tmp_path).build()
     with pytest.raises(ValueError, match="frame limit"):
@@ -318,9 +361,9 @@ def test_transactions_of_different_threads_never_interleave(tmp_path):
 
 
 def test_long_transactions_are_compacted_on_the_caller_and_written_whole(tmp_path, monkeypatch):
-    import disd.logger
+    import disd.logger.api
 
-    monkeypatch.setattr(disd.logger, "_TXN_COMPACT_ROWS", 4)
+    monkeypatch.setattr(disd.logger.api, "TXN_COMPACT_ROWS", 4)
     log = builder(TRADE, tmp_path).build()
     with log.transaction():
         for i in range(10):

@@ -3,63 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Sequence
 
 
 def _cmd_binlog_dump(args: argparse.Namespace) -> int:
-    from disd.binlog import BinlogError, RowFlag, read_file
+    from disd.binlog.dump import dump
 
-    try:
-        contents = read_file(args.file)
-    except (OSError, BinlogError) as e:
-        print(f"dis binlog dump: {e}", file=sys.stderr)
-        return 1
-    header = contents.header
-    table = contents.table
-    if args.limit is not None:
-        table = table.slice(0, args.limit)
-    flags = contents.flags[: table.num_rows]
-    if args.json:
-        meta = {
-            "file": args.file,
-            "version": header.version,
-            "fingerprint": header.fingerprint,
-            "schema": header.schema.canonical(),
-            "rows": contents.table.num_rows,
-            "frames": len(contents.frame_ends),
-            "end_offset": contents.end_offset,
-            "torn_tail": contents.torn,
-        }
-        print(json.dumps(meta))
-        cols = table.column_names
-        pylists = [table.column(c).to_pylist() for c in cols]
-        for i in range(table.num_rows):
-            row = {"flag": RowFlag(int(flags[i])).name}
-            for c, values in zip(cols, pylists):
-                v = values[i]
-                row[c] = v.isoformat() if hasattr(v, "isoformat") else v
-            print(json.dumps(row, ensure_ascii=False))
-        return 0
-    s = header.schema
-    print(f"file:        {args.file}")
-    print(f"table:       {s.key}   format v{header.version}   fingerprint {header.fingerprint}")
-    print(f"columns:     {', '.join(f'{c.name}:{c.type.value}' for c in s.columns)}")
-    print(f"rows:        {contents.table.num_rows} in {len(contents.frame_ends)} frames")
-    tail = "  (torn tail after it: incomplete frame)" if contents.torn else ""
-    print(f"end offset:  {contents.end_offset}{tail}")
-    if table.num_rows:
-        print()
-        df_cols = ["flag", *table.column_names]
-        rows = [[RowFlag(int(f)).name for f in flags]] + [
-            ["null" if v is None else str(v) for v in table.column(c).to_pylist()] for c in table.column_names
-        ]
-        widths = [max(len(h), *(len(x) for x in col)) for h, col in zip(df_cols, rows)]
-        print("  ".join(h.ljust(w) for h, w in zip(df_cols, widths)))
-        for i in range(table.num_rows):
-            print("  ".join(rows[j][i].ljust(widths[j]) for j in range(len(df_cols))))
-    return 0
+    return dump(args.file, as_json=args.json, limit=args.limit)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

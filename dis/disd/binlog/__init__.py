@@ -20,10 +20,10 @@ from disd.binlog.format import (
     SchemaMismatchError,
     decode_frames,
     decode_header,
-    normalize_columns,
     scan_frames,
 )
 from disd.binlog.io import BinlogWriter, LogContents, read_file
+from disd.binlog.normalize import normalize_columns
 
 __all__ = [
     "BinlogError",

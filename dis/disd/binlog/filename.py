@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from disd.names import InvalidNameError, NameKind, validate_name
+from disd.values import datetime_to_ns
 
 
 class NamespaceSet(str, Enum):
@@ -72,8 +73,7 @@ class LogFileName:
     @property
     def sort_key(self) -> int:
         """UTC nanoseconds of the file's timestamp: the order of files within a location."""
-        delta = self.timestamp - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-        return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+        return datetime_to_ns(self.timestamp)
 
     def format(self) -> str:
         ts = self.timestamp

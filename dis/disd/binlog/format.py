@@ -21,11 +21,10 @@ Layout (all integers little-endian)::
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import crc32c as _crc32c
 import numpy as np
@@ -33,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from disd.schema import ColumnType, TableSchema
+from disd.values import string_offsets
 
 MAGIC = b"DISBLOG\x00"
 VERSION = 1
@@ -148,6 +148,22 @@ class RowLayout:
     def row_size(self) -> int:
         return self.dtype.itemsize
 
+    def payload_bytes(self, columns: Sequence[pa.Array]) -> int:
+        """At most how many payload bytes these rows encode to: their row records and the
+        string bytes their Arrow arrays span (a null that spans bytes counts them)."""
+        total = len(columns[0]) * self.row_size
+        for i in self.string_columns:
+            offs = string_offsets(columns[i])
+            total += int(offs[-1] - offs[0])
+        return total
+
+    def row_bytes(self, columns: Sequence[pa.Array]) -> np.ndarray:
+        """At most how many payload bytes each row encodes to (int64, one per row)."""
+        sizes = np.full(len(columns[0]), self.row_size, np.int64)
+        for i in self.string_columns:
+            sizes += np.diff(string_offsets(columns[i]))
+        return sizes
+
 
 _LAYOUTS: dict[str, RowLayout] = {}
 
@@ -164,94 +180,11 @@ def layout_for(schema: TableSchema) -> RowLayout:
 # Encoding
 
 
-def _as_arrow_column(values: Any, ctype: ColumnType, n: int | None) -> pa.Array:
-    """Normalise user input for one column to an Arrow array of the column's Arrow type."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    target = ctype.arrow_type
-    if isinstance(values, pa.Array):
-        arr = values
-    elif ctype is ColumnType.CHAR:
-        arr = pa.array([None if v is None else (ord(v) if isinstance(v, str) else int(v)) for v in values], pa.uint16()) if not isinstance(values, np.ndarray) else pa.array(values.astype(np.uint16))
-    elif ctype is ColumnType.TIMESTAMP and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
-        arr = pa.array(values.astype(np.int64)).view(pa.int64())
-    elif ctype is ColumnType.TIMESTAMP and not isinstance(values, np.ndarray):
-        arr = pa.array([_ts_to_ns(v) for v in values], pa.int64())
-    else:
-        arr = pa.array(values)
-    if ctype is ColumnType.TIMESTAMP:
-        if pa.types.is_integer(arr.type):
-            arr = arr.cast(pa.int64()).view(pa.timestamp("ns", tz="UTC"))
-        elif pa.types.is_timestamp(arr.type):
-            if arr.type.tz is None:
-                arr = arr.cast(pa.timestamp(arr.type.unit, tz="UTC"))
-            arr = arr.cast(target)
-    elif ctype is ColumnType.STRING:
-        if not pa.types.is_string(arr.type):
-            arr = arr.cast(pa.string())
-    elif arr.type != target:
-        arr = arr.cast(target)
-    if n is not None and len(arr) != n:
-        raise ValueError(f"column has {len(arr)} values, expected {n}")
-    return arr
-
-
-def _ts_to_ns(v: Any) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, np.datetime64):
-        return int(v.astype("datetime64[ns]").astype(np.int64))
-    if hasattr(v, "value") and hasattr(v, "tz_localize"):  # pandas.Timestamp
-        return int(v.value)
-    import datetime as _dt
-
-    if isinstance(v, _dt.datetime):
-        if v.tzinfo is None:
-            v = v.replace(tzinfo=_dt.timezone.utc)
-        delta = v - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-        return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-    raise TypeError(f"cannot use {type(v).__name__} as a timestamp")
-
-
-def normalize_columns(schema: TableSchema, data: Any) -> list[pa.Array]:
-    """Turn a pyarrow Table/RecordBatch or a mapping of column name to values into one Arrow
-    array per schema column (missing columns are all null)."""
-    if isinstance(data, (pa.Table, pa.RecordBatch)):
-        names = set(data.schema.names)
-        get = lambda name: data.column(name)  # noqa: E731
-        n = data.num_rows
-    elif isinstance(data, Mapping):
-        names = set(data)
-        get = data.__getitem__
-        n = None
-        for name in data:
-            n = len(data[name])
-            break
-    else:
-        raise TypeError("rows must be a pyarrow.Table, RecordBatch or a dict of columns")
-    unknown = names - set(schema.column_names)
-    if unknown:
-        raise ValueError(f"{schema.key} has no column {sorted(unknown)[0]!r}")
-    if n is None:
-        raise ValueError("no columns given")
-    out = []
-    for c in schema.columns:
-        if c.name in names:
-            arr = _as_arrow_column(get(c.name), c.type, n)
-        else:
-            arr = pa.nulls(n, c.type.arrow_type)
-        out.append(arr)
-    return out
-
-
 def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(lengths as uint32, the UTF-8 bytes in row order) of a string array; nulls are empty."""
-    bufs = arr.buffers()
-    n = len(arr)
-    offs = np.frombuffer(bufs[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset :]
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    offs = string_offsets(arr)
+    buf = arr.buffers()[2]
+    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, np.uint8)
     lens = np.diff(offs).astype(np.uint32)
     if arr.null_count:
         lens[~np.asarray(arr.is_valid())] = 0
@@ -495,15 +428,3 @@ def _decode_records(
             arr = pa.Array.from_buffers(c.type.arrow_type, n, [validity, data], null_count)
         columns.append(arr)
     return DecodedRows(schema, columns, flags)
-
-
-def decode_payload(payload: bytes, row_count: int, schema: TableSchema) -> DecodedRows:
-    """Decode a single frame payload (without its header)."""
-    lay = layout_for(schema)
-    rec = np.frombuffer(payload, dtype=lay.dtype, count=row_count)
-    heap = np.frombuffer(payload, dtype=np.uint8, offset=row_count * lay.row_size)
-    return _decode_records(schema, lay, rec, heap, 0)
-
-
-def header_json(header: LogHeader) -> str:
-    return json.dumps(header.schema.canonical())

@@ -11,9 +11,12 @@ import numpy as np
 import pyarrow as pa
 
 from disd.binlog.format import (
+    MAX_FRAME_PAYLOAD,
     CorruptLogError,
+    FrameRun,
     LogHeader,
     RowFlag,
+    RowLayout,
     SchemaMismatchError,
     decode_frames,
     decode_header,
@@ -32,7 +35,8 @@ MAX_ROWS_PER_FRAME = 65536
 
 @dataclass
 class LogContents:
-    """Every complete row of a log file."""
+    """Every complete row of a log file (with ``read_file(..., intact_only=True)``: every row
+    before its first corrupt frame, and that frame's error in ``corrupt``)."""
 
     header: LogHeader
     table: pa.Table
@@ -41,18 +45,22 @@ class LogContents:
     torn: bool  # bytes after end_offset form an incomplete frame
     frame_ends: list[int]
     frame_row_counts: list[int]
+    corrupt: CorruptLogError | None = None
 
     @property
     def schema(self) -> TableSchema:
         return self.header.schema
 
 
-def read_file(path: str | os.PathLike[str], schema: TableSchema | None = None) -> LogContents:
+def read_file(path: str | os.PathLike[str], schema: TableSchema | None = None,
+              intact_only: bool = False) -> LogContents:
     """Decode every complete row of a binary log.
 
     With ``schema`` the log's fingerprint must match it (SchemaMismatchError otherwise).  A torn
     tail is not an error: reading stops at the last complete frame and ``torn`` is set.  A
-    complete frame that fails its checksum raises CorruptLogError naming the byte offset.
+    complete frame that fails its checks raises CorruptLogError naming the byte offset; with
+    ``intact_only`` it ends the contents instead (``end_offset`` is its start) and the error is
+    returned in ``corrupt``.  A bad header always raises.
     """
     path = str(path)
     with open(path, "rb") as f:
@@ -67,14 +75,39 @@ def read_file(path: str | os.PathLike[str], schema: TableSchema | None = None) -
             f"expected {schema.fingerprint} ({schema.key})"
         )
     use = schema or header.schema
-    run = scan_frames(data, 0, use, start=header.size, path=path)
-    if run.starts:
-        rows = decode_frames(data, 0, run, use)
+    corrupt = None
+    try:
+        run = scan_frames(data, 0, use, start=header.size, path=path)
+    except CorruptLogError as e:
+        if not intact_only:
+            raise
+        corrupt = e
+        run = scan_frames(memoryview(data)[: e.offset], 0, use, start=header.size, path=path)
+    try:
+        rows = decode_frames(data, 0, run, use) if run.starts else None
+    except CorruptLogError:
+        if not intact_only:
+            raise
+        run, corrupt = _before_undecodable(data, run, use, header.size, path)
+        rows = decode_frames(data, 0, run, use) if run.starts else None
+    if rows is not None:
         table, flags = rows.to_table(), rows.flags
     else:
         table = use.arrow_schema().empty_table()
         flags = np.zeros(0, np.uint8)
-    return LogContents(header, table, flags, run.end_offset, run.torn, run.ends, run.row_counts)
+    return LogContents(header, table, flags, run.end_offset, run.torn, run.ends, run.row_counts, corrupt)
+
+
+def _before_undecodable(data: bytes, run: FrameRun, schema: TableSchema, first: int,
+                        path: str) -> tuple[FrameRun, CorruptLogError | None]:
+    """The frames of ``run`` before the first one that does not decode, and its error."""
+    for k, (s, e, r) in enumerate(zip(run.starts, run.ends, run.row_counts)):
+        try:
+            decode_frames(data, 0, FrameRun(0, [s], [e], [r], e), schema)
+        except CorruptLogError as err:
+            good = FrameRun(0, run.starts[:k], run.ends[:k], run.row_counts[:k], s if k else first)
+            return good, CorruptLogError(err.offset, err.problem, path)
+    return run, None  # pragma: no cover - a run that fails whole fails in one of its frames
 
 
 def split_points(flags: np.ndarray, max_rows: int = MAX_ROWS_PER_FRAME) -> list[int]:
@@ -93,6 +126,37 @@ def split_points(flags: np.ndarray, max_rows: int = MAX_ROWS_PER_FRAME) -> list[
         if 0 < cut < n and cut != prev:
             out.append(cut)
         prev = cut
+    return out
+
+
+def size_points(row_bytes: np.ndarray, limit: int = MAX_FRAME_PAYLOAD) -> list[int]:
+    """Frame boundaries that keep every frame's payload within ``limit`` bytes, given each
+    row's payload bytes: each frame takes as many rows as fit (at least one)."""
+    n = len(row_bytes)
+    cum = np.zeros(n + 1, np.int64)
+    np.cumsum(row_bytes, out=cum[1:])
+    out: list[int] = []
+    a = 0
+    while a < n:
+        b = int(np.searchsorted(cum, cum[a] + limit, side="right")) - 1
+        a = min(max(b, a + 1), n)
+        if a < n:
+            out.append(a)
+    return out
+
+
+def frame_points(layout: RowLayout, columns: Sequence[pa.Array], flags: np.ndarray,
+                 max_rows: int = MAX_ROWS_PER_FRAME) -> list[int]:
+    """Every frame boundary of a batch: where its payload would pass ``MAX_FRAME_PAYLOAD``
+    bytes (``size_points``), and within those pieces ``split_points``."""
+    if layout.payload_bytes(columns) <= MAX_FRAME_PAYLOAD:
+        return split_points(flags, max_rows)
+    bounds = [0, *size_points(layout.row_bytes(columns)), len(flags)]
+    out: list[int] = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if a:
+            out.append(a)
+        out.extend(a + p for p in split_points(flags[a:b], max_rows))
     return out
 
 
@@ -136,12 +200,14 @@ class BinlogWriter:
     def write_rows(self, columns: Sequence[pa.Array], flags: np.ndarray) -> int:
         """Encode and append rows; returns the file offset after them.  One ``write`` call per
         batch, so a reader never sees a frame before its header is complete... except through a
-        torn write, which the frame checksums expose."""
+        torn write, which the frame checksums expose.  The batch is cut into frames by
+        ``frame_points``; a single row whose payload passes ``MAX_FRAME_PAYLOAD`` raises
+        ValueError."""
         flags = np.asarray(flags, dtype=np.uint8)
         n = len(flags)
         if n == 0:
             return self.offset
-        cuts = [0, *split_points(flags), n]
+        cuts = [0, *frame_points(self._layout, columns, flags), n]
         parts = []
         for a, b in zip(cuts[:-1], cuts[1:]):
             cols = [c.slice(a, b - a) for c in columns]

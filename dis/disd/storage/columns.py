@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from disd.schema import Column, ColumnType, TableSchema
+from disd.values import string_offsets
 
 NULL_BIT = np.uint64(1 << 63)
 OFFSET_MASK = np.uint64((1 << 63) - 1)
@@ -85,11 +86,10 @@ def encode_string(arr: pa.Array, data_base: int) -> tuple[np.ndarray, np.ndarray
         return np.zeros(0, np.uint64), np.zeros(0, np.int64), memoryview(b"")
     if arr.type != pa.string():
         arr = arr.cast(pa.string())
-    bufs = arr.buffers()
-    offs = np.frombuffer(bufs[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset :].astype(np.int64)
+    offs = string_offsets(arr).astype(np.int64)
     lens = np.diff(offs)
     valid = _validity(arr)
-    data_buf = bufs[2]
+    data_buf = arr.buffers()[2]
     if valid is not None and lens[~valid].any():
         # null slots that still cover bytes: drop them (decode_frames never produces these)
         lens = lens.copy()
