@@ -13,8 +13,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from disd.errors import DisError
+
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 I64_MIN = -(2**63)
+
+
+class ColumnValueError(DisError, ValueError):
+    """Values that do not fit their column; the message names the table, the column and the row
+    where there is one."""
+
+
+class ColumnTypeError(DisError, TypeError):
+    """Values of a kind no column takes (rows that are not a table or a mapping of columns)."""
 
 
 def datetime_to_ns(v: dt.datetime) -> int:

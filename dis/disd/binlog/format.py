@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from disd.errors import DisError
 from disd.schema import ColumnType, TableSchema
 from disd.values import string_offsets
 
@@ -56,7 +57,7 @@ class RowFlag(IntEnum):
     SINGLE_ROW = 3
 
 
-class BinlogError(Exception):
+class BinlogError(DisError):
     """Base of every error reading a binary log."""
 
 

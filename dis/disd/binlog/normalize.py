@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from disd.schema import Column, ColumnType, TableSchema
-from disd.values import string_offsets, timestamp_ns
+from disd.values import ColumnTypeError, ColumnValueError, string_offsets, timestamp_ns
 
 _CONVERSION_ERRORS = (ValueError, TypeError, OverflowError, pa.ArrowException)
 
@@ -43,12 +43,12 @@ def normalize_columns(schema: TableSchema, data: Any) -> list[pa.Array]:
             n = len(data[name])
             break
     else:
-        raise TypeError("rows must be a pyarrow.Table, RecordBatch or a dict of columns")
+        raise ColumnTypeError("rows must be a pyarrow.Table, RecordBatch or a dict of columns")
     unknown = names - set(schema.column_names)
     if unknown:
-        raise ValueError(f"{schema.key} has no column {sorted(unknown)[0]!r}")
+        raise ColumnValueError(f"{schema.key} has no column {sorted(unknown)[0]!r}")
     if n is None:
-        raise ValueError("no columns given")
+        raise ColumnValueError("no columns given")
     out = []
     for c in schema.columns:
         if c.name in names:
@@ -58,7 +58,7 @@ def normalize_columns(schema: TableSchema, data: Any) -> list[pa.Array]:
             except _CONVERSION_ERRORS as e:
                 raise _named_error(schema, c, values, e) from None
             if len(arr) != n:
-                raise ValueError(f"{schema.key}: column {c.name} has {len(arr)} values, expected {n}")
+                raise ColumnValueError(f"{schema.key}: column {c.name} has {len(arr)} values, expected {n}")
         else:
             arr = pa.nulls(n, c.type.arrow_type)
         out.append(arr)

@@ -17,7 +17,7 @@ from disd.binlog import normalize_columns
 from disd.binlog.format import layout_for
 from disd.logger.config import LoggerConfig, Rollover
 from disd.logger.convert import RowSizeCheck, owned, rows_to_columns, value_normalizer
-from disd.logger.errors import LoggerClosedError, LoggerError, LoggerWriterError
+from disd.logger.errors import LoggerClosedError, LoggerError, LoggerValueError, LoggerWriterError
 from disd.logger.files import LogFiles, MonotonicClock
 from disd.logger.rowqueue import BREAK, STOP, Flush, Item, RowQueue
 from disd.logger.writer import LogWriter
@@ -100,7 +100,7 @@ class IntradayLogger:
             values = {**row, **values} if values else row
         if not self._name_set.issuperset(values):
             unknown = sorted(set(values) - self._name_set)
-            raise ValueError(f"{self.schema.key} has no column {unknown[0]!r}")
+            raise LoggerValueError(f"{self.schema.key} has no column {unknown[0]!r}")
         get = values.get
         tup = tuple([norm(get(name)) for name, norm in self._norms])
         if self._sizes.string_columns:
@@ -171,7 +171,7 @@ class IntradayLogger:
             labels, codes = fn.for_batch(cols)
         if txn is not None or atomic:
             if len(labels) > 1:
-                raise ValueError(
+                raise LoggerValueError(
                     f"a transaction must fall in one column partition; this batch spans {labels[:5]}")
             if txn is not None:
                 self._txn_partition(txn, labels[0])
@@ -240,5 +240,5 @@ class IntradayLogger:
         if txn.n == 0:
             txn.partition = part
         elif part != txn.partition:
-            raise ValueError(
+            raise LoggerValueError(
                 f"a transaction must fall in one column partition: {part!r} after {txn.partition!r}")

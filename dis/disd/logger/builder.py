@@ -9,6 +9,7 @@ import socket
 import zoneinfo
 from typing import Any, Callable, Sequence
 
+from disd.logger.errors import LoggerValueError, LoggerTypeError
 from disd.binlog import NamespaceSet
 from disd.logger.api import IntradayLogger
 from disd.logger.config import LoggerConfig, Rollover
@@ -50,7 +51,7 @@ class IntradayLoggerBuilder:
     def set_process_name(self, name: str) -> "IntradayLoggerBuilder":
         """Names the writing process; prefixes an internal partition taken from the host name."""
         if not isinstance(name, str) or not name:
-            raise ValueError("process name must be a non-empty string")
+            raise LoggerValueError("process name must be a non-empty string")
         self._process_name = name
         return self
 
@@ -63,7 +64,7 @@ class IntradayLoggerBuilder:
         try:
             self._namespace_set = NamespaceSet(value)
         except ValueError:
-            raise ValueError(f"namespace set must be 'System' or 'User', not {value!r}") from None
+            raise LoggerValueError(f"namespace set must be 'System' or 'User', not {value!r}") from None
         return self
 
     def set_column_partition_value(self, value: str) -> "IntradayLoggerBuilder":
@@ -83,7 +84,7 @@ class IntradayLoggerBuilder:
         and returns one partition for all rows or one per row.
         """
         if not callable(fn):
-            raise TypeError("the column partition function must be callable")
+            raise LoggerTypeError("the column partition function must be callable")
         self._partition_fn = PartitionFunction(fn, self._schema, columns, vectorized)
         return self
 
@@ -92,7 +93,7 @@ class IntradayLoggerBuilder:
         try:
             self._tz = zoneinfo.ZoneInfo(name)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {name!r}") from None
+            raise LoggerValueError(f"unknown time zone {name!r}") from None
         return self
 
     def set_internal_partition(self, name: str) -> "IntradayLoggerBuilder":
@@ -121,7 +122,7 @@ class IntradayLoggerBuilder:
     def set_queue_size(self, rows: int) -> "IntradayLoggerBuilder":
         """At most this many rows wait for the writer; callers block beyond it."""
         if int(rows) < 1:
-            raise ValueError("queue size must be at least 1 row")
+            raise LoggerValueError("queue size must be at least 1 row")
         self._queue_rows = int(rows)
         return self
 
@@ -129,7 +130,7 @@ class IntradayLoggerBuilder:
         """How long the writer, woken by a row, waits for more to write with it (default 2 ms;
         0 writes at once).  Bounds how late a row reaches the OS under light load."""
         if not 0 <= float(seconds) <= 1:
-            raise ValueError("write delay must be between 0 and 1 second")
+            raise LoggerValueError("write delay must be between 0 and 1 second")
         self._linger = float(seconds)
         return self
 
@@ -137,7 +138,7 @@ class IntradayLoggerBuilder:
         """Files kept open at once (least recently written ones are closed, and reopened to
         append if written again)."""
         if int(n) < 1:
-            raise ValueError("max open files must be at least 1")
+            raise LoggerValueError("max open files must be at least 1")
         self._max_open = int(n)
         return self
 
@@ -145,7 +146,7 @@ class IntradayLoggerBuilder:
         """The source of "now" (a datetime; naive means UTC), read by the writer thread; for
         tests of rollover and partitions."""
         if not callable(clock):
-            raise TypeError("clock must be callable")
+            raise LoggerTypeError("clock must be callable")
         self._clock = clock
         return self
 

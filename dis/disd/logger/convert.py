@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from disd.logger.errors import LoggerValueError
 from disd.binlog.format import MAX_FRAME_PAYLOAD, RowLayout
 from disd.binlog.normalize import show_value
 from disd.schema import Column, ColumnType
@@ -38,7 +39,7 @@ def value_normalizer(table: str, col: Column, row_size: int) -> Callable[[Any], 
                 v = int(v)
             if lo <= v <= hi:
                 return v
-            raise ValueError(f"{where}: {v} is out of range [{lo}, {hi}]")
+            raise LoggerValueError(f"{where}: {v} is out of range [{lo}, {hi}]")
 
         return norm_int
 
@@ -95,9 +96,9 @@ def value_normalizer(table: str, col: Column, row_size: int) -> Callable[[Any], 
                 try:
                     n = len(v.encode())
                 except UnicodeEncodeError as e:
-                    raise ValueError(f"{where}: not encodable as UTF-8: {e}") from None
+                    raise LoggerValueError(f"{where}: not encodable as UTF-8: {e}") from None
                 if n > limit:
-                    raise ValueError(f"{where}: a {n}-byte string passes the frame limit of "
+                    raise LoggerValueError(f"{where}: a {n}-byte string passes the frame limit of "
                                      f"{MAX_FRAME_PAYLOAD} bytes a row ({limit} for its strings)")
             return v
 
@@ -117,7 +118,7 @@ def value_normalizer(table: str, col: Column, row_size: int) -> Callable[[Any], 
             else:
                 raise bad(v, " (use int ns since the epoch, datetime or numpy.datetime64)")
             if not I64_MIN <= ns < 2**63:
-                raise ValueError(f"{where}: timestamp {ns} does not fit in 64 bits")
+                raise LoggerValueError(f"{where}: timestamp {ns} does not fit in 64 bits")
             return ns
 
         return norm_ts

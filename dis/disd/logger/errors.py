@@ -1,10 +1,16 @@
-"""The logger's own errors (bad values raise TypeError/ValueError from the call instead)."""
+"""The logger's errors, all under ``disd.errors.DisError``.
+
+A bad value or setting raises ``LoggerValueError`` / ``LoggerTypeError``, which are also
+``ValueError`` / ``TypeError``: callers may catch the builtin, the product's root, or these.
+"""
 
 from __future__ import annotations
 
+from disd.errors import DisError
 
-class LoggerError(RuntimeError):
-    """Base of the logger's own errors."""
+
+class LoggerError(DisError, RuntimeError):
+    """Base of the logger's own errors (a state of the logger, not a bad value)."""
 
 
 class LoggerClosedError(LoggerError):
@@ -13,3 +19,12 @@ class LoggerClosedError(LoggerError):
 
 class LoggerWriterError(LoggerError):
     """The writer thread failed; ``__cause__`` is what it failed with.  The logger is stopped."""
+
+
+class LoggerValueError(DisError, ValueError):
+    """A value, row or setting the logger cannot take; the message names the table, the column and
+    the row where there is one."""
+
+
+class LoggerTypeError(DisError, TypeError):
+    """A value or setting of the wrong kind."""

@@ -17,6 +17,7 @@ import pathlib
 import threading
 from typing import Any, Callable, Iterator
 
+from disd.logger.errors import LoggerTypeError
 from disd.binlog import BinlogWriter, LogFileName
 from disd.logger.config import LoggerConfig, Rollover
 
@@ -32,7 +33,7 @@ class MonotonicClock:
     def __call__(self) -> dt.datetime:
         t = self._clock()
         if not isinstance(t, dt.datetime):
-            raise TypeError(f"clock returned {type(t).__name__}, not a datetime")
+            raise LoggerTypeError(f"clock returned {type(t).__name__}, not a datetime")
         if t.tzinfo is None:
             t = t.replace(tzinfo=dt.timezone.utc)
         if self._last is not None and t < self._last:

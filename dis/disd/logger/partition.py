@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from disd.logger.errors import LoggerValueError
 from disd.names import NameKind, validate_name
 from disd.schema import TableSchema
 
@@ -51,7 +52,7 @@ class PartitionFunction:
             if not isinstance(out, str):
                 out = pa.array(out) if not isinstance(out, (pa.Array, pa.ChunkedArray)) else out
                 if len(out) != 1:
-                    raise ValueError(f"partition function returned {len(out)} values for 1 row")
+                    raise LoggerValueError(f"partition function returned {len(out)} values for 1 row")
                 out = out[0].as_py()
             return self.check(out)
         return self.check(self.fn({n: row[i] for n, i in zip(self.names, self.indices)}))
@@ -70,9 +71,9 @@ class PartitionFunction:
             elif not isinstance(out, pa.Array):
                 out = pa.array(out, pa.string())
             if len(out) != n:
-                raise ValueError(f"partition function returned {len(out)} values for {n} rows")
+                raise LoggerValueError(f"partition function returned {len(out)} values for {n} rows")
             if out.null_count:
-                raise ValueError("partition function returned a null partition")
+                raise LoggerValueError("partition function returned a null partition")
             enc = out.dictionary_encode()
             codes = np.asarray(enc.indices).astype(np.int64, copy=False)
             labels = [self.check(v) for v in enc.dictionary.to_pylist()]
