@@ -197,6 +197,7 @@ class LocationWorker(threading.Thread):
         self._hint: str | None = None  # the file the next stream opens with (its fingerprint)
         self._corrupt: tuple[str, int, tuple] | None = None  # (path, offset, stat) that stopped us
         self._opened = False  # the current attempt got a resume point
+        self._opening_file: str | None = None  # the file whose schema the last stream opened with
         self.log = log.bind(location=str(key))
 
     # -- status ------------------------------------------------------------------------------
@@ -248,7 +249,7 @@ class LocationWorker(threading.Thread):
                 reported.add(str(e))
                 (self.log.warning if first else self.log.info)(
                     "location refused by the DIS; retrying later", code=e.code, error=e.details,
-                    retry_s=self.cfg.retry_refused_ms / 1000)
+                    file=self._opening_file, dis=self._status.dis, retry_s=self.cfg.retry_refused_ms / 1000)
                 self._wait(self.cfg.retry_refused_ms / 1000)
             except CorruptLogError as e:
                 path = e.path or ""
@@ -297,11 +298,12 @@ class LocationWorker(threading.Thread):
             self._set(state="waiting")
             self._idle_wait()
             return False
-        header = self._opening_header(lf)
-        if header is None:
+        opening = self._opening_header(lf)
+        if opening is None:
             self._set(state="waiting", error="no file with a complete header yet")
             self._idle_wait()
             return False
+        self._opening_file, header = opening
         owner = self.cfg.routing.owner(self.key.namespace, self.key.table)
         if owner is None:
             raise Refused("NOT_ROUTED", f"no DIS in the routing takes {self.key.table_key}")
@@ -317,7 +319,8 @@ class LocationWorker(threading.Thread):
                     location=dis_pb2.LocationKey(namespace=self.key.namespace, table=self.key.table,
                                                  internal_partition=self.key.internal_partition,
                                                  column_partition=self.key.column_partition),
-                    schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id))
+                    schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id,
+                    schema_json=header.schema.to_json()))
                 self._follow(session, header.fingerprint, resume)
             finally:
                 self._session = None
@@ -326,8 +329,8 @@ class LocationWorker(threading.Thread):
             channel.close()
         return True
 
-    def _opening_header(self, lf: LocationFiles):  # noqa: ANN202 - LogHeader | None
-        """The header whose fingerprint opens the stream: of the file the worker was at, else of
+    def _opening_header(self, lf: LocationFiles):  # noqa: ANN202 - (file name, LogHeader) | None
+        """The file and header whose fingerprint opens the stream: of the file the worker was at, else of
         the first file with a readable header (an empty or foreign file does not block the
         location; the file actually sent is checked again before its bytes go out)."""
         hinted = lf.find(self._hint) if self._hint else None
@@ -343,7 +346,7 @@ class LocationWorker(threading.Thread):
             except FileNotFoundError:
                 continue
             if header is not None:
-                return header
+                return f.name, header
         if corrupt is not None:
             raise corrupt
         return None

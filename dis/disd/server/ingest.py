@@ -29,6 +29,7 @@ from disd.binlog import (
 )
 from disd.names import InvalidNameError
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.schema import SchemaError, TableSchema, column_differences
 from disd.server import metrics
 from disd.storage import LocationError, StorageEngine
 
@@ -78,6 +79,26 @@ class Session:
     epoch: int = 0  # the location's epoch when this stream learnt its resume point
     location: object | None = None  # the storage Location this stream feeds
     ended_for_error: bool = False
+
+
+def schema_mismatch(table: TableSchema, fingerprint: str, log_schema: "TableSchema | str | None",
+                    where: str) -> Refused:
+    """FAILED_PRECONDITION naming the table and, when the log's schema is known (a file header, or
+    the ``schema_json`` of a tailer's ``open``), the columns that differ."""
+    if isinstance(log_schema, str) and log_schema:
+        try:
+            log_schema = TableSchema.from_json(log_schema, "<open.schema_json>")
+        except (SchemaError, ValueError):
+            log_schema = None
+    diff = ""
+    if isinstance(log_schema, TableSchema) and log_schema.fingerprint == fingerprint:
+        diff = column_differences(table, log_schema)
+    detail = f": {diff}" if diff else " (its columns were not sent)"
+    return Refused(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"{where}schema mismatch: the log's schema differs from table {table.key}{detail}; "
+        f"log fingerprint {fingerprint or '(none)'}, table fingerprint {table.fingerprint}",
+    )
 
 
 def end_stream(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
@@ -227,6 +248,8 @@ class IngestService(dis_pb2_grpc.IngestServicer):
 
     def Stream(self, request_iterator: Iterator[dis_pb2.IngestRequest], context: grpc.ServicerContext):  # noqa: N802
         session: Session | None = None
+        key: LocationKey | None = None
+        tailer_id: str | None = None
         loc = None
         try:
             waiting = self.sessions.wait_open(context)
@@ -236,6 +259,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 self.sessions.opened(waiting)
             if first is None or first.WhichOneof("body") != "open":
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
+            tailer_id = first.open.tailer_id or "?"
             key = location_key(first.open.location)
             schema = self.engine.schemas.get(key.namespace, key.table)
             if schema is None:
@@ -243,18 +267,14 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             if not self.routed(key.namespace, key.table):
                 raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
             if first.open.schema_fingerprint != schema.fingerprint:
-                raise Refused(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"schema mismatch for {key.table_key}: log fingerprint {first.open.schema_fingerprint or '(none)'}"
-                    f", DIS schema {schema.fingerprint}",
-                )
+                raise schema_mismatch(schema, first.open.schema_fingerprint, first.open.schema_json, "")
             try:
                 loc = self.engine.location(key, create=True)
             except LocationError as e:
                 raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
             if loc.in_error:
                 raise Refused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
-            session = Session(key, first.open.tailer_id or "?", context.peer(), context)
+            session = Session(key, tailer_id, context.peer(), context)
             with self.sessions.owner_lock(key):
                 self.sessions.add(session)
                 # whatever the previous stream left uncommitted is resent from the resume point
@@ -274,7 +294,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         except Refused as r:
             metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
             log.warning("ingest refused", code=r.code.name, details=r.details, peer=context.peer(),
-                        location=str(session.key) if session else None)
+                        location=str(key) if key else None, tailer=tailer_id)
             context.abort(r.code, r.details)
         finally:
             if session is not None:
@@ -328,11 +348,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             if header is None:
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"{chunk.file_name}: first chunk lacks the whole header")
             if header.fingerprint != schema.fingerprint:
-                raise Refused(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{chunk.file_name}: schema mismatch: log fingerprint {header.fingerprint}, "
-                    f"DIS schema {schema.fingerprint}",
-                )
+                raise schema_mismatch(schema, header.fingerprint, header.schema, f"{chunk.file_name}: ")
             start = header.size
         try:
             run = scan_frames(data, chunk.offset, schema, start=start, path=chunk.file_name)
