@@ -116,6 +116,15 @@ def end_stream(context: grpc.ServicerContext, code: grpc.StatusCode, details: st
         context.cancel()
 
 
+@dataclass(frozen=True)
+class TailerProblem:
+    """The last problem a location's tailer reported (``TailerReport``) and has not resolved."""
+
+    problem: str
+    tailer_id: str
+    since: float  # time.time() of the first report of this problem
+
+
 @dataclass(eq=False)  # hashed by identity: kept in a set
 class Pending:
     """A stream that has not sent its ``open`` yet: watched by the reaper too, so a client
@@ -140,6 +149,7 @@ class SessionRegistry:
         self._by_key: dict[LocationKey, Session] = {}
         self._owner_locks: dict[LocationKey, threading.Lock] = {}
         self._pending: set[Pending] = set()
+        self._problems: dict[LocationKey, TailerProblem] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="ingest-idle-reaper", daemon=True)
@@ -178,6 +188,29 @@ class SessionRegistry:
     def sessions(self) -> list[Session]:
         with self._lock:
             return list(self._by_key.values())
+
+    def report(self, s: Session, problem: str) -> None:
+        """Record what the tailer of ``s`` reports about its location (empty: no problem); it
+        outlives the stream, until that location's tailer reports otherwise."""
+        with self._lock:
+            old = self._problems.get(s.key)
+            if problem:
+                if old is None or old.problem != problem:
+                    self._problems[s.key] = TailerProblem(problem, s.tailer_id, time.time())
+            else:
+                self._problems.pop(s.key, None)
+        if problem and (old is None or old.problem != problem):
+            log.warning("tailer reports a problem", location=str(s.key), tailer=s.tailer_id, problem=problem)
+        elif not problem and old is not None:
+            log.info("tailer problem resolved", location=str(s.key), tailer=s.tailer_id, problem=old.problem)
+
+    def problem(self, key: LocationKey) -> TailerProblem | None:
+        with self._lock:
+            return self._problems.get(key)
+
+    def problems(self) -> dict[LocationKey, TailerProblem]:
+        with self._lock:
+            return dict(self._problems)
 
     def wait_open(self, context: grpc.ServicerContext) -> Pending:
         p = Pending(context)
@@ -284,11 +317,17 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             session.file_name, session.offset = rp.file_name, rp.offset
             log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
                      resume_file=rp.file_name, resume_offset=rp.offset)
-            yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=rp.file_name or "", offset=rp.offset))
+            yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=rp.file_name or "", offset=rp.offset,
+                                                                    accepts_reports=True))
             for req in request_iterator:
                 session.last_message = time.monotonic()
-                if req.WhichOneof("body") != "chunk":
-                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "only 'chunk' messages may follow 'open'")
+                body = req.WhichOneof("body")
+                if body == "report":
+                    if not session.taken_over:
+                        self.sessions.report(session, req.report.problem)
+                    continue
+                if body != "chunk":
+                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "only 'chunk' and 'report' messages may follow 'open'")
                 self._ingest_chunk(session, loc, schema, req.chunk)
                 yield _ack(session, loc.committed_rows)
         except Refused as r:
