@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import select
 import struct
@@ -103,6 +104,15 @@ class Scan:
     @property
     def file_count(self) -> int:
         return sum(len(lf.files) for lf in self.locations.values())
+
+    @functools.cached_property
+    def skipped_by_location(self) -> dict[LocationKey | None, list[Skipped]]:
+        """The skipped files grouped by the location their names seem meant for, by path."""
+        out: dict[LocationKey | None, list[Skipped]] = {}
+        for path in sorted(self.skipped):
+            sk = self.skipped[path]
+            out.setdefault(sk.location, []).append(sk)
+        return out
 
 
 def meant_location(name: str) -> LocationKey | None:
