@@ -327,7 +327,8 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                         self.sessions.report(session, req.report.problem)
                     continue
                 if body != "chunk":
-                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "only 'chunk' and 'report' messages may follow 'open'")
+                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                                  "only 'chunk' and 'report' messages may follow 'open'")
                 self._ingest_chunk(session, loc, schema, req.chunk)
                 yield _ack(session, loc.committed_rows)
         except Refused as r:
