@@ -5,13 +5,13 @@ stream ends, shows it in ``Status``, ``dis status`` (table and ``--json``) and t
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import structlog
 
 from disd.cli import main
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from e2e_helpers import scrape
 
 from .conftest import FILE1, KEY, SCHEMAS, IngestStream, send_file, wait_for, write_log
 
@@ -31,11 +31,8 @@ def _report(s: IngestStream, problem: str) -> None:
 
 
 def _problem_gauge(dis) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{dis.metrics_port}/metrics", timeout=5).read().decode()
-    fam = next(f for f in text_string_to_metric_families(text) if f.name == "dis_location_tailer_problem")
-    return next(x.value for x in fam.samples if x.labels["location"] == str(KEY))
+    samples = scrape(dis.metrics_port)["dis_location_tailer_problem"]
+    return next(x.value for x in samples if x.labels["location"] == str(KEY))
 
 
 def test_a_reported_problem_is_shown_until_resolved(dis, tmp_path, capsys):

@@ -8,30 +8,20 @@ import os
 import socket
 import subprocess
 import sys
-import urllib.request
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from disd.binlog import BinlogWriter
 from disd.tailer import Tailer
 from disd.tailer.metrics import SERIES
+from e2e_helpers import scrape
 
 from .fakedis import FakeDis
 from .helpers import TRADE, config, name, wait_until, write
 
 GARBAGE = b"\xde\xad\xbe\xef" * 25
 BIN = os.path.join(os.path.dirname(sys.executable), "dis-tailer")
-
-
-def scrape(port: int) -> dict[str, list]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out: dict[str, list] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append(s)
-    return out
 
 
 def by(samples: dict, series: str, label: str = "location") -> dict:
