@@ -11,10 +11,12 @@ import structlog
 from disd.cli import main
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.schema import SchemaRegistry
 from e2e_helpers import scrape
 
 from .conftest import FILE1, KEY, SCHEMAS, IngestStream, send_file, wait_for, write_log
 
+TRADE = SchemaRegistry.load_dir(SCHEMAS).get("Market", "Trade")
 PROBLEM = f"corrupt binary log {FILE1} at byte 373: frame header checksum mismatch"
 
 
@@ -36,14 +38,11 @@ def _problem_gauge(dis) -> float:
 
 
 def test_a_reported_problem_is_shown_until_resolved(dis, tmp_path, capsys):
-    from disd.schema import SchemaRegistry
-
-    trade = SchemaRegistry.load_dir(SCHEMAS).get("Market", "Trade")
-    write_log(tmp_path / FILE1, trade, {"Size": [1, 2, 3]}, [3, 3, 3])
+    write_log(tmp_path / FILE1, TRADE, {"Size": [1, 2, 3]}, [3, 3, 3])
     s = IngestStream(dis.port)
-    resume = s.open(fingerprint=trade.fingerprint, tailer_id="host1:42")
+    resume = s.open(fingerprint=TRADE.fingerprint, tailer_id="host1:42")
     assert resume.resume.accepts_reports
-    assert send_file(s, tmp_path / FILE1, trade).ack.committed_rows == 3
+    assert send_file(s, tmp_path / FILE1, TRADE).ack.committed_rows == 3
     with structlog.testing.capture_logs() as logs:
         _report(s, PROBLEM)
         st = wait_for(lambda: (lambda x: x if x.tailer_problem else None)(_status(dis)))
@@ -70,8 +69,19 @@ def test_a_reported_problem_is_shown_until_resolved(dis, tmp_path, capsys):
     assert f"{PROBLEM} (host1:42, " in row
     # the next stream of the location says it is resolved
     s = IngestStream(dis.port)
-    s.open(fingerprint=trade.fingerprint, tailer_id="host1:43")
+    s.open(fingerprint=TRADE.fingerprint, tailer_id="host1:43")
     _report(s, "")
     wait_for(lambda: not _status(dis).tailer_problem)
     assert _problem_gauge(dis) == 0.0
+    s.close()
+
+
+def test_a_huge_report_is_kept_cut_short(dis):
+    from disd.server.ingest import MAX_PROBLEM_CHARS
+
+    s = IngestStream(dis.port)
+    s.open(fingerprint=TRADE.fingerprint, tailer_id="t")
+    _report(s, "x" * (1 << 20))
+    st = wait_for(lambda: (lambda x: x if x.tailer_problem else None)(_status(dis)))
+    assert st.tailer_problem == "x" * MAX_PROBLEM_CHARS + f" ... ({(1 << 20) - MAX_PROBLEM_CHARS} more characters)"
     s.close()

@@ -45,6 +45,8 @@ class Refused(Exception):
 
 #: how often open streams are checked for idleness and for their location failing under them
 REAP_INTERVAL_S = 0.25
+#: the longest tailer-reported problem kept (characters); longer ones are cut, saying so
+MAX_PROBLEM_CHARS = 2000
 
 
 def error_status(os_errno: int | None) -> grpc.StatusCode:
@@ -192,6 +194,8 @@ class SessionRegistry:
     def report(self, s: Session, problem: str) -> None:
         """Record what the tailer of ``s`` reports about its location (empty: no problem); it
         outlives the stream, until that location's tailer reports otherwise."""
+        if len(problem) > MAX_PROBLEM_CHARS:
+            problem = problem[:MAX_PROBLEM_CHARS] + f" ... ({len(problem) - MAX_PROBLEM_CHARS} more characters)"
         with self._lock:
             old = self._problems.get(s.key)
             if problem:
