@@ -85,7 +85,7 @@ class WorkerStatus:
     in_flight_bytes: int = 0
     dis: str | None = None
     error: str | None = None
-    problem: str | None = None  # what the DIS is told is wrong on this side (TailerReport)
+    problem: str | None = None  # what the DIS is told is wrong on this side; filled in by status()
 
 
 class IngestSession:
@@ -416,8 +416,8 @@ class LocationWorker(threading.Thread):
         return True
 
     def _opening_header(self, lf: LocationFiles):  # noqa: ANN202 - (file name, LogHeader) | None
-        """The file and header whose fingerprint opens the stream: of the file the worker was at, else of
-        the first file with a readable header (an empty or foreign file does not block the
+        """The file and header whose fingerprint opens the stream: of the file the worker was at,
+        else of the first file with a readable header (an empty or foreign file does not block the
         location; the file actually sent is checked again before its bytes go out)."""
         hinted = lf.find(self._hint) if self._hint else None
         candidates = ([hinted] if hinted else []) + [f for f in lf.files if f is not hinted]
