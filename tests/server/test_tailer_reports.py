@@ -43,6 +43,7 @@ def test_a_reported_problem_is_shown_until_resolved(dis, tmp_path, capsys):
     resume = s.open(fingerprint=TRADE.fingerprint, tailer_id="host1:42")
     assert resume.resume.accepts_reports
     assert send_file(s, tmp_path / FILE1, TRADE).ack.committed_rows == 3
+    wait_for(lambda: _status(dis).rows == 3)  # published a flush interval later
     with structlog.testing.capture_logs() as logs:
         _report(s, PROBLEM)
         st = wait_for(lambda: (lambda x: x if x.tailer_problem else None)(_status(dis)))
