@@ -3,7 +3,7 @@
 Logs are structlog JSON lines on stderr (console rendering when stderr is a terminal, unless
 ``--json-logs``).  Under systemd (``Type=notify``, ``NOTIFY_SOCKET`` set) it sends READY=1 once
 tailing, WATCHDOG=1 pings when ``WatchdogSec`` is set, and STOPPING=1 on shutdown.  Exit status:
-0 after a signal, 2 on a configuration error.
+0 after a signal, 2 on a configuration error, 1 when the metrics endpoint cannot listen.
 """
 
 from __future__ import annotations
@@ -46,7 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     notifier = Notifier()
-    tailer = Tailer(cfg).start()
+    try:
+        tailer = Tailer(cfg).start()
+    except OSError as e:  # the metrics endpoint cannot listen
+        print(f"dis-tailer: {e}", file=sys.stderr)
+        return 1
     notifier.ready("tailing " + ", ".join(tailer.dirs))
     ping = watchdog_interval_s() if notifier.enabled else None
     while not stop.wait(ping or 1.0):

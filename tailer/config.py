@@ -6,6 +6,7 @@
     # poll_interval_ms: 200  max_in_flight_bytes: 8388608  chunk_bytes: 4194304
     # csv_tables: [Market.Quote]  schemas: config/schemas  state_dir: var/tailer
     # retention: {mode: delete}   or   {mode: move, move_to: /archive/logs}   (interval_ms: 10000)
+    # metrics_port: 9465  metrics_host: 127.0.0.1   (the Prometheus endpoint; none without a port)
 
 Every error names the file and the key, and unknown keys are errors (see ``disd.config``).
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disd.binlog.format import MAX_FRAME_PAYLOAD
-from disd.config import ConfigError, ConfigReader, load_yaml, read_token
+from disd.config import ConfigError, ConfigReader, load_yaml, port_problem, read_token
 from disd.names import InvalidNameError, NameKind, validate_name
 from disd.routing import Routing, load_routing
 from disd.rpc.channel import ClientSecurity
@@ -53,6 +54,8 @@ class TailerConfig:
     #: "<Namespace>.<Table>" -> schema, for the tables fed by CSV files
     csv_tables: dict[str, TableSchema] = field(default_factory=dict)
     retention: RetentionConfig | None = None  # None: logs are kept
+    metrics_port: int | None = None  # the Prometheus endpoint (disd.tailer.metrics); None: none
+    metrics_host: str = "127.0.0.1"
     source: str = "<config>"
 
 
@@ -136,6 +139,12 @@ def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
                 raise ConfigError(source, f"csv_tables[{i}]", f"no schema for {t} in {cfg.schemas}")
             cfg.csv_tables[t] = schema
     cfg.retention = _retention(r.sub("retention"), cfg.log_dirs)
+    cfg.metrics_port = r.get("metrics_port", int, None, port_problem)
+    host = r.get("metrics_host", str, None, lambda v: None if v.strip() else "must not be empty")
+    if host is not None:
+        if cfg.metrics_port is None:
+            raise ConfigError(source, "metrics_host", "only with metrics_port")
+        cfg.metrics_host = host
     r.finish()
     return cfg
 

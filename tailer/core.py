@@ -6,7 +6,8 @@ location gets a ``LocationWorker`` thread (``disd.tailer.stream``) holding its I
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
 (``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
 ``retention`` configured, one more thread (``disd.tailer.retention``) deletes or moves the logs
-the DIS checkpoint covers.
+the DIS checkpoint covers.  With ``metrics_port``, a Prometheus endpoint serves the tailer's own
+series (``disd.tailer.metrics``).
 
 Programmatic use (tests, ``dis demo``)::
 
@@ -30,7 +31,7 @@ from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
 from disd.tailer.retention import LogRetention
 from disd.tailer.stream import LocationWorker
-from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, scan_dirs
+from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, scan_dirs
 
 log = structlog.get_logger("disd.tailer")
 
@@ -46,10 +47,13 @@ class Tailer:
         self._lock = threading.Lock()
         self._scan_lock = threading.Lock()
         self._files: dict[LocationKey, LocationFiles] = {}
+        self._last_scan = Scan({}, {})
         self._workers: dict[LocationKey, LocationWorker] = {}
         self._reported: set[str] = set()
         self._scanner: threading.Thread | None = None
         self._started = False
+        self._metrics_server = None
+        self.metrics_port: int | None = None  # the endpoint's port once started (metrics_port 0: any)
         self.watcher = DirectoryWatcher(use_inotify)
         self.csv: CsvTranscoder | None = None
         self.dirs = list(config.log_dirs)
@@ -69,9 +73,23 @@ class Tailer:
         with self._lock:
             return list(self._files)
 
+    def workers(self) -> list[LocationWorker]:
+        with self._lock:
+            return list(self._workers.values())
+
     def files_of(self, key: LocationKey) -> LocationFiles:
         with self._lock:
             return self._files.get(key) or LocationFiles(key)
+
+    def last_scan(self) -> Scan:
+        with self._lock:
+            return self._last_scan
+
+    def skipped_for(self, key: LocationKey) -> list[Skipped]:
+        """The skipped files of the last scan whose names seem meant for ``key``."""
+        with self._lock:
+            scan = self._last_scan
+        return scan.skipped_by_location.get(key, [])
 
     def rescan(self) -> Scan:
         """List the directories now; start a worker for every new location."""
@@ -80,6 +98,7 @@ class Tailer:
             found = scan_dirs(self.dirs, self._reported, self.config.csv_tables)
             with self._lock:
                 self._files = found.locations
+                self._last_scan = found
                 new = []
                 if not self._halt.is_set():
                     for k in found.locations:
@@ -137,8 +156,12 @@ class Tailer:
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self) -> "Tailer":
+        """Start watching and streaming.  OSError if the metrics endpoint cannot listen (nothing
+        is started then)."""
         if self._started:
             return self
+        if self.config.metrics_port is not None:
+            self._serve_metrics()
         self._started = True
         for d in self.config.log_dirs:
             if not os.path.isdir(d):
@@ -151,9 +174,23 @@ class Tailer:
         if self.retention is not None:
             self.retention.start()
         log.info("tailer started", tailer_id=self.tailer_id, log_dirs=self.dirs, inotify=self.watcher.inotify,
+                 metrics_port=self.metrics_port,
                  dis=self.config.routing.addresses, csv_tables=sorted(self.config.csv_tables) or None,
                  retention=self.config.retention.mode if self.config.retention else None)
         return self
+
+    def _serve_metrics(self) -> None:
+        from prometheus_client import start_http_server
+
+        from disd.tailer.metrics import tailer_registry
+
+        host, port = self.config.metrics_host, self.config.metrics_port
+        try:
+            srv, _thread = start_http_server(port, addr=host, registry=tailer_registry(self))
+        except OSError as e:
+            raise OSError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
+        self._metrics_server = srv
+        self.metrics_port = srv.server_address[1]
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every thread; streams are cancelled (the DIS keeps what it acknowledged)."""
@@ -175,6 +212,10 @@ class Tailer:
         if self.csv is not None:
             self.csv.stop()
         self.watcher.release()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
         stuck = [str(w.key) for w in workers if w.is_alive()]
         if stuck:
             log.warning("location workers still busy at stop", locations=stuck)
@@ -190,7 +231,8 @@ class Tailer:
 
     def status(self) -> dict[str, dict]:
         """Per location (``ns/table/ip/cp``): state, file, sent_offset, acked_file, acked_offset,
-        committed_rows, in_flight_bytes, dis, error."""
+        committed_rows, in_flight_bytes, dis, error, problem (what the DIS is told is wrong on this
+        side: a corrupt frame, files whose names do not parse; None when nothing)."""
         with self._lock:
             workers = list(self._workers.items())
         return {str(k): w.status() for k, w in sorted(workers, key=lambda kw: str(kw[0]))}

@@ -2,7 +2,8 @@
 
 ``scan_dirs`` lists the log directories and groups the files whose names parse as binary logs
 (``LogFileName``) by location, each location's files ordered by time stamp; CSV files of the
-tables configured as CSV-fed are listed apart.  Anything else is reported once and ignored.
+tables configured as CSV-fed are listed apart.  Anything else is skipped: logged once, at warning
+level, with the exact reason (which part of the name is wrong), and listed in ``Scan.skipped``.
 
 ``DirectoryWatcher`` tells the tailer when something changed: inotify (through ctypes, no extra
 dependency) when the kernel offers it, else it just times out every poll interval and the tailer
@@ -14,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import select
 import struct
@@ -23,7 +25,8 @@ from typing import Iterable
 
 import structlog
 
-from disd.binlog import LocationKey, LogFileName
+from disd.binlog import InvalidLogFileName, LocationKey, LogFileName
+from disd.names import InvalidNameError
 
 log = structlog.get_logger(__name__)
 
@@ -74,18 +77,84 @@ def csv_to_bin_name(name: str) -> str | None:
     return bin_name if LogFileName.try_parse(bin_name) else None
 
 
+#: ``Skipped.reason`` of a CSV file whose table is not in ``csv_tables`` (others: ``InvalidLogFileName.part``)
+CSV_NOT_CONFIGURED = "csv_not_configured"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file of a log directory that is not streamed, and why."""
+
+    path: str
+    reason: str  # a short word for metrics: the wrong part of the name, or CSV_NOT_CONFIGURED
+    problem: str  # for people: "month 13 is not 01..12"
+    location: LocationKey | None  # the location the name seems meant for, when its fields say
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
 @dataclass
 class Scan:
     locations: dict[LocationKey, LocationFiles]
     csv_files: dict[str, tuple[LogFileName, str]]  # path -> (name of its binary log, csv name)
+    skipped: dict[str, Skipped] = field(default_factory=dict)  # path -> why it is not streamed
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(lf.files) for lf in self.locations.values())
+
+    @functools.cached_property
+    def skipped_by_location(self) -> dict[LocationKey | None, list[Skipped]]:
+        """The skipped files grouped by the location their names seem meant for, by path."""
+        out: dict[LocationKey | None, list[Skipped]] = {}
+        for path in sorted(self.skipped):
+            sk = self.skipped[path]
+            out.setdefault(sk.location, []).append(sk)
+        return out
+
+
+def meant_location(name: str) -> LocationKey | None:
+    """The location a file name that does not parse seems meant for: its namespace, table,
+    internal and column partition fields, when those are valid names (a typo in the namespace kind
+    or the time stamp leaves them intact)."""
+    fields = name.split(".")
+    if len(fields) < 5:
+        return None
+    try:
+        return LocationKey(fields[0], fields[1], fields[3], fields[4])
+    except InvalidNameError:
+        return None
+
+
+def _skip(path: str, name: str, csv_tables: set[str]) -> Skipped | tuple[LogFileName, str]:
+    """Why ``name`` (which is not a binary log name) is skipped; for the CSV file of a CSV-fed
+    table, its binary log name and CSV name instead."""
+    head, mark, tail = name.rpartition(CSV_MARK)
+    if mark:
+        try:
+            parsed = LogFileName.parse(head + BIN_MARK + tail)
+        except InvalidLogFileName as e:
+            return Skipped(path, e.part, e.problem, meant_location(name))
+        if parsed.location.table_key in csv_tables:
+            return parsed, name
+        return Skipped(path, CSV_NOT_CONFIGURED, f"table {parsed.location.table_key} is not in csv_tables",
+                       parsed.location)
+    try:
+        LogFileName.parse(name)
+    except InvalidLogFileName as e:
+        return Skipped(path, e.part, e.problem, meant_location(name))
+    raise AssertionError(f"{name} parses")  # pragma: no cover - only called for names that do not
 
 
 def scan_dirs(dirs: Iterable[str], reported: set[str], csv_tables: Iterable[str] = ()) -> Scan:
     """List ``dirs``: binary logs grouped by location and ordered, plus the CSV files of
-    ``csv_tables``.  A file whose name does not parse is logged once (``reported``)."""
+    ``csv_tables``.  A file that is skipped is logged once while it stays (``reported``)."""
     csv_tables = set(csv_tables)
     locations: dict[LocationKey, LocationFiles] = {}
     csv_files: dict[str, tuple[LogFileName, str]] = {}
+    skipped: dict[str, Skipped] = {}
     for d in dirs:
         try:
             entries = list(os.scandir(d))
@@ -104,21 +173,19 @@ def scan_dirs(dirs: Iterable[str], reported: set[str], csv_tables: Iterable[str]
                 lf = locations.setdefault(name.location, LocationFiles(name.location))
                 lf.files.append(LogFile(name.sort_key, e.name, e.path))
                 continue
-            bin_name = csv_to_bin_name(e.name)
-            if bin_name is not None:
-                parsed = LogFileName.parse(bin_name)
-                if parsed.location.table_key in csv_tables:
-                    csv_files[e.path] = (parsed, e.name)
-                    continue
-                why = f"table {parsed.location.table_key} is not in csv_tables"
-            else:
-                why = "not a binary log file name"
+            why = _skip(e.path, e.name, csv_tables)
+            if not isinstance(why, Skipped):
+                csv_files[e.path] = why
+                continue
+            skipped[e.path] = why
             if e.path not in reported:
                 reported.add(e.path)
-                log.info("ignoring file", file=e.path, reason=why)
+                log.warning("skipping file: not streamed to the DIS", file=e.path, reason=why.reason,
+                            problem=why.problem, location=str(why.location) if why.location else None)
     for lf in locations.values():
         lf.files.sort(key=lambda f: f.order)
-    return Scan(locations, csv_files)
+    reported.intersection_update(skipped)  # a file skipped again after it went is logged again
+    return Scan(locations, csv_files, skipped)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -117,3 +117,17 @@ def start_dis(tmp: pathlib.Path, config: pathlib.Path) -> Proc:
 
 def start_tailer(tmp: pathlib.Path, config: pathlib.Path) -> Proc:
     return Proc([str(BIN / "dis-tailer"), "--config", str(config)], tmp / "tailer.log").start()
+
+
+def scrape(port: int) -> dict[str, list]:
+    """The samples of a /metrics endpoint on loopback by series name (counters keep their _total)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append(s)
+    return out

@@ -236,6 +236,30 @@ def test_bad_file_names_are_reported(bad):
     assert LogFileName.try_parse(bad) is None
 
 
+_GOOD = "Market.Trade.System.ip1.2026-11-22.bin.2026-11-22.090000.000+0000"
+
+
+@pytest.mark.parametrize(
+    "bad,part,problem",
+    [
+        (_GOOD.replace("System", "Sytem"), "namespace_kind", "namespace kind 'Sytem' is not 'System' or 'User'"),
+        (_GOOD.replace("bin.2026-11", "bin.2026-13"), "month", "month 13 is not 01..12"),
+        (_GOOD + ".bak", "suffix", "unexpected suffix '.bak'"),
+        (_GOOD.replace("bin.2026-11-22", "bin.2026-02-30"), "day", "day 30 is not 01..28 (in 2026-02)"),
+        (_GOOD.replace("090000", "096000"), "minute", "minute 60 is not 00..59"),
+        (_GOOD.replace("+0000", "+2400"), "zone", "zone offset hour 24 is not 00..23"),
+        (_GOOD.replace(".bin.", ".log."), "bin_mark", "'log' where 'bin' should follow the column partition"),
+        (_GOOD.replace("ip1", "ip$1"), "internal_partition", "invalid internal partition name 'ip$1'"),
+        ("Market.Trade.System.ip1.2026-11-22.bin", "fields", "the name ends after 'bin' where the date (yyyy-MM-dd)"),
+    ],
+)
+def test_bad_file_names_say_which_part_is_wrong(bad, part, problem):
+    with pytest.raises(InvalidLogFileName) as ei:
+        LogFileName.parse(bad)
+    assert ei.value.part == part and ei.value.problem.startswith(problem), (ei.value.part, ei.value.problem)
+    assert str(ei.value) == f"{bad!r} is not a binary log file name: {ei.value.problem}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Property: any rows and flags survive write + decode
 

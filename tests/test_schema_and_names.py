@@ -3,7 +3,7 @@ import pathlib
 import pytest
 
 from disd.names import InvalidNameError, NameKind, legalize, validate_name
-from disd.schema import ColumnType, SchemaError, SchemaRegistry, TableSchema, load_schema
+from disd.schema import ColumnType, SchemaError, SchemaRegistry, TableSchema, column_differences, load_schema
 
 from conftest import SCHEMAS
 
@@ -45,6 +45,20 @@ def test_fingerprint_depends_on_columns():
     b = TableSchema.from_dict({"namespace": "B", "table": "U", "columns": [{"name": "X", "type": "int"}]})
     c = TableSchema.from_dict({"namespace": "A", "table": "T", "columns": [{"name": "X", "type": "long"}]})
     assert a.fingerprint == b.fingerprint != c.fingerprint
+
+
+def _cols(*cols: tuple[str, str]) -> TableSchema:
+    return TableSchema.from_dict({"namespace": "A", "table": "T",
+                                  "columns": [{"name": n, "type": t} for n, t in cols]})
+
+
+def test_column_differences_name_added_removed_and_retyped_columns():
+    table = _cols(("X", "int"), ("Y", "double"), ("Z", "string"))
+    assert column_differences(table, table) == ""
+    log = _cols(("X", "long"), ("Z", "string"), ("V", "string"))
+    assert column_differences(table, log) == "added V (string); removed Y (double); changed type X (table int, log long)"
+    reordered = _cols(("Y", "double"), ("X", "int"), ("Z", "string"))
+    assert column_differences(table, reordered) == "same columns in another order (table X, Y, Z; log Y, X, Z)"
 
 
 def write(tmp_path: pathlib.Path, name: str, text: str) -> pathlib.Path:

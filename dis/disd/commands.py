@@ -119,7 +119,8 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     """One screen for an operator: per DIS its disk, per table a summary, per location rows,
-    flush and checkpoint age, the checkpoint's source record, the connected tailer and errors."""
+    flush and checkpoint age, the checkpoint's source record, the connected tailer, errors and the
+    last problem its tailer reported."""
     from disd.client import DisClientError
 
     try:
@@ -157,16 +158,20 @@ def status_report(replies: list) -> dict:
                 "tailer": ({"id": l.tailer, "peer": l.tailer_peer, "connected_s": round(l.tailer_connected_s, 1),
                             "file": l.ingest_file or None, "offset": l.ingest_offset} if l.tailer else None),
                 "error": l.error or None,
+                "tailer_problem": ({"problem": l.tailer_problem, "tailer": l.tailer_problem_tailer,
+                                    "age_s": round(l.tailer_problem_age_s, 1)} if l.tailer_problem else None),
             })
     tables: dict[str, dict] = {}
     for r in locations:
         t = tables.setdefault(f"{r['namespace']}.{r['table']}",
                               {"table": f"{r['namespace']}.{r['table']}", "locations": 0, "rows": 0,
-                               "tailers": 0, "errors": 0})
+                               "tailers": 0, "errors": 0, "tailer_problems": 0})
         t["locations"] += 1
         t["rows"] += r["rows"]
         t["tailers"] += r["tailer"] is not None
-        t["errors"] += r["error"] is not None
+        # a location counts once: in error in the DIS, or its tailer reports a problem
+        t["errors"] += r["error"] is not None or r["tailer_problem"] is not None
+        t["tailer_problems"] += r["tailer_problem"] is not None
     return {"instances": instances, "tables": sorted(tables.values(), key=lambda t: t["table"]),
             "locations": locations}
 
@@ -191,13 +196,19 @@ def format_status(report: dict) -> str:
         [t["table"], str(t["locations"]), str(t["rows"]), f"{t['tailers']}/{t['locations']}", str(t["errors"])]
         for t in report["tables"]])
     lines.append("")
-    lines += _grid([["LOCATION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE", "CHECKPOINT AT", "TAILER", "ERROR"]] + [[
+    lines += _grid([["LOCATION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE", "CHECKPOINT AT", "TAILER", "ERROR",
+                     "TAILER PROBLEM"]] + [[
         f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}", str(r["rows"]),
         str(r["checkpointed_rows"]), _age(r["last_flush_age_s"]), _age(r["checkpoint_age_s"]),
         f"{r['checkpoint']['file']}@{r['checkpoint']['offset']}" if r["checkpoint"] else "-",
         f"{r['tailer']['id']} ({r['tailer']['peer']})" if r["tailer"] else "-", r["error"] or "-",
+        _tailer_problem(r["tailer_problem"]),
     ] for r in report["locations"]])
     return "\n".join(lines)
+
+
+def _tailer_problem(p: dict | None) -> str:
+    return "-" if p is None else f"{p['problem']} ({p['tailer']}, {p['age_s']:.0f}s ago)"
 
 
 def _age(v: float | None) -> str:

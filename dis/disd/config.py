@@ -73,7 +73,8 @@ def _min(n: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= n else f"must be >= {n}"
 
 
-def _port(v: int) -> str | None:
+def port_problem(v: int) -> str | None:
+    """None for a port number 0..65535 (0: any free port), else the problem."""
     return None if 0 <= v <= 65535 else "must be a port number 0..65535"
 
 
@@ -166,8 +167,8 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
     cfg.schemas = r.get("schemas", str, cfg.schemas)
     srv = r.sub("server")
     cfg.host = srv.get("host", str, cfg.host)
-    cfg.port = srv.get("port", int, cfg.port, _port)
-    cfg.metrics_port = srv.get("metrics_port", int, cfg.metrics_port, _port)
+    cfg.port = srv.get("port", int, cfg.port, port_problem)
+    cfg.metrics_port = srv.get("metrics_port", int, cfg.metrics_port, port_problem)
     cfg.tls = _tls(srv.sub("tls"))
     cfg.token_file = srv.get("token_file", str, None)
     cfg.max_workers = srv.get("max_workers", int, cfg.max_workers, _min(4))

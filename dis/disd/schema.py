@@ -188,6 +188,31 @@ class TableSchema:
         return _parse_schema(json.loads(text), source)
 
 
+def column_differences(table: TableSchema, log: TableSchema) -> str:
+    """How a log's columns differ from its table's, for refusals and operators: the columns the
+    log adds, those it lacks, those whose type changed, or (same columns) their order.  Empty when
+    the fingerprints agree."""
+    if table.fingerprint == log.fingerprint:
+        return ""
+    mine = {c.name: c.type.value for c in table.columns}
+    theirs = {c.name: c.type.value for c in log.columns}
+    parts = []
+    added = [f"{c.name} ({c.type.value})" for c in log.columns if c.name not in mine]
+    removed = [f"{c.name} ({c.type.value})" for c in table.columns if c.name not in theirs]
+    changed = [f"{c.name} (table {c.type.value}, log {theirs[c.name]})" for c in table.columns
+               if c.name in theirs and theirs[c.name] != c.type.value]
+    if added:
+        parts.append("added " + ", ".join(added))
+    if removed:
+        parts.append("removed " + ", ".join(removed))
+    if changed:
+        parts.append("changed type " + ", ".join(changed))
+    if not parts:
+        parts.append(f"same columns in another order (table {', '.join(table.column_names)}; "
+                     f"log {', '.join(log.column_names)})")
+    return "; ".join(parts)
+
+
 class SchemaError(DisError, ValueError):
     """A schema file that cannot be used; the message names the file, the key and the problem."""
 

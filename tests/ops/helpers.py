@@ -4,7 +4,6 @@ written frame by frame, and the Prometheus text endpoint parsed."""
 from __future__ import annotations
 
 import pathlib
-import urllib.request
 
 import numpy as np
 import pyarrow as pa
@@ -12,6 +11,9 @@ import pyarrow as pa
 from disd.binlog import BinlogWriter, RowFlag, normalize_columns
 from disd.config import parse_dis_config
 from disd.schema import load_schema
+from e2e_helpers import scrape
+
+__all__ = ["ROOT", "SCHEMAS", "TRADE", "append_rows", "log_name", "scrape", "server_config", "trade_rows"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "config" / "schemas"
@@ -53,15 +55,3 @@ def server_config(root: pathlib.Path, checkpoint_ms: int = 500, **server):
         "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, **server},
         "import": {"default": {"flush_interval_ms": 20, "checkpoint_interval_ms": checkpoint_ms}},
     }, "<ops test>")
-
-
-def scrape(port: int) -> dict[str, list]:
-    """The samples of a /metrics endpoint by series name (counters keep their _total)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out: dict[str, list] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append(s)
-    return out

@@ -157,6 +157,8 @@ def test_container_configs_agree(tmp_path):
     assert tailer.routing.addresses == [f"dis:{dis.port}"]
     prom = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
     assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == [f"dis:{dis.metrics_port}"]
+    assert prom["scrape_configs"][1]["static_configs"][0]["targets"] == [f"tailer:{tailer.metrics_port}"]
+    assert tailer.metrics_host == "0.0.0.0"  # reachable from the Prometheus container
     volumes = {v.split(":")[1] for v in compose["services"]["dis"]["volumes"]}
     assert any(dis.db_root.startswith(v) for v in volumes)  # the database is on the volume
     nofile = compose["services"]["dis"]["ulimits"]["nofile"]["soft"]
@@ -165,6 +167,7 @@ def test_container_configs_agree(tmp_path):
     if promtool:  # the compose Prometheus loads the repository's rules
         shutil.copy(DOCKER / "prometheus.yml", tmp_path)
         shutil.copy(ROOT / "config/prometheus/dis-alerts.yml", tmp_path)
+        shutil.copy(ROOT / "config/prometheus/dis-tailer-alerts.yml", tmp_path)
         r = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr

@@ -1,6 +1,7 @@
 """The Prometheus set-up: rules and config checked by promtool, the alert rules' unit tests, every
-series the rules and the Grafana dashboard name exists on a running DIS, and a real Prometheus
-server scrapes a DIS on loopback."""
+series the rules and the Grafana dashboard name exists on a running DIS (and every series of the
+tailer's rules on a running tailer), and a real Prometheus server scrapes a DIS and a
+``dis-tailer`` process on loopback."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from disd.binlog import RowFlag
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server.daemon import DisServer
 from disd.tailer import Tailer, parse_tailer_config
-from e2e_helpers import Proc, free_port, wait_for
+from e2e_helpers import Proc, free_port, start_tailer, wait_for, write_tailer_config
 
 from .helpers import ROOT, TRADE, append_rows, log_name, scrape, server_config, trade_rows
 
@@ -42,8 +43,8 @@ def _tool(name: str) -> str:
     return path
 
 
-def _rules() -> list[dict]:
-    return [r for g in yaml.safe_load((PROM / "dis-alerts.yml").read_text())["groups"] for r in g["rules"]]
+def _rules(file: str = "dis-alerts.yml") -> list[dict]:
+    return [r for g in yaml.safe_load((PROM / file).read_text())["groups"] for r in g["rules"]]
 
 
 def _dashboard_exprs() -> list[str]:
@@ -58,7 +59,8 @@ def _names(exprs) -> set[str]:
 def test_promtool_checks_config_and_rules():
     promtool = _tool("promtool")
     for args in (["check", "config", "prometheus.yml"], ["check", "rules", "dis-alerts.yml"],
-                 ["test", "rules", "tests/dis-alerts.test.yml"]):
+                 ["test", "rules", "tests/dis-alerts.test.yml"], ["check", "rules", "dis-tailer-alerts.yml"],
+                 ["test", "rules", "tests/dis-tailer-alerts.test.yml"]):
         r = subprocess.run([promtool, *args], cwd=PROM, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, f"promtool {' '.join(args)}:\n{r.stdout}\n{r.stderr}"
         assert "SUCCESS" in r.stdout + r.stderr
@@ -69,8 +71,19 @@ def test_rules_cover_the_required_alerts():
     assert {"DisPartitionInError", "DisCheckpointStale", "DisFileHandleFastCycling", "DisTailerDisconnected",
             "DisDiskNearlyFull"} <= set(alerts)
     assert "2 * dis_checkpoint_interval_seconds" in alerts["DisCheckpointStale"]["expr"]
-    for r in alerts.values():
+    assert "dis_location_tailer_problem" in alerts["DisLocationTailerProblem"]["expr"]
+    tailer = {r["alert"]: r for r in _rules("dis-tailer-alerts.yml")}
+    assert {"DisTailerDown", "DisTailerStuck", "DisTailerSkippedFiles", "DisTailerCorruptLog", "DisTailerRefused",
+            "DisTailerReconnecting"} <= set(tailer)
+    assert not set(alerts) & set(tailer)
+    for r in [*alerts.values(), *tailer.values()]:
         assert r["labels"]["severity"] in ("warning", "critical") and r["annotations"]["summary"]
+    # every alert has a unit test
+    for rules in ("dis-alerts.yml", "dis-tailer-alerts.yml"):
+        tests = rules.replace(".yml", ".test.yml")
+        tested = {t["alertname"] for case in yaml.safe_load((PROM / "tests" / tests).read_text())["tests"]
+                  for t in case["alert_rule_test"] if t.get("exp_alerts")}
+        assert {r["alert"] for r in _rules(rules)} - tested == set(), rules
 
 
 def test_dashboard_is_well_formed():
@@ -125,6 +138,39 @@ def test_every_series_of_rules_and_dashboard_exists_on_a_running_dis(tmp_path):
     assert wanted, "no series found in the rules and the dashboard"
     missing = sorted(wanted - scraped)
     assert not missing, f"named by the alert rules or the dashboard, not served by the DIS: {missing}"
+
+
+def _provoke_tailer_series(logs) -> int:
+    """Logs that give every labelled tailer series a sample: rows, then garbage (a corrupt frame);
+    a file whose name does not parse (a skipped file); a log of a table the DIS does not have (a
+    refusal)."""
+    size = append_rows(logs / log_name("ip1"), 0, 9, frames=3)
+    with open(logs / log_name("ip1"), "ab") as f:
+        f.write(b"\xde\xad\xbe\xef" * 25)
+    append_rows(logs / log_name("ip1", hhmmss="100000").replace("System", "Sytem"), 9, 3)
+    append_rows(logs / log_name("ip2").replace("Trade", "Nope"), 0, 3)
+    return size
+
+
+def test_every_series_of_the_tailer_rules_exists_on_a_running_tailer(tmp_path):
+    srv = DisServer(server_config(tmp_path))
+    srv.start()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _provoke_tailer_series(logs)
+    cfg = parse_tailer_config({"dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)], "poll_interval_ms": 50,
+                               "retry_refused_ms": 200, "metrics_port": 0})
+    wanted = _names(r["expr"] for r in _rules("dis-tailer-alerts.yml")) - {"up"}
+    assert wanted
+    try:
+        with Tailer(cfg) as t:
+            scraped = wait_for(lambda: (lambda s: s if wanted <= set(s) else None)(scrape(t.metrics_port)), 20,
+                               what="every series of the tailer's rules")
+    finally:
+        srv.stop(0.5)
+    from disd.tailer.metrics import SERIES
+
+    assert set(SERIES) <= set(scraped)
 
 
 def _get(port: int, path: str, **params) -> dict:
@@ -184,4 +230,59 @@ def test_a_real_prometheus_scrapes_a_running_dis(tmp_path):
         assert rows["resultType"] == "vector"
     finally:
         proc.terminate()
+        srv.stop(0.5)
+
+
+def test_a_real_prometheus_scrapes_a_running_tailer(tmp_path):
+    """``dis-tailer`` as users run it (a process, its config file with metrics_port) next to a DIS,
+    both scraped by a real Prometheus with the shipped rules: every series the tailer's rules name
+    arrives, every rule evaluates, the skipped file and the DIS's view of the tailer's problem are
+    queryable."""
+    prometheus = _tool("prometheus")
+    srv = DisServer(server_config(tmp_path))
+    srv.start()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _provoke_tailer_series(logs)
+    tailer_metrics = free_port()
+    tailer = start_tailer(tmp_path, write_tailer_config(tmp_path, srv.port, logs, poll_interval_ms=50,
+                                                        retry_refused_ms=200, metrics_port=tailer_metrics))
+    prom_port = free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(PROM / "dis-alerts.yml"), str(PROM / "dis-tailer-alerts.yml")],
+        "scrape_configs": [
+            {"job_name": "dis", "static_configs": [{"targets": [f"127.0.0.1:{srv.metrics_port}"]}]},
+            {"job_name": "dis-tailer", "static_configs": [{"targets": [f"127.0.0.1:{tailer_metrics}"]}]},
+        ],
+    }))
+    proc = Proc([prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log").start()
+    try:
+        tailer_rules = _rules("dis-tailer-alerts.yml")
+        wanted = _names(r["expr"] for r in tailer_rules) | {"dis_location_tailer_problem"}
+        try:
+            wait_for(lambda: wanted <= set(_get(prom_port, "/api/v1/label/__name__/values")) or None, 60, 0.5,
+                     "every series of the tailer's rules in Prometheus")
+        except AssertionError:
+            have = set(_get(prom_port, "/api/v1/label/__name__/values"))
+            raise AssertionError(f"missing in Prometheus: {sorted(wanted - have)}\n" + proc.log_text()[-2000:]
+                                 + tailer.log_text()[-2000:]) from None
+        targets = _get(prom_port, "/api/v1/targets")["activeTargets"]
+        assert {(t["labels"]["job"], t["health"]) for t in targets} == {("dis", "up"), ("dis-tailer", "up")}
+        rules = [r for g in _get(prom_port, "/api/v1/rules")["groups"] for r in g["rules"]]
+        assert {r["alert"] for r in tailer_rules} <= {r["name"] for r in rules}
+        assert all(r["health"] in ("ok", "unknown") for r in rules), rules
+        for r in tailer_rules:
+            _get(prom_port, "/api/v1/query", query=r["expr"])
+        skipped = _get(prom_port, "/api/v1/query", query="dis_tailer_files_skipped > 0")["result"]
+        assert [x["metric"]["reason"] for x in skipped] == ["namespace_kind"]
+        wait_for(lambda: _get(prom_port, "/api/v1/query", query="dis_location_tailer_problem == 1")["result"], 30, 0.5,
+                 "the DIS's view of the tailer's problem in Prometheus")
+        res = _get(prom_port, "/api/v1/query", query="dis_location_tailer_problem == 1")["result"]
+        assert [x["metric"]["location"] for x in res] == ["Market/Trade/ip1/2026-11-22"]
+    finally:
+        proc.terminate()
+        assert tailer.terminate() == 0
         srv.stop(0.5)

@@ -55,7 +55,9 @@ def test_status_shows_rows_ages_checkpoint_tailer_and_errors(tmp_path, capsys):
         assert good["tailer"]["file"] == log_name("ip1") and good["tailer"]["offset"] == size
         assert locs[BAD]["tailer"] is None and locs[BAD]["checkpoint"] is None
         assert "table.size" in locs[BAD]["error"]
-        assert rep["tables"] == [{"table": "Market.Trade", "locations": 2, "rows": 9, "tailers": 1, "errors": 1}]
+        assert rep["tables"] == [{"table": "Market.Trade", "locations": 2, "rows": 9, "tailers": 1, "errors": 1,
+                                  "tailer_problems": 0}]
+        assert good["tailer_problem"] is None and locs[BAD]["tailer_problem"] is None
         inst = rep["instances"][0]
         assert inst["dis"] == f"127.0.0.1:{srv.port}" and inst["disk_total_bytes"] >= inst["disk_free_bytes"] > 0
         lines = text.splitlines()

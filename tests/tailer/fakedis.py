@@ -1,7 +1,8 @@
 """A small Ingest servicer on loopback for the tailer's tests: it checks the protocol like the
 real DIS (offsets contiguous, new files at offset 0 with their header, whole frames), records what
 arrives, and acknowledges from a separate thread, optionally slowly, so the test can measure how
-many bytes the tailer keeps unacknowledged."""
+many bytes the tailer keeps unacknowledged.  With ``accepts_reports`` it takes the tailer's
+``report``s like a DIS of this release; without, it is an older DIS that refuses them."""
 
 from __future__ import annotations
 
@@ -26,12 +27,14 @@ class LocationLog:
     chunks: list = field(default_factory=list)  # (file, offset, length)
     opens: list = field(default_factory=list)  # fingerprints of every open
     data: dict = field(default_factory=dict)  # file -> bytearray of what was received
+    reports: list = field(default_factory=list)  # the problems the tailer reported, in order
 
 
 class FakeDis(dis_pb2_grpc.IngestServicer):
     def __init__(self, ack_delay: float = 0.0, refuse: dict | None = None,
-                 store: dict | None = None) -> None:
+                 store: dict | None = None, accepts_reports: bool = False) -> None:
         self.ack_delay = ack_delay
+        self.accepts_reports = accepts_reports
         self.refuse = refuse or {}  # internal partition -> (StatusCode, details)
         self.store: dict[str, LocationLog] = store if store is not None else {}
         self.lock = threading.Lock()
@@ -56,7 +59,8 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
         if ip in self.refuse:
             code, details = self.refuse[ip]
             context.abort(code, details)
-        yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=st.file_name, offset=st.offset))
+        yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=st.file_name, offset=st.offset,
+                                                                accepts_reports=self.accepts_reports))
         pending: collections.deque = collections.deque()
         cond = threading.Condition()
         state = {"unacked": 0, "end": False, "error": None}
@@ -64,8 +68,12 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
         def receive() -> None:
             try:
                 for req in request_iterator:
+                    if req.WhichOneof("body") == "report" and self.accepts_reports:
+                        st.reports.append(req.report.problem)
+                        continue
                     c = req.chunk
-                    problem = self._check(key, st, c)
+                    problem = self._check(key, st, c) if req.WhichOneof("body") == "chunk" else (
+                        f"unexpected message {req.WhichOneof('body')}")
                     with cond:
                         if problem:
                             state["error"] = problem

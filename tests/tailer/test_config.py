@@ -35,6 +35,10 @@ from .helpers import ROOT, SCHEMAS
         ({"dis": "a:1", "log_dirs": ["x"], "csv_tables": ["Quote"], "schemas": str(SCHEMAS)}, "csv_tables[0]"),
         ({"dis": "a:1", "log_dirs": ["x"], "csv_tables": ["Market.Nope"], "schemas": str(SCHEMAS)}, "csv_tables[0]"),
         ({"dis": "a:1", "log_dirs": ["x"], "csv_tables": ["Market.Quote"], "schemas": "/nonexistent"}, "schemas"),
+        ({"dis": "a:1", "log_dirs": ["x"], "metrics_port": 70000}, "metrics_port"),
+        ({"dis": "a:1", "log_dirs": ["x"], "metrics_port": "9465"}, "metrics_port"),
+        ({"dis": "a:1", "log_dirs": ["x"], "metrics_host": "0.0.0.0"}, "metrics_host"),
+        ({"dis": "a:1", "log_dirs": ["x"], "metrics_port": 9465, "metrics_host": " "}, "metrics_host"),
     ],
 )
 def test_errors_name_the_file_and_key(data, key):
@@ -49,6 +53,14 @@ def test_defaults():
     assert cfg.max_in_flight_bytes == 8 << 20 and cfg.chunk_bytes == 4 << 20
     assert cfg.poll_interval_ms == 200 and cfg.state_dir == "var/tailer"
     assert cfg.csv_tables == {} and not cfg.security.tls and cfg.security.token is None
+    assert cfg.metrics_port is None  # no endpoint unless asked for
+
+
+def test_metrics_endpoint_keys():
+    cfg = parse_tailer_config({"dis": "a:1", "log_dirs": ["x"], "metrics_port": 9465})
+    assert (cfg.metrics_port, cfg.metrics_host) == (9465, "127.0.0.1")
+    cfg = parse_tailer_config({"dis": "a:1", "log_dirs": ["x"], "metrics_port": 0, "metrics_host": "0.0.0.0"})
+    assert (cfg.metrics_port, cfg.metrics_host) == (0, "0.0.0.0")
 
 
 def test_routing_token_and_csv_tables(tmp_path):

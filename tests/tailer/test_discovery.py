@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import structlog
 
 from disd.tailer.watch import DirectoryWatcher, csv_to_bin_name, scan_dirs
@@ -29,9 +31,11 @@ def test_groups_by_location_and_orders_by_timestamp(tmp_path):
     assert ip1.find(name(hour=9)).name == name(hour=9) and ip1.find("nope") is None
 
 
-def test_non_matching_names_are_logged_once_and_ignored(tmp_path):
+def test_non_matching_names_are_logged_once_at_warning_with_the_wrong_part(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
-    (tmp_path / "Market.Trade.System.ip1.2026-11-22.bin.2026-13-22.090000.000+0000").write_text("x")
+    (tmp_path / name().replace("System", "Sytem")).write_text("x")
+    (tmp_path / name().replace("bin.2026-11", "bin.2026-13")).write_text("x")
+    (tmp_path / (name() + ".bak")).write_text("x")
     (tmp_path / name(kind="csv")).write_text("Size\n1\n")  # CSV of a table not configured as CSV-fed
     (tmp_path / ".hidden.tmp").write_text("x")
     (tmp_path / "subdir").mkdir()
@@ -40,9 +44,26 @@ def test_non_matching_names_are_logged_once_and_ignored(tmp_path):
         s1 = scan_dirs([str(tmp_path), str(tmp_path / "missing")], reported)
         s2 = scan_dirs([str(tmp_path)], reported)
     assert not s1.locations and not s2.locations and not s1.csv_files
-    ignored = [e for e in logs if e["event"] == "ignoring file"]
-    assert len(ignored) == 3, ignored
-    assert any("not in csv_tables" in e["reason"] for e in ignored)
+    skipped = [e for e in logs if e["event"].startswith("skipping file")]
+    assert all(e["log_level"] == "warning" for e in skipped)
+    by_file = {pathlib.Path(e["file"]).name: e for e in skipped}
+    assert len(skipped) == len(by_file) == 5, skipped  # once each, though scanned twice
+    assert by_file[name().replace("System", "Sytem")]["problem"] == "namespace kind 'Sytem' is not 'System' or 'User'"
+    assert by_file[name().replace("bin.2026-11", "bin.2026-13")]["problem"] == "month 13 is not 01..12"
+    assert by_file[name() + ".bak"]["problem"] == "unexpected suffix '.bak'"
+    assert by_file[name(kind="csv")]["problem"] == "table Market.Trade is not in csv_tables"
+    assert "where the namespace kind (System or User) should follow" in by_file["notes.txt"]["problem"]
+    assert by_file[name() + ".bak"]["location"] == "Market/Trade/ip1/2026-11-22"
+    assert {s.reason for s in s2.skipped.values()} == {"fields", "namespace_kind", "month", "suffix",
+                                                      "csv_not_configured"}
+    assert s2.skipped[str(tmp_path / "notes.txt")].location is None
+    # a skipped file that goes and comes back is logged again
+    (tmp_path / "notes.txt").unlink()
+    scan_dirs([str(tmp_path)], reported)
+    (tmp_path / "notes.txt").write_text("x")
+    with structlog.testing.capture_logs() as logs:
+        scan_dirs([str(tmp_path)], reported)
+    assert [pathlib.Path(e["file"]).name for e in logs] == ["notes.txt"]
 
 
 def test_csv_files_of_csv_tables(tmp_path):

@@ -29,6 +29,7 @@ from disd.binlog import (
 )
 from disd.names import InvalidNameError
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.schema import SchemaError, TableSchema, column_differences
 from disd.server import metrics
 from disd.storage import LocationError, StorageEngine
 
@@ -44,6 +45,8 @@ class Refused(Exception):
 
 #: how often open streams are checked for idleness and for their location failing under them
 REAP_INTERVAL_S = 0.25
+#: the longest tailer-reported problem kept (characters); longer ones are cut, saying so
+MAX_PROBLEM_CHARS = 2000
 
 
 def error_status(os_errno: int | None) -> grpc.StatusCode:
@@ -80,6 +83,26 @@ class Session:
     ended_for_error: bool = False
 
 
+def schema_mismatch(table: TableSchema, fingerprint: str, log_schema: "TableSchema | str | None",
+                    where: str) -> Refused:
+    """FAILED_PRECONDITION naming the table and, when the log's schema is known (a file header, or
+    the ``schema_json`` of a tailer's ``open``), the columns that differ."""
+    if isinstance(log_schema, str) and log_schema:
+        try:
+            log_schema = TableSchema.from_json(log_schema, "<open.schema_json>")
+        except (SchemaError, ValueError):
+            log_schema = None
+    diff = ""
+    if isinstance(log_schema, TableSchema) and log_schema.fingerprint == fingerprint:
+        diff = column_differences(table, log_schema)
+    detail = f": {diff}" if diff else " (its columns were not sent)"
+    return Refused(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"{where}schema mismatch: the log's schema differs from table {table.key}{detail}; "
+        f"log fingerprint {fingerprint or '(none)'}, table fingerprint {table.fingerprint}",
+    )
+
+
 def end_stream(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
     """End a stream from another thread (the idle reaper, a taking-over stream) with a status
     the client can read.
@@ -93,6 +116,15 @@ def end_stream(context: grpc.ServicerContext, code: grpc.StatusCode, details: st
         call.cancel(code.value[0], details)
     except (AttributeError, TypeError):
         context.cancel()
+
+
+@dataclass(frozen=True)
+class TailerProblem:
+    """The last problem a location's tailer reported (``TailerReport``) and has not resolved."""
+
+    problem: str
+    tailer_id: str
+    since: float  # time.time() of the first report of this problem
 
 
 @dataclass(eq=False)  # hashed by identity: kept in a set
@@ -119,6 +151,7 @@ class SessionRegistry:
         self._by_key: dict[LocationKey, Session] = {}
         self._owner_locks: dict[LocationKey, threading.Lock] = {}
         self._pending: set[Pending] = set()
+        self._problems: dict[LocationKey, TailerProblem] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="ingest-idle-reaper", daemon=True)
@@ -157,6 +190,31 @@ class SessionRegistry:
     def sessions(self) -> list[Session]:
         with self._lock:
             return list(self._by_key.values())
+
+    def report(self, s: Session, problem: str) -> None:
+        """Record what the tailer of ``s`` reports about its location (empty: no problem); it
+        outlives the stream, until that location's tailer reports otherwise."""
+        if len(problem) > MAX_PROBLEM_CHARS:
+            problem = problem[:MAX_PROBLEM_CHARS] + f" ... ({len(problem) - MAX_PROBLEM_CHARS} more characters)"
+        with self._lock:
+            old = self._problems.get(s.key)
+            if problem:
+                if old is None or old.problem != problem:
+                    self._problems[s.key] = TailerProblem(problem, s.tailer_id, time.time())
+            else:
+                self._problems.pop(s.key, None)
+        if problem and (old is None or old.problem != problem):
+            log.warning("tailer reports a problem", location=str(s.key), tailer=s.tailer_id, problem=problem)
+        elif not problem and old is not None:
+            log.info("tailer problem resolved", location=str(s.key), tailer=s.tailer_id, problem=old.problem)
+
+    def problem(self, key: LocationKey) -> TailerProblem | None:
+        with self._lock:
+            return self._problems.get(key)
+
+    def problems(self) -> dict[LocationKey, TailerProblem]:
+        with self._lock:
+            return dict(self._problems)
 
     def wait_open(self, context: grpc.ServicerContext) -> Pending:
         p = Pending(context)
@@ -227,6 +285,8 @@ class IngestService(dis_pb2_grpc.IngestServicer):
 
     def Stream(self, request_iterator: Iterator[dis_pb2.IngestRequest], context: grpc.ServicerContext):  # noqa: N802
         session: Session | None = None
+        key: LocationKey | None = None
+        tailer_id: str | None = None
         loc = None
         try:
             waiting = self.sessions.wait_open(context)
@@ -236,6 +296,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 self.sessions.opened(waiting)
             if first is None or first.WhichOneof("body") != "open":
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
+            tailer_id = first.open.tailer_id or "?"
             key = location_key(first.open.location)
             schema = self.engine.schemas.get(key.namespace, key.table)
             if schema is None:
@@ -243,18 +304,14 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             if not self.routed(key.namespace, key.table):
                 raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
             if first.open.schema_fingerprint != schema.fingerprint:
-                raise Refused(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"schema mismatch for {key.table_key}: log fingerprint {first.open.schema_fingerprint or '(none)'}"
-                    f", DIS schema {schema.fingerprint}",
-                )
+                raise schema_mismatch(schema, first.open.schema_fingerprint, first.open.schema_json, "")
             try:
                 loc = self.engine.location(key, create=True)
             except LocationError as e:
                 raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
             if loc.in_error:
                 raise Refused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
-            session = Session(key, first.open.tailer_id or "?", context.peer(), context)
+            session = Session(key, tailer_id, context.peer(), context)
             with self.sessions.owner_lock(key):
                 self.sessions.add(session)
                 # whatever the previous stream left uncommitted is resent from the resume point
@@ -264,17 +321,24 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             session.file_name, session.offset = rp.file_name, rp.offset
             log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
                      resume_file=rp.file_name, resume_offset=rp.offset)
-            yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=rp.file_name or "", offset=rp.offset))
+            yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=rp.file_name or "", offset=rp.offset,
+                                                                    accepts_reports=True))
             for req in request_iterator:
                 session.last_message = time.monotonic()
-                if req.WhichOneof("body") != "chunk":
-                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "only 'chunk' messages may follow 'open'")
+                body = req.WhichOneof("body")
+                if body == "report":
+                    if not session.taken_over:
+                        self.sessions.report(session, req.report.problem)
+                    continue
+                if body != "chunk":
+                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                                  "only 'chunk' and 'report' messages may follow 'open'")
                 self._ingest_chunk(session, loc, schema, req.chunk)
                 yield _ack(session, loc.committed_rows)
         except Refused as r:
             metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
             log.warning("ingest refused", code=r.code.name, details=r.details, peer=context.peer(),
-                        location=str(session.key) if session else None)
+                        location=str(key) if key else None, tailer=tailer_id)
             context.abort(r.code, r.details)
         finally:
             if session is not None:
@@ -328,11 +392,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             if header is None:
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"{chunk.file_name}: first chunk lacks the whole header")
             if header.fingerprint != schema.fingerprint:
-                raise Refused(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{chunk.file_name}: schema mismatch: log fingerprint {header.fingerprint}, "
-                    f"DIS schema {schema.fingerprint}",
-                )
+                raise schema_mismatch(schema, header.fingerprint, header.schema, f"{chunk.file_name}: ")
             start = header.size
         try:
             run = scan_frames(data, chunk.offset, schema, start=start, path=chunk.file_name)

@@ -41,6 +41,7 @@ SERVER_SERIES = (
     "dis_subscribers",
     "dis_connected_tailers",
     "dis_location_tailer_connected",
+    "dis_location_tailer_problem",
     "dis_location_rows",
     "dis_location_checkpointed_rows",
     "dis_location_in_error",
@@ -56,7 +57,7 @@ class ServerCollector:
     """Gauges computed at scrape time from one server's engine and ingest sessions.
 
     Per location (labels ``table``, ``location``): published and checkpointed rows, error state,
-    whether a tailer is connected, flush and checkpoint age and the checkpoint interval (the
+    whether a tailer is connected and whether it reports a problem, flush and checkpoint age and the checkpoint interval (the
     stale-checkpoint alert divides one by the other).  Per server: open ingest streams and the
     free and total bytes of the database root's filesystem; its locations, those in error, open
     column-file descriptors, block-cache bytes and open Subscribe streams.  A per-location gauge
@@ -90,6 +91,9 @@ class ServerCollector:
         lbl = ["table", "location"]
         connected = GaugeMetricFamily("dis_location_tailer_connected",
                                       "1 while a tailer holds the location's ingest stream, else 0", labels=lbl)
+        problem = GaugeMetricFamily("dis_location_tailer_problem",
+                                    "1 while the location's tailer reports a problem on its side (dis status "
+                                    "shows it), else 0", labels=lbl)
         rows = GaugeMetricFamily("dis_location_rows", "Published rows of the location", labels=lbl)
         ckpt_rows = GaugeMetricFamily("dis_location_checkpointed_rows", "Rows of the location's last checkpoint",
                                       labels=lbl)
@@ -102,12 +106,14 @@ class ServerCollector:
                                      labels=lbl)
         sessions = self.sessions.sessions()
         with_tailer = {s.key for s in sessions}
+        problems = self.sessions.problems()
         now = time.time()
         locations = list(self.engine.locations())
         yield from self._server_gauges(locations)
         for loc in locations:
             labels = [loc.key.table_key, str(loc.key)]
             connected.add_metric(labels, 1.0 if loc.key in with_tailer else 0.0)
+            problem.add_metric(labels, 1.0 if loc.key in problems else 0.0)
             rows.add_metric(labels, loc.published_rows)
             ckpt_rows.add_metric(labels, loc.checkpointed_rows)
             in_error.add_metric(labels, 1.0 if loc.in_error else 0.0)
@@ -118,7 +124,7 @@ class ServerCollector:
             interval.add_metric(labels, self.engine.import_config(loc.key.table_key).checkpoint_interval_ms / 1000.0)
         total = GaugeMetricFamily("dis_connected_tailers", "Ingest streams currently open")
         total.add_metric([], len(sessions))
-        yield from (total, connected, rows, ckpt_rows, in_error, flush_age, age, interval)
+        yield from (total, connected, problem, rows, ckpt_rows, in_error, flush_age, age, interval)
         avail, total_bytes = disk_usage(self.db_root)
         if not total_bytes:
             return

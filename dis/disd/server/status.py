@@ -18,7 +18,7 @@ from disd.rpc.v1 import dis_pb2
 from disd.storage.checkpoint import CheckpointError, fsync_dir, read_record
 
 if TYPE_CHECKING:
-    from disd.server.ingest import Session
+    from disd.server.ingest import Session, TailerProblem
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def checkpoint_source(path: str | os.PathLike[str], durable: bool) -> Checkpoint
 
 
 def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None", now: float,  # noqa: ANN001
-                    durable: bool) -> dis_pb2.LocationStatus:
+                    durable: bool, problem: "TailerProblem | None" = None) -> dis_pb2.LocationStatus:
     src = checkpoint_source(loc.path, durable)
     last_flush, last_ckpt = loc.last_flush_time, loc.last_checkpoint_time
     return dis_pb2.LocationStatus(
@@ -64,6 +64,9 @@ def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None"
         tailer_connected_s=(now - session.started) if session else 0.0,
         ingest_file=(session.file_name or "") if session else "",
         ingest_offset=session.offset if session else 0,
+        tailer_problem=problem.problem if problem else "",
+        tailer_problem_tailer=problem.tailer_id if problem else "",
+        tailer_problem_age_s=max(0.0, now - problem.since) if problem else 0.0,
     )
 
 

@@ -178,7 +178,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
 
         now = time.time()
         out = [
-            location_status(loc, key_msg(loc.key), self.sessions.get(loc.key), now, request.durable_checkpoint)
+            location_status(loc, key_msg(loc.key), self.sessions.get(loc.key), now, request.durable_checkpoint,
+                            self.sessions.problem(loc.key))
             for loc in self._matching(request.namespace, request.table)
             if not request.internal_partition or loc.key.internal_partition == request.internal_partition
         ]
