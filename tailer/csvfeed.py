@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import structlog
 
+from disd.errors import DisError
 from disd.binlog import BinlogWriter, LogFileName, RowFlag, normalize_columns
 from disd.binlog.io import MAX_ROWS_PER_FRAME
 from disd.schema import ColumnType, TableSchema
@@ -60,7 +61,7 @@ _READ_TYPES = {
 }
 
 
-class CsvError(ValueError):
+class CsvError(DisError, ValueError):
     pass
 
 

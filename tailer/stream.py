@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import grpc
 import structlog
 
+from disd.errors import DisError
 from disd.binlog import CorruptLogError, LocationKey
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
@@ -55,14 +56,16 @@ REFUSALS = frozenset({
 INITIAL_BACKOFF_S = 0.1
 
 
-class Refused(Exception):
+class RefusedByDis(DisError):
+    """The DIS refused the location's stream (its gRPC status code and details)."""
+
     def __init__(self, code: str, details: str) -> None:
         super().__init__(f"{code}: {details}")
         self.code = code
         self.details = details
 
 
-class StreamBroken(Exception):
+class StreamBroken(DisError):
     pass
 
 
@@ -70,7 +73,7 @@ def _classify(e: grpc.RpcError) -> Exception:
     code = e.code() if hasattr(e, "code") else None
     details = (e.details() if hasattr(e, "details") else None) or str(e)
     if code in REFUSALS:
-        return Refused(code.name, details)
+        return RefusedByDis(code.name, details)
     return StreamBroken(f"{code.name if code else 'error'}: {details}")
 
 
@@ -287,7 +290,7 @@ class LocationWorker(threading.Thread):
                 if self._stream():
                     backoff = INITIAL_BACKOFF_S
                     reported.clear()
-            except Refused as e:
+            except RefusedByDis as e:
                 with self._lock:
                     self.refusals[e.code] += 1
                 self._set(state="refused", error=str(e), in_flight_bytes=0)
@@ -392,7 +395,7 @@ class LocationWorker(threading.Thread):
         self._opening_file, header = opening
         owner = self.cfg.routing.owner(self.key.namespace, self.key.table)
         if owner is None:
-            raise Refused("NOT_ROUTED", f"no DIS in the routing takes {self.key.table_key}")
+            raise RefusedByDis("NOT_ROUTED", f"no DIS in the routing takes {self.key.table_key}")
         self._set(state="connecting", dis=owner.address)
         channel = open_channel(owner.address, self.cfg.security)
         try:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from disd.errors import DisError
 from disd.names import InvalidNameError, NameKind, validate_name
 from disd.values import datetime_to_ns
 
@@ -25,7 +26,7 @@ class NamespaceSet(str, Enum):
     USER = "User"
 
 
-class InvalidLogFileName(ValueError):
+class InvalidLogFileName(DisError, ValueError):
     """A name outside the grammar.  ``part`` names the part that is wrong (``namespace_kind``,
     ``month``, ``suffix``, ... ``fields`` when parts are missing), ``problem`` says how
     ("month 13 is not 01..12")."""

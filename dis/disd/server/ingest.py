@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 import grpc
 import structlog
 
+from disd.errors import DisError
 from disd.binlog import (
     CorruptLogError,
     InvalidLogFileName,
@@ -36,7 +37,9 @@ from disd.storage import LocationError, StorageEngine
 log = structlog.get_logger(__name__)
 
 
-class Refused(Exception):
+class RequestRefused(DisError):
+    """Refuse an Ingest request with this gRPC status (raised inside the service, answered there)."""
+
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(details)
         self.code = code
@@ -63,7 +66,7 @@ def location_key(msg: dis_pb2.LocationKey) -> LocationKey:
     try:
         return LocationKey(msg.namespace, msg.table, msg.internal_partition, msg.column_partition)
     except InvalidNameError as e:
-        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+        raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
 
 
 @dataclass
@@ -84,7 +87,7 @@ class Session:
 
 
 def schema_mismatch(table: TableSchema, fingerprint: str, log_schema: "TableSchema | str | None",
-                    where: str) -> Refused:
+                    where: str) -> RequestRefused:
     """FAILED_PRECONDITION naming the table and, when the log's schema is known (a file header, or
     the ``schema_json`` of a tailer's ``open``), the columns that differ."""
     if isinstance(log_schema, str) and log_schema:
@@ -96,7 +99,7 @@ def schema_mismatch(table: TableSchema, fingerprint: str, log_schema: "TableSche
     if isinstance(log_schema, TableSchema) and log_schema.fingerprint == fingerprint:
         diff = column_differences(table, log_schema)
     detail = f": {diff}" if diff else " (its columns were not sent)"
-    return Refused(
+    return RequestRefused(
         grpc.StatusCode.FAILED_PRECONDITION,
         f"{where}schema mismatch: the log's schema differs from table {table.key}{detail}; "
         f"log fingerprint {fingerprint or '(none)'}, table fingerprint {table.fingerprint}",
@@ -295,22 +298,22 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             finally:
                 self.sessions.opened(waiting)
             if first is None or first.WhichOneof("body") != "open":
-                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
+                raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
             tailer_id = first.open.tailer_id or "?"
             key = location_key(first.open.location)
             schema = self.engine.schemas.get(key.namespace, key.table)
             if schema is None:
-                raise Refused(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
+                raise RequestRefused(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
             if not self.routed(key.namespace, key.table):
-                raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
+                raise RequestRefused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
             if first.open.schema_fingerprint != schema.fingerprint:
                 raise schema_mismatch(schema, first.open.schema_fingerprint, first.open.schema_json, "")
             try:
                 loc = self.engine.location(key, create=True)
             except LocationError as e:
-                raise Refused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
+                raise RequestRefused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
             if loc.in_error:
-                raise Refused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
+                raise RequestRefused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
             session = Session(key, tailer_id, context.peer(), context)
             with self.sessions.owner_lock(key):
                 self.sessions.add(session)
@@ -331,11 +334,11 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                         self.sessions.report(session, req.report.problem)
                     continue
                 if body != "chunk":
-                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                    raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT,
                                   "only 'chunk' and 'report' messages may follow 'open'")
                 self._ingest_chunk(session, loc, schema, req.chunk)
                 yield _ack(session, loc.committed_rows)
-        except Refused as r:
+        except RequestRefused as r:
             metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
             log.warning("ingest refused", code=r.code.name, details=r.details, peer=context.peer(),
                         location=str(key) if key else None, tailer=tailer_id)
@@ -360,26 +363,26 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         try:
             name = LogFileName.parse(chunk.file_name)
         except InvalidLogFileName as e:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+            raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
         if name.location != s.key:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"file {chunk.file_name} is not of location {s.key}")
+            raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, f"file {chunk.file_name} is not of location {s.key}")
         data = chunk.data
         if chunk.file_name == s.file_name:
             if chunk.offset != s.offset:
-                raise Refused(
+                raise RequestRefused(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"{chunk.file_name}: chunk at offset {chunk.offset}, expected {s.offset}",
                 )
         else:
             if chunk.offset != 0:
-                raise Refused(
+                raise RequestRefused(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"{chunk.file_name}: a new file must start at offset 0, got {chunk.offset}",
                 )
             if s.file_name is not None:
                 cur = LogFileName.try_parse(s.file_name)
                 if cur is not None and (name.sort_key, chunk.file_name) < (cur.sort_key, s.file_name):
-                    raise Refused(
+                    raise RequestRefused(
                         grpc.StatusCode.INVALID_ARGUMENT,
                         f"{chunk.file_name} is older than {s.file_name}, already ingested",
                     )
@@ -388,18 +391,18 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             try:
                 header = decode_header(data, chunk.file_name)
             except CorruptLogError as e:
-                raise Refused(grpc.StatusCode.DATA_LOSS, str(e)) from None
+                raise RequestRefused(grpc.StatusCode.DATA_LOSS, str(e)) from None
             if header is None:
-                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"{chunk.file_name}: first chunk lacks the whole header")
+                raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{chunk.file_name}: first chunk lacks the whole header")
             if header.fingerprint != schema.fingerprint:
                 raise schema_mismatch(schema, header.fingerprint, header.schema, f"{chunk.file_name}: ")
             start = header.size
         try:
             run = scan_frames(data, chunk.offset, schema, start=start, path=chunk.file_name)
         except CorruptLogError as e:
-            raise Refused(grpc.StatusCode.DATA_LOSS, str(e)) from None
+            raise RequestRefused(grpc.StatusCode.DATA_LOSS, str(e)) from None
         if run.end_offset != chunk.offset + len(data):
-            raise Refused(
+            raise RequestRefused(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"{chunk.file_name}: chunk at {chunk.offset} does not end on a frame boundary "
                 f"(whole frames end at {run.end_offset}, chunk at {chunk.offset + len(data)})",
@@ -408,15 +411,15 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             try:
                 rows = decode_frames(data, chunk.offset, run, schema)
             except CorruptLogError as e:
-                raise Refused(grpc.StatusCode.DATA_LOSS, str(e)) from None
+                raise RequestRefused(grpc.StatusCode.DATA_LOSS, str(e)) from None
             with self.sessions.owner_lock(s.key):
                 if s.taken_over:
-                    raise Refused(grpc.StatusCode.CANCELLED, f"taken over by a newer ingest stream for {s.key}")
+                    raise RequestRefused(grpc.StatusCode.CANCELLED, f"taken over by a newer ingest stream for {s.key}")
                 try:
                     loc.ingest(chunk.file_name, run, rows, epoch=s.epoch)
                 except LocationError as e:
                     state = "is in error" if loc.in_error else "refused the chunk"
-                    raise Refused(error_status(e.errno), f"location {s.key} {state}: {e}") from None
+                    raise RequestRefused(error_status(e.errno), f"location {s.key} {state}: {e}") from None
             metrics.INGEST_CHUNKS.labels(s.key.table_key).inc()
         s.file_name = chunk.file_name
         s.offset = chunk.offset + len(data)

@@ -16,7 +16,7 @@ import grpc
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server import metrics
 from disd.server.blockcache import BlockCache
-from disd.server.ingest import Refused, SessionRegistry, location_key
+from disd.server.ingest import RequestRefused, SessionRegistry, location_key
 from disd.storage import StorageEngine
 
 
@@ -122,7 +122,7 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         """The location and published size of the column file a read names, or abort."""
         try:
             key = location_key(request.location)
-        except Refused as r:
+        except RequestRefused as r:
             context.abort(r.code, r.details)
         schema = self.engine.schemas.get(key.namespace, key.table)
         if schema is None:
