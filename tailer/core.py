@@ -26,7 +26,8 @@ import time
 
 import structlog
 
-from disd.binlog import LocationKey, LogFileName
+from disd.binlog import LogFileName
+from disd.names import LocationKey
 from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
 from disd.tailer.retention import LogRetention

@@ -38,9 +38,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import structlog
 
-from disd.errors import DisError
 from disd.binlog import BinlogWriter, LogFileName, RowFlag, normalize_columns
 from disd.binlog.io import MAX_ROWS_PER_FRAME
+from disd.errors import DisError
 from disd.schema import ColumnType, TableSchema
 
 log = structlog.get_logger("disd.tailer.csv")

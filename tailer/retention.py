@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Callable, Iterable
 import grpc
 import structlog
 
-from disd.binlog import LocationKey
+from disd.names import LocationKey
 from disd.rpc.channel import open_channel
+from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.tailer.config import RetentionConfig
 from disd.tailer.watch import LogFile, order_of
@@ -157,7 +158,7 @@ class LogRetention(threading.Thread):
                 self._error(f"DIS {address}: {code}: {e.details() if hasattr(e, 'details') else e}")
                 return None
             for s in reply.locations:
-                key = LocationKey(s.key.namespace, s.key.table, s.key.internal_partition, s.key.column_partition)
+                key = key_from_proto(s.key)
                 if key in wanted and s.checkpoint_file and not s.error:
                     out[key] = Checkpoint(s.checkpoint_file, s.checkpoint_offset, s.checkpoint_skip_rows)
         return out

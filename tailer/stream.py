@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import grpc
 import structlog
 
+from disd.binlog import CorruptLogError
 from disd.errors import DisError
-from disd.binlog import CorruptLogError, LocationKey
+from disd.names import LocationKey
 from disd.rpc.channel import open_channel
+from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.tailer.frames import FrameReader, Piece
 from disd.tailer.watch import LocationFiles, LogFile, order_of
@@ -405,9 +407,7 @@ class LocationWorker(threading.Thread):
                 return True
             try:
                 resume = session.open(dis_pb2.IngestOpen(
-                    location=dis_pb2.LocationKey(namespace=self.key.namespace, table=self.key.table,
-                                                 internal_partition=self.key.internal_partition,
-                                                 column_partition=self.key.column_partition),
+                    location=key_to_proto(self.key),
                     schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id,
                     schema_json=header.schema.to_json()))
                 self._follow(session, header.fingerprint, resume)

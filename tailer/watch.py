@@ -25,8 +25,8 @@ from typing import Iterable
 
 import structlog
 
-from disd.binlog import InvalidLogFileName, LocationKey, LogFileName
-from disd.names import InvalidNameError
+from disd.binlog import InvalidLogFileName, LogFileName
+from disd.names import InvalidNameError, LocationKey
 
 log = structlog.get_logger(__name__)
 

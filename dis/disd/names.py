@@ -14,6 +14,7 @@ the fields of a log file name, which also rules out ``.`` and ``..``.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import Enum
 
 from disd.errors import DisError
@@ -69,3 +70,26 @@ def legalize(value: str) -> str:
     if not out or not re.match(r"[A-Za-z0-9_]", out[0]):
         out = "_" + out[: MAX_NAME_LENGTH - 1]
     return out
+
+
+@dataclass(frozen=True, order=False)
+class LocationKey:
+    """Identifies one location: (namespace, table, internal partition, column partition)."""
+
+    namespace: str
+    table: str
+    internal_partition: str
+    column_partition: str
+
+    def __post_init__(self) -> None:
+        validate_name(NameKind.NAMESPACE, self.namespace)
+        validate_name(NameKind.TABLE, self.table)
+        validate_name(NameKind.INTERNAL_PARTITION, self.internal_partition)
+        validate_name(NameKind.COLUMN_PARTITION, self.column_partition)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.table}/{self.internal_partition}/{self.column_partition}"
+
+    @property
+    def table_key(self) -> str:
+        return f"{self.namespace}.{self.table}"

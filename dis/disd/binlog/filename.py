@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from disd.errors import DisError
-from disd.names import InvalidNameError, NameKind, validate_name
+from disd.names import InvalidNameError, LocationKey, NameKind, validate_name
 from disd.values import datetime_to_ns
 
 
@@ -46,29 +46,6 @@ _RE = re.compile(
     rf"{_FIELD}\.{_FIELD}\.(System|User)\.{_FIELD}\.{_FIELD}\.bin\."
     r"(\d{4}-\d{2}-\d{2})\.(\d{2})(\d{2})(\d{2})\.(\d{3})([+-])(\d{2})(\d{2})"
 )
-
-
-@dataclass(frozen=True, order=False)
-class LocationKey:
-    """Identifies one location: (namespace, table, internal partition, column partition)."""
-
-    namespace: str
-    table: str
-    internal_partition: str
-    column_partition: str
-
-    def __post_init__(self) -> None:
-        validate_name(NameKind.NAMESPACE, self.namespace)
-        validate_name(NameKind.TABLE, self.table)
-        validate_name(NameKind.INTERNAL_PARTITION, self.internal_partition)
-        validate_name(NameKind.COLUMN_PARTITION, self.column_partition)
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.table}/{self.internal_partition}/{self.column_partition}"
-
-    @property
-    def table_key(self) -> str:
-        return f"{self.namespace}.{self.table}"
 
 
 @dataclass(frozen=True)

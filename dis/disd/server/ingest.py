@@ -29,6 +29,7 @@ from disd.binlog import (
     scan_frames,
 )
 from disd.names import InvalidNameError
+from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaError, TableSchema, column_differences
 from disd.server import metrics
@@ -64,7 +65,7 @@ def error_status(os_errno: int | None) -> grpc.StatusCode:
 
 def location_key(msg: dis_pb2.LocationKey) -> LocationKey:
     try:
-        return LocationKey(msg.namespace, msg.table, msg.internal_partition, msg.column_partition)
+        return key_from_proto(msg)
     except InvalidNameError as e:
         raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
 

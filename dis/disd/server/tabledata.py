@@ -13,6 +13,7 @@ from typing import Callable
 
 import grpc
 
+from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server import metrics
 from disd.server.blockcache import BlockCache
@@ -23,18 +24,11 @@ from disd.storage import StorageEngine
 BLOCKS_MESSAGE_BYTES = 1 << 20  # blocks per ReadBlocks message: gRPC's per-message cost is paid per MiB
 
 
-def key_msg(key) -> dis_pb2.LocationKey:  # noqa: ANN001
-    return dis_pb2.LocationKey(
-        namespace=key.namespace, table=key.table,
-        internal_partition=key.internal_partition, column_partition=key.column_partition,
-    )
-
-
 def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
     rows = loc.published_rows  # read before the files: files then cover at least these rows
     files = loc.column_files()
     return dis_pb2.LocationInfo(
-        key=key_msg(loc.key), rows=rows, block_size=block_size,
+        key=key_to_proto(loc.key), rows=rows, block_size=block_size,
         files=[dis_pb2.ColumnFile(name=n, size=sz) for n, sz in sorted(files.items())],
     )
 
@@ -178,7 +172,7 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
 
         now = time.time()
         out = [
-            location_status(loc, key_msg(loc.key), self.sessions.get(loc.key), now, request.durable_checkpoint,
+            location_status(loc, key_to_proto(loc.key), self.sessions.get(loc.key), now, request.durable_checkpoint,
                             self.sessions.problem(loc.key))
             for loc in self._matching(request.namespace, request.table)
             if not request.internal_partition or loc.key.internal_partition == request.internal_partition

@@ -20,12 +20,11 @@ from typing import Callable
 
 import structlog
 
-from disd.errors import DisError
-from disd.storage import metrics
-from disd.binlog import LocationKey
 from disd.config import ImportConfig, StorageConfig
-from disd.names import InvalidNameError
+from disd.errors import DisError
+from disd.names import InvalidNameError, LocationKey
 from disd.schema import SchemaRegistry
+from disd.storage import metrics
 from disd.storage.filehandles import TrackedFileHandleFactory
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location

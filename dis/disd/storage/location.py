@@ -41,8 +41,9 @@ import pyarrow as pa
 import structlog
 
 from disd.errors import DisError
+from disd.names import LocationKey
 from disd.storage import metrics
-from disd.binlog import DecodedRows, FrameRun, LocationKey
+from disd.binlog import DecodedRows, FrameRun
 from disd.schema import ColumnType, TableSchema
 from disd.storage import columns as colfmt
 from disd.storage import fsio

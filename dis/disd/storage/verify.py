@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from disd.binlog import LocationKey
-from disd.names import InvalidNameError
+from disd.names import InvalidNameError, LocationKey
 from disd.schema import ColumnType, SchemaRegistry
 from disd.storage import columns as colfmt
 from disd.storage.checkpoint import CheckpointError, read_record
