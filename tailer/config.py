@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disd.binlog.format import MAX_FRAME_PAYLOAD
-from disd.config import ConfigError, _Reader, load_yaml, read_token
+from disd.config import ConfigError, Reader, load_yaml, read_token
 from disd.names import InvalidNameError, NameKind, validate_name
 from disd.routing import Routing, load_routing
 from disd.rpc.channel import ClientSecurity
@@ -61,7 +61,7 @@ def _positive(v: int) -> str | None:
 
 
 def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
-    r = _Reader(source, data)
+    r = Reader(source, data)
     address = r.get("dis", str, None)
     routing_file = r.get("routing", str, None)
     if bool(address) == bool(routing_file):
@@ -140,7 +140,7 @@ def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
     return cfg
 
 
-def _retention(r: _Reader, log_dirs: list[str]) -> RetentionConfig | None:
+def _retention(r: Reader, log_dirs: list[str]) -> RetentionConfig | None:
     if not r.data:
         return None
     mode = r.get("mode", str, None, lambda v: None if v in ("delete", "move") else "must be 'delete' or 'move'")

@@ -19,7 +19,7 @@ class ConfigError(ValueError):
         self.source, self.key, self.problem = source, key, problem
 
 
-class _Reader:
+class Reader:
     """Walks a parsed YAML mapping, recording which keys were used."""
 
     def __init__(self, source: str, data: Any, prefix: str = "") -> None:
@@ -49,9 +49,9 @@ class _Reader:
                 raise ConfigError(self.source, self.key(name), problem)
         return v
 
-    def sub(self, name: str) -> "_Reader":
+    def sub(self, name: str) -> "Reader":
         self.used.add(name)
-        return _Reader(self.source, self.data.get(name), f"{self.prefix}{name}.")
+        return Reader(self.source, self.data.get(name), f"{self.prefix}{name}.")
 
     def finish(self) -> None:
         unknown = sorted(set(self.data) - self.used, key=str)
@@ -117,7 +117,7 @@ def read_token(path: str, source: str) -> str:
     return tok
 
 
-def _import_settings(r: _Reader, base: ImportSettings) -> ImportSettings:
+def _import_settings(r: Reader, base: ImportSettings) -> ImportSettings:
     s = ImportSettings(
         flush_interval_ms=r.get("flush_interval_ms", int, base.flush_interval_ms, _min(1)),
         checkpoint_interval_ms=r.get("checkpoint_interval_ms", int, base.checkpoint_interval_ms, _min(1)),
@@ -126,7 +126,7 @@ def _import_settings(r: _Reader, base: ImportSettings) -> ImportSettings:
     return s
 
 
-def _tls(r: _Reader) -> TlsConfig | None:
+def _tls(r: Reader) -> TlsConfig | None:
     if not r.data:
         return None
     cert = r.get("cert", str, None)
@@ -140,7 +140,7 @@ def _tls(r: _Reader) -> TlsConfig | None:
 
 
 def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path | None = None) -> DisConfig:
-    r = _Reader(source, data)
+    r = Reader(source, data)
     cfg = DisConfig(source=source)
     cfg.db_root = r.get("db_root", str, cfg.db_root)
     cfg.schemas = r.get("schemas", str, cfg.schemas)

@@ -15,7 +15,7 @@ import fnmatch
 import pathlib
 from dataclasses import dataclass
 
-from disd.config import ConfigError, _Reader, load_yaml
+from disd.config import ConfigError, Reader, load_yaml
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,14 @@ class Routing:
 
 
 def parse_routing(data: object, source: str) -> Routing:
-    r = _Reader(source, data)
+    r = Reader(source, data)
     raw = r.get("instances", list, None)
     r.finish()
     if not raw:
         raise ConfigError(source, "instances", "missing or empty")
     out = []
     for i, item in enumerate(raw):
-        ir = _Reader(source, item, f"instances[{i}].")
+        ir = Reader(source, item, f"instances[{i}].")
         address = ir.get("address", str, None)
         if not address or ":" not in address:
             raise ConfigError(source, ir.key("address"), "must be host:port")
