@@ -57,6 +57,7 @@ from disd.historical.layout import (
 from disd.historical.liveness import DEFAULT_QUIET_S, LivePartitionError, check_not_live
 from disd.historical.publish import OutputError, finalize, publish_location, record_in_index
 from disd.names import InvalidNameError, NameKind, validate_name
+from disd.security import ClientSecurity, add_security_arguments, security_from_args
 from disd.spark.parquet import ParquetSettings, write_parquet
 from disd.storage.dblock import DatabaseLockedError, lock_database
 
@@ -86,10 +87,7 @@ class IntradaySource:
 
     address: str | None = None
     routing: str | None = None
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    token_file: str | None = None
+    security: ClientSecurity | None = None
     schemas: str | None = None
 
     @property
@@ -97,8 +95,10 @@ class IntradaySource:
         return bool(self.address or self.routing)
 
     def spark_options(self) -> dict[str, str]:
-        pairs = {"address": self.address, "routing": self.routing, "ca": self.ca, "cert": self.cert,
-                 "key": self.key, "tokenFile": self.token_file}
+        """The ``dis`` source's options that reach the same DIS with the same security."""
+        sec = self.security or ClientSecurity()
+        pairs = {"address": self.address, "routing": self.routing, "ca": sec.ca, "cert": sec.cert,
+                 "key": sec.key, "token": sec.token, "serverName": sec.server_name}
         return {k: v for k, v in pairs.items() if v}
 
 
@@ -149,13 +149,8 @@ def snapshot(req: MergeRequest) -> SourceSnapshot:
     try:
         if src.via_dis:
             from disd.client import connect
-            from disd.config import read_token
-            from disd.rpc.channel import ClientSecurity
 
-            token = read_token(src.token_file, "--token-file") if src.token_file else None
-            sec = ClientSecurity(ca=src.ca, cert=src.cert, key=src.key, token=token) \
-                if any((src.ca, src.cert, src.key, token)) else None
-            with connect(src.address, src.routing, sec) as client:
+            with connect(src.address, src.routing, src.security) as client:
                 return snapshot_from_dis(client, req.namespace, req.table, req.value)
         schema = _schema_from_dir(src.schemas, req.namespace, req.table)
         return snapshot_from_files(req.db_root, schema, req.value)
@@ -383,10 +378,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schemas", default=None, help="the DIS's schemas directory (column-file reads)")
     p.add_argument("--address", default=None, help="host:port of the DIS to read through the dis source")
     p.add_argument("--routing", default=None, help="routing file instead of --address")
-    p.add_argument("--ca", default=None, help="CA certificate: connect with TLS")
-    p.add_argument("--cert", default=None, help="client certificate (mutual TLS)")
-    p.add_argument("--key", default=None, help="client key (mutual TLS)")
-    p.add_argument("--token-file", default=None, help="file holding the bearer token")
+    add_security_arguments(p)
     p.add_argument("--sort-by", default=None,
                    help="comma-separated columns to order rows by (default: the table definition's)")
     p.add_argument("--row-group-rows", type=int, default=ParquetSettings.row_group_rows,
@@ -429,8 +421,15 @@ def request_from_args(args: argparse.Namespace) -> MergeRequest:
     except ValueError as e:
         raise MergeError(str(e)) from None
     settings = MergeSettings(sort_by, parquet)
-    source = IntradaySource(address, args.routing, args.ca, args.cert, args.key, args.token_file,
-                            None if (address or args.routing) else schemas)
+    security = None
+    if address or args.routing:
+        from disd.config import ConfigError
+
+        try:
+            security = security_from_args(args).client_security()
+        except ConfigError as e:
+            raise MergeError(str(e)) from None
+    source = IntradaySource(address, args.routing, security, None if (address or args.routing) else schemas)
     try:
         return MergeRequest(args.namespace, args.table, args.partition, str(db_root), source, settings,
                             args.writable_partition, args.force, args.quiet_seconds)

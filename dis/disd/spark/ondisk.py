@@ -26,6 +26,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
+from disd.security import ClientSecurity
 from disd.spark.arrow import projection, spark_schema
 from disd.spark.errors import DisSourceError
 from disd.spark.filters import PartitionFilter
@@ -34,7 +35,6 @@ from disd.spark.options import (
     DEFAULT_BATCH_ROWS,
     DEFAULT_ROWS_PER_PARTITION,
     KNOWN,
-    Security,
     SourceOptions,
     _int,
     _list,
@@ -289,7 +289,7 @@ class OnDiskReader(DataSourceReader):
             spec = ReadSpec(self.projection, o.dis.security, o.dis.timeout_s, o.batch_rows)
         else:
             snaps = file_snapshots(o.db_root, self.resolved.table(), wanted)
-            spec = ReadSpec(self.projection, Security(), 30.0, o.batch_rows, o.db_root)
+            spec = ReadSpec(self.projection, ClientSecurity(), 30.0, o.batch_rows, o.db_root)
         ranges = [Range(s, 0, s.rows) for s in snaps]
         return plan_partitions(ranges, spec, o.rows_per_partition, o.min_partitions)
 

@@ -12,6 +12,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Mapping
 
+from disd.security import ClientSecurity
 from disd.spark.errors import DisSourceError
 
 #: Rows per input partition before a location is split (a scan uses at least ``minPartitions``).
@@ -32,25 +33,6 @@ KNOWN = {
 
 
 @dataclass(frozen=True)
-class Security:
-    """What ``disd.rpc.channel.ClientSecurity`` needs, as plain values (certificate *paths*:
-    they must be readable where the tasks run)."""
-
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    token: str | None = None
-    server_name: str | None = None
-
-    def client_security(self):  # noqa: ANN201
-        from disd.rpc.channel import ClientSecurity
-
-        if not any((self.ca, self.cert, self.key, self.token, self.server_name)):
-            return None
-        return ClientSecurity(self.ca, self.cert, self.key, self.token, self.server_name)
-
-
-@dataclass(frozen=True)
 class SourceOptions:
     namespace: str
     table: str
@@ -62,7 +44,7 @@ class SourceOptions:
     min_partitions: int = 2
     batch_rows: int = DEFAULT_BATCH_ROWS
     timeout_s: float = 30.0
-    security: Security = Security()
+    security: ClientSecurity = ClientSecurity()  # certificate paths: readable where the tasks run
     max_rows_per_trigger: int | None = None
     starting_offsets: str = "earliest"
     db_root: str | None = None
@@ -175,7 +157,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise DisSourceError("options 'cert' and 'key' go together (a client certificate and its key)")
     if opts.get("cert") and not opts.get("ca"):
         raise DisSourceError("option 'cert' needs option 'ca' (TLS)")
-    security = Security(opts.get("ca") or None, opts.get("cert") or None, opts.get("key") or None, token,
+    security = ClientSecurity(opts.get("ca") or None, opts.get("cert") or None, opts.get("key") or None, token,
                         opts.get("servername") or None)
 
     starting = str(opts.get("startingoffsets") or "earliest").strip().lower()

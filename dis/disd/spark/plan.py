@@ -17,7 +17,8 @@ from pyspark.sql.datasource import InputPartition
 
 from disd.binlog import LocationKey
 from disd.spark.arrow import Projection
-from disd.spark.options import SPLIT_ALIGN_ROWS, Security
+from disd.security import ClientSecurity
+from disd.spark.options import SPLIT_ALIGN_ROWS
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class ReadSpec:
     """Everything a task needs besides its slices."""
 
     projection: Projection
-    security: Security
+    security: ClientSecurity
     timeout_s: float
     batch_rows: int
     db_root: str | None = None  # read column files straight from here (tasks on the DIS host)
