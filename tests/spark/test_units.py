@@ -13,7 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from disd.binlog import LocationKey
-from disd.client import LocationSnapshot
+from disd.blocks import LocationSnapshot
 from disd.schema import TableSchema
 from disd.security import ClientSecurity as Security
 from disd.spark.arrow import char_to_string, projection, spark_schema, to_batch

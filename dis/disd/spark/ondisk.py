@@ -45,8 +45,6 @@ from disd.spark.read import read_partition
 
 SOURCES = ("intraday", "historical", "all")
 OWN = {"source", "schemas"}
-#: Column files are read in blocks of this size when planned without a DIS.
-FILE_BLOCK_SIZE = 65536
 
 
 def source_of(options: Mapping[str, str]) -> str:
@@ -311,15 +309,14 @@ class OnDiskReader(DataSourceReader):
 
 
 def file_snapshots(db_root: str, table, wanted=None) -> list:  # noqa: ANN001
-    """``disd.client.LocationSnapshot`` values for the checkpointed intraday locations under
-    ``db_root`` (the planner's input; tasks then read the files directly: ``ReadSpec.db_root``)."""
-    from disd.client import LocationSnapshot
-    from disd.historical.intraday import SourceError, checkpointed_locations
+    """The checkpointed intraday locations under ``db_root`` as ``disd.blocks.LocationSnapshot``
+    values (the planner's input; tasks then read the files directly: ``ReadSpec.db_root``)."""
+    from disd.blocks import BlockSourceError, open_block_source
 
+    source = open_block_source(db_root=db_root, tables=[table])
     try:
-        locs = checkpointed_locations(db_root, table, wanted)
-    except SourceError as e:
+        return source.locations(table.namespace, table.table, wanted)
+    except BlockSourceError as e:
         raise DisSourceError(str(e)) from None
-    where = f"file:{db_root}"
-    return [LocationSnapshot(l.key, l.rows, dict(l.files), FILE_BLOCK_SIZE, where) for l in locs if l.rows > 0]
-
+    finally:
+        source.close()

@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 from pyspark.sql.datasource import InputPartition
 
 from disd.binlog import LocationKey
+from disd.blocks import LocationSnapshot
 from disd.spark.arrow import Projection
 from disd.security import ClientSecurity
 from disd.spark.options import SPLIT_ALIGN_ROWS
@@ -39,9 +40,7 @@ class Slice:
     def rows(self) -> int:
         return self.stop - self.start
 
-    def snapshot(self):  # noqa: ANN201 - disd.client.LocationSnapshot
-        from disd.client import LocationSnapshot
-
+    def snapshot(self) -> LocationSnapshot:
         key = LocationKey(self.namespace, self.table, self.internal_partition, self.column_partition)
         return LocationSnapshot(key, self.stop, dict(self.files), self.block_size, self.address)
 
@@ -54,7 +53,7 @@ class ReadSpec:
     security: ClientSecurity
     timeout_s: float
     batch_rows: int
-    db_root: str | None = None  # read column files straight from here (tasks on the DIS host)
+    db_root: str | None = None  # read the column files under it (disd.blocks.open_block_source)
 
 
 class DisInputPartition(InputPartition):
@@ -77,7 +76,7 @@ class DisInputPartition(InputPartition):
 class Range:
     """A location (as listed) and the rows of it to read."""
 
-    snap: object  # disd.client.LocationSnapshot
+    snap: LocationSnapshot
     start: int
     stop: int
 
