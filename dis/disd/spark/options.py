@@ -1,8 +1,17 @@
-"""The options of ``spark.read.format("dis")`` and ``spark.readStream.format("dis")``.
+"""The options of ``spark.read.format("dis")`` and ``spark.readStream.format("dis")``: one parser.
 
 Parsed once, validated with messages that name the option, and kept in a small picklable value
 (``SourceOptions``) that travels with the reader and every input partition.  Option names are
 case-insensitive, as in Spark.
+
+Option ``source`` and the presence of a DIS (``address``/``routing``) decide which reader serves a
+read, and so which options apply:
+
+* a DIS read (``source`` ``intraday`` with ``address`` or ``routing``; ``dbRoot`` then makes the
+  tasks read the column files directly) — ``disd.spark.source``;
+* a read from the database root (``source`` ``historical`` or ``all``, or ``intraday`` with
+  ``dbRoot`` and no DIS) — ``disd.spark.ondisk``; in ``all`` mode with a DIS, that DIS's options
+  are validated as for a DIS read and serve the intraday rows.
 """
 
 from __future__ import annotations
@@ -20,15 +29,17 @@ DEFAULT_ROWS_PER_PARTITION = 8 << 20
 #: Rows per Arrow RecordBatch handed to Spark: a multiple of 65536 keeps every fixed-width
 #: column's chunks on 64 KiB block boundaries.
 DEFAULT_BATCH_ROWS = 1 << 19
-#: Split points are multiples of this many rows (block-aligned for every fixed-width column).
-SPLIT_ALIGN_ROWS = 1 << 16
+
+SOURCES = ("intraday", "historical", "all")
+#: Options of reads from the database root only.
+STORAGE_ONLY = {"source", "schemas"}
 
 KNOWN = {
     "address", "routing", "namespace", "table", "path", "columns", "partitions",
     "rowsperpartition", "minpartitions", "batchrows", "timeout",
     "ca", "cert", "key", "token", "tokenfile", "servername",
     "maxrowspertrigger", "startingoffsets", "dbroot",
-    "source",  # intraday (this reader), historical or all: disd.spark.ondisk
+    "source",  # intraday (a DIS, or column files), historical or all
 }
 
 
@@ -47,7 +58,19 @@ class SourceOptions:
     security: ClientSecurity = ClientSecurity()  # certificate paths: readable where the tasks run
     max_rows_per_trigger: int | None = None
     starting_offsets: str = "earliest"
-    db_root: str | None = None
+    db_root: str | None = None  # a DIS read: its tasks read the column files here; else the root read
+    source: str = "intraday"
+    schemas: str | None = None  # the DIS's schemas directory, for column files read without a DIS
+
+    @property
+    def has_dis(self) -> bool:
+        """A DIS serves the intraday rows (always for a DIS read; in ``all`` mode when given)."""
+        return bool(self.address or self.routing)
+
+    @property
+    def from_storage(self) -> bool:
+        """The read starts from the database root (``disd.spark.ondisk``), not from a DIS."""
+        return self.source != "intraday" or not self.has_dis
 
     @property
     def where(self) -> str:
@@ -87,8 +110,25 @@ def _list(raw: str | None) -> list[str] | None:
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
-    """Validate the options Spark passed (``DataSource.options``)."""
+    """Validate the options Spark passed (``DataSource.options``), whichever reader they ask for
+    (the module docstring says how that is decided)."""
     opts = {str(k).lower(): v for k, v in dict(options).items()}
+    source = str(opts.get("source") or "intraday").strip().lower()
+    if source not in SOURCES:
+        raise DisSourceError(f"option 'source' must be one of {', '.join(SOURCES)}; got {opts.get('source')!r}")
+    has_dis = bool((opts.get("address") or "").strip() or (opts.get("routing") or "").strip())
+    has_root = bool((opts.get("dbroot") or "").strip())
+    if source == "intraday" and (has_dis or not has_root):
+        # The DIS serves it (with dbRoot, its tasks read the column files directly); without
+        # either, _parse_dis says that 'address' is missing.
+        if (opts.get("schemas") or "").strip():
+            raise DisSourceError("option 'schemas' is for reading column files without a DIS; "
+                                 "the DIS at 'address'/'routing' knows the schema")
+        return _parse_dis(opts)
+    return _parse_storage(opts, source)
+
+
+def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
     unknown = sorted(set(opts) - KNOWN)
     if unknown:
         raise DisSourceError(
@@ -186,4 +226,56 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         max_rows_per_trigger=_int(opts, "maxRowsPerTrigger", None),
         starting_offsets=starting,
         db_root=db_root,
+    )
+
+
+def _parse_storage(opts: Mapping[str, str], source: str) -> SourceOptions:
+    unknown = sorted(set(opts) - KNOWN - STORAGE_ONLY)
+    if unknown:
+        raise DisSourceError(f"unknown option {unknown[0]!r}; with 'source' historical or all, or dbRoot without a "
+                             "DIS, the options are: source, dbRoot, schemas, namespace, table, columns, partitions, "
+                             "rowsPerPartition, minPartitions, batchRows, and for the DIS of 'all': address or "
+                             "routing, timeout, ca, cert, key, token, tokenFile, serverName")
+    db_root = (opts.get("dbroot") or "").strip()
+    if not db_root:
+        what = "the historical tables" if source != "intraday" else "the column files (no 'address' or 'routing' given)"
+        raise DisSourceError(f"option 'dbRoot' (the database root holding {what}) is required")
+    if not os.path.isdir(db_root):
+        raise DisSourceError(f"option 'dbRoot': no such directory {db_root!r}")
+    dis = None
+    has_dis = (opts.get("address") or "").strip() or (opts.get("routing") or "").strip()
+    if source == "all" and has_dis:
+        # Intraday rows of 'all' come over gRPC: dbRoot here names the historical root, which
+        # need not be that DIS's own root, so it is not used for direct column-file reads.
+        dis = _parse_dis({k: v for k, v in opts.items() if k not in STORAGE_ONLY and k != "dbroot"})
+    schemas = (opts.get("schemas") or "").strip() or None
+    if schemas and not os.path.isdir(schemas):
+        raise DisSourceError(f"option 'schemas': no such directory {schemas!r}")
+    namespace = (opts.get("namespace") or "").strip()
+    table = (opts.get("table") or "").strip()
+    path = (opts.get("path") or "").strip()
+    if path and not table:
+        table = path
+    if table and not namespace and "." in table:
+        namespace, table = table.split(".", 1)
+    if not namespace or not table:
+        raise DisSourceError("options 'namespace' and 'table' are required (or table '<Namespace>.<Table>')")
+    columns = _list(opts.get("columns"))
+    if columns is not None and not columns:
+        raise DisSourceError("option 'columns' is empty; list column names separated by commas")
+    partitions = _list(opts.get("partitions"))
+    if partitions is not None and not partitions:
+        raise DisSourceError("option 'partitions' is empty; list partition values (e.g. dates) separated by commas")
+    via_dis = {}
+    if dis is not None:
+        via_dis = {"address": dis.address, "routing": dis.routing, "security": dis.security,
+                   "timeout_s": dis.timeout_s, "max_rows_per_trigger": dis.max_rows_per_trigger,
+                   "starting_offsets": dis.starting_offsets}
+    return SourceOptions(
+        source=source, db_root=str(os.path.abspath(db_root)), namespace=namespace, table=table, schemas=schemas,
+        columns=tuple(columns) if columns is not None else None,
+        partitions=frozenset(partitions) if partitions is not None else None,
+        rows_per_partition=_int(opts, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION),
+        min_partitions=_int(opts, "minPartitions", os.cpu_count() or 2),
+        batch_rows=_int(opts, "batchRows", DEFAULT_BATCH_ROWS), **via_dis,
     )

@@ -9,7 +9,6 @@ small ones by one.  An input partition holds plain values only: no connection, n
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -17,9 +16,9 @@ from pyspark.sql.datasource import InputPartition
 
 from disd.binlog import LocationKey
 from disd.blocks import LocationSnapshot
-from disd.spark.arrow import Projection
+from disd.historical.scan import split_size
 from disd.security import ClientSecurity
-from disd.spark.options import SPLIT_ALIGN_ROWS
+from disd.spark.arrow import Projection
 
 
 @dataclass(frozen=True)
@@ -79,20 +78,6 @@ class Range:
     snap: LocationSnapshot
     start: int
     stop: int
-
-
-def split_size(total: int, rows_per_partition: int, min_partitions: int) -> tuple[int, int]:
-    """(split rows, number of partitions to aim for) for ``total`` rows."""
-    if total <= 0:
-        return max(1, rows_per_partition), 0
-    n = max(min_partitions, math.ceil(total / rows_per_partition))
-    n = math.ceil(n / min_partitions) * min_partitions  # whole waves on min_partitions cores
-    split = math.ceil(total / n)
-    if split > SPLIT_ALIGN_ROWS:
-        split = math.ceil(split / SPLIT_ALIGN_ROWS) * SPLIT_ALIGN_ROWS
-    else:
-        split = max(split, min(SPLIT_ALIGN_ROWS, rows_per_partition))
-    return split, max(1, math.ceil(total / split))
 
 
 def cut(r: Range, split: int) -> list[tuple[int, int]]:
