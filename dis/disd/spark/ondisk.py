@@ -2,8 +2,10 @@
 
 Option ``source`` says which rows a read takes:
 
-* ``intraday`` (the default) — with ``address``/``routing``, the DIS serves them (``disd.spark.source``).  Without a DIS but with ``dbRoot``, the column files under ``<dbRoot>/Intraday``
-  are read at their checkpoints (``table.size``): on the DIS host, whether or not the DIS runs.
+* ``intraday`` (the default) — with ``address``/``routing``, the DIS serves them
+  (``disd.spark.source``).  Without a DIS but with ``dbRoot``, the column files under
+  ``<dbRoot>/Intraday`` are read at their checkpoints (``table.size``, through the block seam's
+  ``disd.blocks.LocalColumnFiles``): on the DIS host, whether or not the DIS runs.
 * ``historical`` — the table's Parquet files under ``dbRoot`` (``Systems/`` or ``Users/``), in
   whatever layout its definition names (``disd.historical.discover``).
 * ``all`` — historical rows, plus intraday rows (from the DIS when ``address``/``routing`` is

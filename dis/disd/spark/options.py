@@ -109,6 +109,30 @@ def _list(raw: str | None) -> list[str] | None:
     return [x for x in items if x]
 
 
+def _columns_and_partitions(opts: Mapping[str, str], unique: bool
+                            ) -> tuple[tuple[str, ...] | None, frozenset[str] | None]:
+    """Options 'columns' (each named once when ``unique``) and 'partitions'."""
+    columns = _list(opts.get("columns"))
+    if columns is not None:
+        if not columns:
+            raise DisSourceError("option 'columns' is empty; list column names separated by commas")
+        dup = sorted({c for c in columns if columns.count(c) > 1}) if unique else []
+        if dup:
+            raise DisSourceError(f"option 'columns' names {dup[0]!r} twice")
+    partitions = _list(opts.get("partitions"))
+    if partitions is not None and not partitions:
+        raise DisSourceError("option 'partitions' is empty; list partition values (e.g. dates) separated by commas")
+    return (tuple(columns) if columns is not None else None,
+            frozenset(partitions) if partitions is not None else None)
+
+
+def _sizes(opts: Mapping[str, str]) -> dict[str, int]:
+    """How a scan is cut: options 'batchRows', 'rowsPerPartition', 'minPartitions'."""
+    batch_rows = _int(opts, "batchRows", DEFAULT_BATCH_ROWS)
+    return {"rows_per_partition": _int(opts, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION),
+            "min_partitions": _int(opts, "minPartitions", os.cpu_count() or 2), "batch_rows": batch_rows}
+
+
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the options Spark passed (``DataSource.options``), whichever reader they ask for
     (the module docstring says how that is decided)."""
@@ -159,16 +183,7 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
     if not namespace or not table:
         raise DisSourceError("options 'namespace' and 'table' are required (or table '<Namespace>.<Table>')")
 
-    columns = _list(opts.get("columns"))
-    if columns is not None:
-        if not columns:
-            raise DisSourceError("option 'columns' is empty; list column names separated by commas")
-        dup = sorted({c for c in columns if columns.count(c) > 1})
-        if dup:
-            raise DisSourceError(f"option 'columns' names {dup[0]!r} twice")
-    partitions = _list(opts.get("partitions"))
-    if partitions is not None and not partitions:
-        raise DisSourceError("option 'partitions' is empty; list partition values (e.g. dates) separated by commas")
+    columns, partitions = _columns_and_partitions(opts, unique=True)
 
     timeout_raw = opts.get("timeout")
     timeout_s = 30.0
@@ -198,7 +213,7 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
     if opts.get("cert") and not opts.get("ca"):
         raise DisSourceError("option 'cert' needs option 'ca' (TLS)")
     security = ClientSecurity(opts.get("ca") or None, opts.get("cert") or None, opts.get("key") or None, token,
-                        opts.get("servername") or None)
+                              opts.get("servername") or None)
 
     starting = str(opts.get("startingoffsets") or "earliest").strip().lower()
     if starting not in ("earliest", "latest"):
@@ -210,17 +225,14 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
             raise DisSourceError(f"option 'dbRoot': {db_root!r} is not a DIS database root (no Intraday/ in it)")
         db_root = str(pathlib.Path(db_root).resolve())
 
-    batch_rows = _int(opts, "batchRows", DEFAULT_BATCH_ROWS)
     return SourceOptions(
         namespace=namespace,
         table=table,
         address=address,
         routing=str(pathlib.Path(routing).resolve()) if routing else None,
-        columns=tuple(columns) if columns is not None else None,
-        partitions=frozenset(partitions) if partitions is not None else None,
-        rows_per_partition=_int(opts, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION),
-        min_partitions=_int(opts, "minPartitions", os.cpu_count() or 2),
-        batch_rows=batch_rows,
+        columns=columns,
+        partitions=partitions,
+        **_sizes(opts),
         timeout_s=timeout_s,
         security=security,
         max_rows_per_trigger=_int(opts, "maxRowsPerTrigger", None),
@@ -260,12 +272,7 @@ def _parse_storage(opts: Mapping[str, str], source: str) -> SourceOptions:
         namespace, table = table.split(".", 1)
     if not namespace or not table:
         raise DisSourceError("options 'namespace' and 'table' are required (or table '<Namespace>.<Table>')")
-    columns = _list(opts.get("columns"))
-    if columns is not None and not columns:
-        raise DisSourceError("option 'columns' is empty; list column names separated by commas")
-    partitions = _list(opts.get("partitions"))
-    if partitions is not None and not partitions:
-        raise DisSourceError("option 'partitions' is empty; list partition values (e.g. dates) separated by commas")
+    columns, partitions = _columns_and_partitions(opts, unique=False)
     via_dis = {}
     if dis is not None:
         via_dis = {"address": dis.address, "routing": dis.routing, "security": dis.security,
@@ -273,9 +280,5 @@ def _parse_storage(opts: Mapping[str, str], source: str) -> SourceOptions:
                    "starting_offsets": dis.starting_offsets}
     return SourceOptions(
         source=source, db_root=str(os.path.abspath(db_root)), namespace=namespace, table=table, schemas=schemas,
-        columns=tuple(columns) if columns is not None else None,
-        partitions=frozenset(partitions) if partitions is not None else None,
-        rows_per_partition=_int(opts, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION),
-        min_partitions=_int(opts, "minPartitions", os.cpu_count() or 2),
-        batch_rows=_int(opts, "batchRows", DEFAULT_BATCH_ROWS), **via_dis,
+        columns=columns, partitions=partitions, **_sizes(opts), **via_dis,
     )
