@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol, Self, Sequence
 
 import grpc
 import pyarrow as pa
@@ -192,7 +192,7 @@ class GrpcBlocks:
         self._channels.clear()
         self._stubs.clear()
 
-    def __enter__(self):  # noqa: ANN204 - the subclass's own type
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:  # noqa: ANN002
@@ -389,7 +389,7 @@ class LocalColumnFiles:
             os.close(fd)
         self._fds.clear()
 
-    def __enter__(self) -> LocalColumnFiles:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:  # noqa: ANN002
