@@ -18,7 +18,7 @@ from disd.blocks import (
 )
 from disd.client import connect, table_from_blocks
 
-from spark.helpers import Feeder, start_dis, trade_rows
+from spark.helpers import loaded_dis
 
 LOCS = {
     LocationKey("Market", "Trade", "feed1", "2026-11-22"): (0, 70_000),
@@ -29,11 +29,7 @@ LOCS = {
 
 @pytest.fixture(scope="module")
 def dis(tmp_path_factory):
-    srv = start_dis(tmp_path_factory.mktemp("blocks") / "db")
-    feeder = Feeder(srv)
-    for key, (start, n) in LOCS.items():
-        feeder.append(key, trade_rows(start, n, nulls=True))
-        srv.engine.location(key).checkpoint()
+    srv = loaded_dis(tmp_path_factory.mktemp("blocks") / "db", LOCS, checkpoint=True)
     yield srv
     srv.stop(0.5)
 
