@@ -14,7 +14,7 @@ See docs/historical.md.
 
 import sys
 
-from disd.historical.merge import main
+from disd.merge_job import main
 
 if __name__ == "__main__":
     sys.exit(main())

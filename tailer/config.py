@@ -21,7 +21,7 @@ from disd.binlog.format import MAX_FRAME_PAYLOAD
 from disd.config import ConfigError, ConfigReader, load_yaml, port_problem, read_token
 from disd.names import InvalidNameError, NameKind, validate_name
 from disd.routing import Routing, load_routing
-from disd.rpc.channel import ClientSecurity
+from disd.security import ClientSecurity
 from disd.schema import SchemaError, SchemaRegistry, TableSchema
 
 #: Largest chunk: a whole maximal frame fits, and the message stays under the channel's limit.

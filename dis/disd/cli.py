@@ -40,9 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.register(sub)
 
-    from disd.historical import merge  # `dis merge`: intraday to historical (a Spark job)
+    from disd import merge_job  # `dis merge`: intraday to historical (a Spark job)
 
-    merge.register(sub)
+    merge_job.register(sub)
     return p
 
 

@@ -8,28 +8,22 @@ import os
 import sys
 
 from disd.errors import DisError
+from disd.security import add_security_arguments, security_from_args
 
 
 def _client_args(p: argparse.ArgumentParser, routing: bool = True) -> None:
     p.add_argument("--address", default=None, help="host:port of a DIS (default 127.0.0.1:22021)")
     if routing:
         p.add_argument("--routing", default=None, help="routing file instead of --address")
-    p.add_argument("--ca", default=None, help="CA certificate: connect with TLS")
-    p.add_argument("--cert", default=None, help="client certificate (mutual TLS)")
-    p.add_argument("--key", default=None, help="client key (mutual TLS)")
-    p.add_argument("--token-file", default=None, help="file holding the bearer token")
+    add_security_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _connect(args: argparse.Namespace):  # noqa: ANN202
     from disd.client import connect
-    from disd.config import read_token
-    from disd.rpc.channel import ClientSecurity
 
-    token = read_token(args.token_file, "--token-file") if args.token_file else None
-    sec = ClientSecurity(ca=args.ca, cert=args.cert, key=args.key, token=token)
     address = args.address if args.address or args.routing else "127.0.0.1:22021"
-    return connect(address, args.routing, sec)
+    return connect(address, args.routing, security_from_args(args))
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -61,16 +55,16 @@ def _cmd_health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from disd.config import ConfigError, read_token
-    from disd.rpc.channel import ClientSecurity, open_channel
+    from disd.config import ConfigError
+    from disd.rpc.channel import open_channel
 
     try:
-        token = read_token(args.token_file, "--token-file") if args.token_file else None
+        security = security_from_args(args)
     except ConfigError as e:
         print(f"dis health: {e}", file=sys.stderr)
         return 2
     address = args.address or "127.0.0.1:22021"
-    channel = open_channel(address, ClientSecurity(ca=args.ca, cert=args.cert, key=args.key, token=token))
+    channel = open_channel(address, security)
     try:
         reply = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout)

@@ -21,7 +21,7 @@ from disd.historical.index import file_crc32c, read_index
 from disd.historical.layout import NamespaceRoot
 from disd.historical.liveness import LivePartitionError
 from disd.historical.merge import IntradaySource, MergeError, MergeRequest, MergeSettings, merge
-from disd.spark.parquet import ParquetSettings
+from disd.historical.parquet import ParquetSettings
 
 from .helpers import D1, D2, LOCS, SCHEMAS_DIR, location_table, rows_of, trade_rows
 

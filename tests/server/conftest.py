@@ -12,6 +12,7 @@ import pytest
 
 from disd.binlog import BinlogWriter, LocationKey, decode_header, normalize_columns, scan_frames
 from disd.config import parse_dis_config
+from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -47,8 +48,7 @@ def write_log(path, schema, columns: dict, flags) -> int:
 
 
 def key_msg(key=KEY):
-    return dis_pb2.LocationKey(namespace=key.namespace, table=key.table,
-                               internal_partition=key.internal_partition, column_partition=key.column_partition)
+    return key_to_proto(key)
 
 
 class IngestStream:

@@ -152,7 +152,7 @@ def test_read_block_bounds_and_errors(dis, tmp_path, trade):
     with connect(f"127.0.0.1:{dis.port}") as c:
         snap = wait_for(lambda: [l for l in c.locations("Market", "Trade") if l.rows == 1000])[0]
         stub = c.stub(snap.address)
-        from disd.client import key_msg
+        from disd.rpc.keys import key_to_proto as key_msg
 
         name, size = sorted(snap.files.items())[0]
         r = stub.ReadBlock(dis_pb2.ReadBlockRequest(location=key_msg(KEY), file=name, block_index=0))

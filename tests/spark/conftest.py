@@ -14,7 +14,7 @@ import pytest
 
 from disd.binlog import LocationKey
 
-from .helpers import Feeder, start_dis, trade_rows
+from .helpers import Feeder, loaded_dis, start_dis
 
 # Rows of the shared DIS (fixture ``trade_dis``): two feeds on 2026-11-22, one on 2026-11-23.
 LOCS = {
@@ -48,10 +48,7 @@ def spark():
 @pytest.fixture(scope="module")
 def trade_dis(tmp_path_factory):
     """A DIS with LOCS published (Size = row number; every 7th row has null Sym and Price)."""
-    srv = start_dis(tmp_path_factory.mktemp("trade-dis") / "db")
-    feeder = Feeder(srv)
-    for key, (start, n) in LOCS.items():
-        feeder.append(key, trade_rows(start, n, nulls=True))
+    srv = loaded_dis(tmp_path_factory.mktemp("trade-dis") / "db", LOCS)
     yield srv
     srv.stop(0.5)
 

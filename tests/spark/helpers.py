@@ -37,6 +37,18 @@ def start_dis(db_root, schemas=SCHEMAS, **server):
     return srv
 
 
+def loaded_dis(db_root, locs, checkpoint: bool = False):
+    """A DIS with ``locs`` ({key: (first Size, rows)}) published, every 7th row with null Sym and
+    Price; with ``checkpoint``, each location checkpointed too."""
+    srv = start_dis(db_root)
+    feeder = Feeder(srv)
+    for key, (start, n) in locs.items():
+        feeder.append(key, trade_rows(start, n, nulls=True))
+        if checkpoint:
+            srv.engine.location(key).checkpoint()
+    return srv
+
+
 def trade_rows(start: int, n: int, nulls: bool = False) -> pa.Table:
     """Numbered Market.Trade rows: row i has Size i, Price i/4, Timestamp START_NS + i*1001 ns."""
     idx = np.arange(start, start + n, dtype=np.int64)

@@ -13,12 +13,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from disd.binlog import LocationKey
-from disd.client import LocationSnapshot
+from disd.blocks import LocationSnapshot
 from disd.schema import TableSchema
+from disd.security import ClientSecurity as Security
 from disd.spark.arrow import char_to_string, projection, spark_schema, to_batch
 from disd.spark.errors import DisSourceError
 from disd.spark.filters import PartitionFilter
-from disd.spark.options import Security, parse_options
+from disd.spark.options import parse_options
 from disd.spark.plan import Range, ReadSpec, plan_partitions, split_size
 from disd.spark.source import admit, water_fill
 

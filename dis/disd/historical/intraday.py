@@ -3,7 +3,8 @@
 A merge of ``Namespace.Table`` for a value (a date) reads every internal partition of it, either
 from a running DIS (``snapshot_from_dis``: the published rows, plus what ``Status`` says about
 tailers and checkpoints) or straight from the column files on the DIS host
-(``snapshot_from_files``: the rows of each ``table.size`` checkpoint, plus what lies past it).
+(``snapshot_from_files``: the rows of each ``table.size`` checkpoint, plus what lies past it, as
+``disd.blocks.checkpointed_locations`` finds them).
 
 Intraday files only grow and rows ``[0, n)`` never change once published, so a location's row
 count and its column file sizes at that count identify its rows.  ``SourceSnapshot.identity``
@@ -15,17 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from disd.binlog import LocationKey
-from disd.names import InvalidNameError
+from disd.blocks import BlockSourceError, checkpointed_locations
 from disd.schema import TableSchema
-from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
-from disd.storage.checkpoint import CheckpointError, read_record
-from disd.storage.engine import location_path, subdirs
 
 
 class SourceError(Exception):
@@ -79,8 +74,6 @@ class SourceSnapshot:
 
 def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceSnapshot:  # noqa: ANN001
     """The published locations of ``value`` at the DIS that owns the table (``disd.client.Client``)."""
-    from disd.client import DisClientError
-
     try:
         schema = client.schema(namespace, table)
         snaps = [s for s in client.locations(namespace, table)
@@ -91,7 +84,7 @@ def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceS
             k = l.key
             if (k.namespace, k.table, k.column_partition) == (namespace, table, value):
                 status[k.internal_partition] = l
-    except DisClientError as e:
+    except BlockSourceError as e:
         raise SourceError(str(e)) from None
     locs = []
     for s in sorted(snaps, key=lambda s: s.key.internal_partition):
@@ -104,72 +97,13 @@ def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceS
     return SourceSnapshot(namespace, table, value, schema, "dis", address, tuple(locs))
 
 
-@dataclass(frozen=True)
-class CheckpointedLocation:
-    """An intraday location as its files on disk show it: the rows of its ``table.size``."""
-
-    key: LocationKey
-    path: str
-    rows: int
-    files: dict[str, int] = field(hash=False)
-    bytes_past_checkpoint: int = 0  # column file bytes beyond the checkpoint (all of them without one)
-    checkpoint_age_s: float | None = None  # since table.size last changed; None without one
-
-
-def checkpointed_locations(db_root: str, schema: TableSchema, wanted=None,  # noqa: ANN001
-                           now: float | None = None) -> list[CheckpointedLocation]:
-    """Every location of ``schema``'s table under ``<db_root>/Intraday`` whose column partition
-    ``wanted(value)`` accepts (all when None), at its checkpoint.  Read on the DIS host, whether or
-    not the DIS runs: only rows a checkpoint covers are taken, and those never change."""
-    now = time.time() if now is None else now
-    base = os.path.join(db_root, "Intraday", schema.namespace, schema.table)
-    out = []
-    for ip in subdirs(base):
-        for value in subdirs(os.path.join(base, ip)):
-            if wanted is not None and not wanted(value):
-                continue
-            try:
-                key = LocationKey(schema.namespace, schema.table, ip, value)
-            except InvalidNameError:
-                continue
-            path = location_path(db_root, key)
-            if os.path.isdir(path):
-                out.append(_checkpointed(key, path, schema, now))
-    return sorted(out, key=lambda l: (l.key.column_partition, l.key.internal_partition))
-
-
-def _checkpointed(key: LocationKey, path: str, schema: TableSchema, now: float) -> CheckpointedLocation:
-    try:
-        rec = read_record(path)
-    except CheckpointError as e:
-        raise SourceError(f"location {key}: {e}") from None
-    actual = _sizes(path)
-    if rec is None:
-        return CheckpointedLocation(key, path, 0, {}, bytes_past_checkpoint=sum(actual.values()))
-    if rec.fingerprint != schema.fingerprint:
-        raise SourceError(f"location {key} was written for schema {rec.fingerprint}, the table's schema is "
-                          f"{schema.fingerprint}: check the schemas directory")
-    short = [n for n, size in rec.files.items() if actual.get(n, -1) < size]
-    if short:
-        raise SourceError(f"location {key}: {', '.join(sorted(short))} shorter than its checkpoint "
-                          "(run `dis verify`)")
-    past = sum(max(0, actual.get(n, 0) - size) for n, size in rec.files.items())
-    age = now - os.stat(os.path.join(path, CHECKPOINT_FILE)).st_mtime
-    return CheckpointedLocation(key, path, rec.rows, dict(rec.files), past, age)
-
-
 def snapshot_from_files(db_root: str, schema: TableSchema, value: str, now: float | None = None) -> SourceSnapshot:
     """The checkpointed locations of ``value`` under ``<db_root>/Intraday``."""
-    locs = checkpointed_locations(db_root, schema, lambda v: v == value, now)
+    try:
+        locs = checkpointed_locations(db_root, schema, lambda v: v == value, now)
+    except BlockSourceError as e:
+        raise SourceError(str(e)) from None
     return SourceSnapshot(schema.namespace, schema.table, value, schema, "files", str(db_root), tuple(
         IntradayLocation(l.key.internal_partition, l.rows, dict(l.files),
                          bytes_past_checkpoint=l.bytes_past_checkpoint, checkpoint_age_s=l.checkpoint_age_s)
         for l in sorted(locs, key=lambda l: l.key.internal_partition)))
-
-
-def _sizes(path: str) -> dict[str, int]:
-    out = {}
-    for e in os.scandir(path):
-        if e.is_file() and (e.name.endswith(".dat") or e.name.endswith(".off")):
-            out[e.name] = e.stat().st_size
-    return out

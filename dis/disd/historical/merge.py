@@ -1,7 +1,11 @@
-"""``dis merge``: one column partition of a table, from intraday to historical Parquet, with Spark.
+"""The merge: one column partition of a table, from intraday to historical Parquet, with Spark.
 
-    dis merge --namespace Market --table Trade --partition 2026-11-21 [--db-root /var/db] ...
-    spark-submit --master spark://host:7077 examples/merge_job.py --namespace Market ...   # the same job
+    merge(spark, MergeRequest("Market", "Trade", "2026-11-21", "/var/db", IntradaySource(address=...)))
+
+``spark`` is a session with the ``dis`` source registered (``disd.spark.session()``).  The
+command line ``dis merge`` and the spark-submit entry point (``examples/merge_job.py``) are
+``disd.merge_job``; this module holds no Spark code of its own: Spark reads through the ``dis``
+source (by its name) and writes with ``disd.historical.parquet``.
 
 Steps (docs/historical.md has the layout and the guarantees):
 
@@ -23,12 +27,9 @@ Steps (docs/historical.md has the layout and the guarantees):
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -54,15 +55,14 @@ from disd.historical.layout import (
     nested_locations,
     subdirs,
 )
-from disd.historical.liveness import DEFAULT_QUIET_S, LivePartitionError, check_not_live
+from disd.historical.liveness import DEFAULT_QUIET_S, check_not_live
+from disd.historical.parquet import ParquetSettings, write_parquet
 from disd.historical.publish import OutputError, finalize, publish_location, record_in_index
-from disd.names import InvalidNameError, NameKind, validate_name
-from disd.spark.parquet import ParquetSettings, write_parquet
+from disd.names import NameKind, validate_name
+from disd.security import ClientSecurity
 from disd.storage.dblock import DatabaseLockedError, lock_database
 
 Step = Callable[[str], None]
-#: Exit status of ``dis merge`` when the partition is still being written (see liveness).
-EXIT_LIVE = 3
 
 
 class MergeError(Exception):
@@ -86,10 +86,7 @@ class IntradaySource:
 
     address: str | None = None
     routing: str | None = None
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    token_file: str | None = None
+    security: ClientSecurity | None = None
     schemas: str | None = None
 
     @property
@@ -97,8 +94,10 @@ class IntradaySource:
         return bool(self.address or self.routing)
 
     def spark_options(self) -> dict[str, str]:
-        pairs = {"address": self.address, "routing": self.routing, "ca": self.ca, "cert": self.cert,
-                 "key": self.key, "tokenFile": self.token_file}
+        """The ``dis`` source's options that reach the same DIS with the same security."""
+        sec = self.security or ClientSecurity()
+        pairs = {"address": self.address, "routing": self.routing, "ca": sec.ca, "cert": sec.cert,
+                 "key": sec.key, "token": sec.token, "serverName": sec.server_name}
         return {k: v for k, v in pairs.items() if v}
 
 
@@ -149,13 +148,8 @@ def snapshot(req: MergeRequest) -> SourceSnapshot:
     try:
         if src.via_dis:
             from disd.client import connect
-            from disd.config import read_token
-            from disd.rpc.channel import ClientSecurity
 
-            token = read_token(src.token_file, "--token-file") if src.token_file else None
-            sec = ClientSecurity(ca=src.ca, cert=src.cert, key=src.key, token=token) \
-                if any((src.ca, src.cert, src.key, token)) else None
-            with connect(src.address, src.routing, sec) as client:
+            with connect(src.address, src.routing, src.security) as client:
                 return snapshot_from_dis(client, req.namespace, req.table, req.value)
         schema = _schema_from_dir(src.schemas, req.namespace, req.table)
         return snapshot_from_files(req.db_root, schema, req.value)
@@ -368,132 +362,3 @@ def _first_line(e: BaseException) -> str:
         if "DisSourceError" in line:
             return line.strip()
     return text.splitlines()[0] if text else type(e).__name__
-
-
-# -- command line -------------------------------------------------------------------------------
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--namespace", required=True)
-    p.add_argument("--table", required=True)
-    p.add_argument("--partition", required=True, help="the column partition to merge, e.g. 2026-11-21")
-    p.add_argument("--db-root", default=None,
-                   help="the database root (historical output goes under it); without --address/--routing "
-                        "intraday rows are read from its column files (run on the DIS host)")
-    p.add_argument("--config", default="config/dis.yaml",
-                   help="the DIS's configuration, for db_root and schemas when not given (default config/dis.yaml)")
-    p.add_argument("--schemas", default=None, help="the DIS's schemas directory (column-file reads)")
-    p.add_argument("--address", default=None, help="host:port of the DIS to read through the dis source")
-    p.add_argument("--routing", default=None, help="routing file instead of --address")
-    p.add_argument("--ca", default=None, help="CA certificate: connect with TLS")
-    p.add_argument("--cert", default=None, help="client certificate (mutual TLS)")
-    p.add_argument("--key", default=None, help="client key (mutual TLS)")
-    p.add_argument("--token-file", default=None, help="file holding the bearer token")
-    p.add_argument("--sort-by", default=None,
-                   help="comma-separated columns to order rows by (default: the table definition's)")
-    p.add_argument("--row-group-rows", type=int, default=ParquetSettings.row_group_rows,
-                   help="rows per Parquet row group at most (default %(default)s)")
-    p.add_argument("--row-group-bytes", type=int, default=ParquetSettings.row_group_bytes,
-                   help="bytes per Parquet row group at most (default %(default)s)")
-    p.add_argument("--max-rows-per-file", type=int, default=ParquetSettings.max_rows_per_file)
-    p.add_argument("--compression", default=ParquetSettings.compression,
-                   choices=["snappy", "zstd", "gzip", "lz4", "none", "uncompressed"])
-    p.add_argument("--writable-partition", default=None,
-                   help="the WritablePartitions name to write to (default: the one with most free space)")
-    p.add_argument("--force", action="store_true", help="merge even if the partition is still being written")
-    p.add_argument("--quiet-seconds", type=float, default=DEFAULT_QUIET_S,
-                   help="column-file reads: a checkpoint younger than this means still being written")
-    p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-
-
-def request_from_args(args: argparse.Namespace) -> MergeRequest:
-    cfg = None
-    if args.db_root is None or (args.schemas is None and not (args.address or args.routing)):
-        from disd.config import ConfigError, load_dis_config
-
-        if args.config and os.path.exists(args.config):
-            try:
-                cfg = load_dis_config(args.config)
-            except ConfigError as e:
-                raise MergeError(str(e)) from None
-    db_root = args.db_root or (cfg.db_root if cfg else None)
-    if not db_root:
-        raise MergeError("give --db-root (or --config with db_root)")
-    via_dis = bool(args.address or args.routing)
-    address = args.address
-    if not via_dis and args.db_root is None:
-        address = "127.0.0.1:22021"  # no DIS option and no --db-root: the local DIS
-    schemas = args.schemas or (cfg.schemas if cfg else None)
-    sort_by = tuple(c.strip() for c in args.sort_by.split(",") if c.strip()) if args.sort_by is not None else None
-    try:
-        parquet = ParquetSettings(args.row_group_rows, args.row_group_bytes, args.max_rows_per_file, args.compression)
-    except ValueError as e:
-        raise MergeError(str(e)) from None
-    settings = MergeSettings(sort_by, parquet)
-    source = IntradaySource(address, args.routing, args.ca, args.cert, args.key, args.token_file,
-                            None if (address or args.routing) else schemas)
-    try:
-        return MergeRequest(args.namespace, args.table, args.partition, str(db_root), source, settings,
-                            args.writable_partition, args.force, args.quiet_seconds)
-    except InvalidNameError as e:
-        raise MergeError(str(e)) from None
-
-
-def job_session(master: str | None = None):  # noqa: ANN201
-    """The job's SparkSession: under ``spark-submit`` the one it configured (its ``--master``),
-    else ``master`` or ``local[*]``; with the ``dis`` source registered."""
-    from pyspark.sql import SparkSession
-
-    import disd.spark
-
-    existing = SparkSession.getActiveSession()
-    conf = {**disd.spark.SESSION_CONF, "spark.ui.showConsoleProgress": "false"}
-    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
-        builder = SparkSession.builder.appName("dis-merge")  # spark-submit's master and settings
-        for k, v in conf.items():
-            builder = builder.config(k, v)
-        spark = builder.getOrCreate()
-        disd.spark.register(spark)
-    else:
-        spark = disd.spark.session(master or "local[*]", app_name="dis-merge", conf=conf)
-    if existing is None:  # a session of our own: Spark's INFO lines are not for an operator
-        spark.sparkContext.setLogLevel("WARN")
-    return spark
-
-
-def run(args: argparse.Namespace, on_step: Step | None = None) -> int:
-    """``dis merge``: exit 0 when the partition is merged (or already was), 3 when it is still
-    being written, 1 on any other error."""
-    try:
-        req = request_from_args(args)
-        spark = job_session(args.master)
-        result = merge(spark, req, on_step)
-    except LivePartitionError as e:
-        print(f"dis merge: refused: {e}", file=sys.stderr)
-        return EXIT_LIVE
-    except MergeError as e:
-        print(f"dis merge: {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(result.to_dict()))
-    else:
-        print(f"{result.status}: {result.namespace}.{result.table} {result.value} -> {result.path} "
-              f"({result.rows} rows, {result.files} files, version {result.version}, "
-              f"from {result.source}, {result.seconds:.1f} s)")
-    return 0
-
-
-def register(sub) -> None:  # noqa: ANN001 - argparse sub-parsers
-    p = sub.add_parser("merge", help="merge one column partition of a table into historical Parquet (Spark)")
-    add_arguments(p)
-    p.set_defaults(func=run)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for ``spark-submit`` (examples/merge_job.py calls it)."""
-    p = argparse.ArgumentParser(prog="merge_job", description="merge one column partition into historical Parquet")
-    add_arguments(p)
-    return run(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

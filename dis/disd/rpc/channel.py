@@ -1,11 +1,13 @@
-"""Client channels to a DIS: plaintext on loopback, TLS/mTLS, and the bearer token."""
+"""Client channels to a DIS: plaintext on loopback, TLS/mTLS, and the bearer token (as
+``disd.security.ClientSecurity`` says)."""
 
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass
 
 import grpc
+
+from disd.security import ClientSecurity
 
 #: Frames are at most 32 MiB; leave room for the message envelope.
 MAX_MESSAGE_BYTES = 48 << 20
@@ -18,21 +20,6 @@ CHANNEL_OPTIONS = [
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
-
-
-@dataclass(frozen=True)
-class ClientSecurity:
-    """How a client authenticates: CA to trust, optional client certificate, optional token."""
-
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    token: str | None = None
-    server_name: str | None = None  # override the TLS host name check (tests, IP addresses)
-
-    @property
-    def tls(self) -> bool:
-        return self.ca is not None
 
 
 class _TokenAuth(grpc.AuthMetadataPlugin):

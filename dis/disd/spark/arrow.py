@@ -26,6 +26,7 @@ regard to case) and may ask for another type Arrow can cast to (e.g. ``Size long
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,10 +120,9 @@ class Projection:
         return out
 
     def spark_schema(self) -> StructType:
-        from pyspark.sql.types import _parse_datatype_json_string
-
-        return StructType([StructField(c.name, _parse_datatype_json_string(c.spark_type_json), c.nullable)
-                           for c in self.columns])
+        return StructType.fromJson({"type": "struct", "fields": [
+            {"name": c.name, "type": json.loads(c.spark_type_json), "nullable": c.nullable, "metadata": {}}
+            for c in self.columns]})
 
     def arrow_schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema

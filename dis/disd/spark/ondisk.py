@@ -2,9 +2,10 @@
 
 Option ``source`` says which rows a read takes:
 
-* ``intraday`` (the default) — with ``address``/``routing``, the DIS serves them (``disd.spark.source``,
-  unchanged).  Without a DIS but with ``dbRoot``, the column files under ``<dbRoot>/Intraday``
-  are read at their checkpoints (``table.size``): on the DIS host, whether or not the DIS runs.
+* ``intraday`` (the default) — with ``address``/``routing``, the DIS serves them
+  (``disd.spark.source``).  Without a DIS but with ``dbRoot``, the column files under
+  ``<dbRoot>/Intraday`` are read at their checkpoints (``table.size``, through the block seam's
+  ``disd.blocks.LocalColumnFiles``): on the DIS host, whether or not the DIS runs.
 * ``historical`` — the table's Parquet files under ``dbRoot`` (``Systems/`` or ``Users/``), in
   whatever layout its definition names (``disd.historical.discover``).
 * ``all`` — historical rows, plus intraday rows (from the DIS when ``address``/``routing`` is
@@ -13,127 +14,27 @@ Option ``source`` says which rows a read takes:
 
 The table's columns come from its historical definition when it has one, else from the DIS (or
 the ``schemas`` directory for column files); in ``all`` mode both must describe the same rows.
-Partition pruning (the ``partitions`` option, pushed WHERE clauses) works on both kinds of rows.
+Partition pruning (the ``partitions`` option) works on both kinds of rows.  The options are
+parsed by ``disd.spark.options.parse_options`` (``SourceOptions.from_storage`` sends a read here).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from disd.spark.arrow import projection, spark_schema
 from disd.spark.errors import DisSourceError
 from disd.spark.filters import PartitionFilter
-from disd.spark.historical import HistoricalInputPartition, HistoricalSpec, plan_files, read_historical
-from disd.spark.options import (
-    DEFAULT_BATCH_ROWS,
-    DEFAULT_ROWS_PER_PARTITION,
-    KNOWN,
-    Security,
-    SourceOptions,
-    _int,
-    _list,
-    parse_options,
-)
+from disd.spark.locations import connect, file_locations, list_locations, table_schema
+from disd.spark.options import SourceOptions
 from disd.spark.plan import Range, ReadSpec, plan_partitions
 from disd.spark.read import read_partition
-
-SOURCES = ("intraday", "historical", "all")
-OWN = {"source", "schemas"}
-#: Column files are read in blocks of this size when planned without a DIS.
-FILE_BLOCK_SIZE = 65536
-
-
-def source_of(options: Mapping[str, str]) -> str:
-    opts = {str(k).lower(): v for k, v in dict(options).items()}
-    source = str(opts.get("source") or "intraday").strip().lower()
-    if source not in SOURCES:
-        raise DisSourceError(f"option 'source' must be one of {', '.join(SOURCES)}; got {opts.get('source')!r}")
-    return source
-
-
-def storage_source(options: Mapping[str, str]) -> "OnDiskSource | None":
-    """The on-disk source for these options, or None when the DIS alone serves the read."""
-    opts = {str(k).lower(): v for k, v in dict(options).items()}
-    source = source_of(opts)
-    has_dis = bool((opts.get("address") or "").strip() or (opts.get("routing") or "").strip())
-    has_root = bool((opts.get("dbroot") or "").strip())
-    if source == "intraday" and (has_dis or not has_root):
-        # The DIS serves it (with dbRoot, its tasks read the column files directly); without
-        # either, disd.spark.source says that 'address' is missing.
-        if (opts.get("schemas") or "").strip():
-            raise DisSourceError("option 'schemas' is for reading column files without a DIS; "
-                                 "the DIS at 'address'/'routing' knows the schema")
-        return None
-    return OnDiskSource(parse_ondisk_options(opts))
-
-
-@dataclass(frozen=True)
-class OnDiskOptions:
-    source: str
-    db_root: str
-    namespace: str
-    table: str
-    schemas: str | None = None
-    columns: tuple[str, ...] | None = None
-    partitions: frozenset[str] | None = None
-    rows_per_partition: int = DEFAULT_ROWS_PER_PARTITION
-    min_partitions: int = 2
-    batch_rows: int = DEFAULT_BATCH_ROWS
-    dis: SourceOptions | None = None  # the DIS serving intraday rows in 'all' mode
-
-
-def parse_ondisk_options(opts: Mapping[str, str]) -> OnDiskOptions:
-    unknown = sorted(set(opts) - KNOWN - OWN)
-    if unknown:
-        raise DisSourceError(f"unknown option {unknown[0]!r}; with 'source' historical or all, or dbRoot without a "
-                             "DIS, the options are: source, dbRoot, schemas, namespace, table, columns, partitions, "
-                             "rowsPerPartition, minPartitions, batchRows, and for the DIS of 'all': address or "
-                             "routing, timeout, ca, cert, key, token, tokenFile, serverName")
-    source = source_of(opts)
-    db_root = (opts.get("dbroot") or "").strip()
-    if not db_root:
-        what = "the historical tables" if source != "intraday" else "the column files (no 'address' or 'routing' given)"
-        raise DisSourceError(f"option 'dbRoot' (the database root holding {what}) is required")
-    if not os.path.isdir(db_root):
-        raise DisSourceError(f"option 'dbRoot': no such directory {db_root!r}")
-    dis = None
-    has_dis = (opts.get("address") or "").strip() or (opts.get("routing") or "").strip()
-    if source == "all" and has_dis:
-        # Intraday rows of 'all' come over gRPC: dbRoot here names the historical root, which
-        # need not be that DIS's own root, so it is not used for direct column-file reads.
-        dis = parse_options({k: v for k, v in opts.items() if k not in OWN and k != "dbroot"})
-    schemas = (opts.get("schemas") or "").strip() or None
-    if schemas and not os.path.isdir(schemas):
-        raise DisSourceError(f"option 'schemas': no such directory {schemas!r}")
-    namespace = (opts.get("namespace") or "").strip()
-    table = (opts.get("table") or "").strip()
-    path = (opts.get("path") or "").strip()
-    if path and not table:
-        table = path
-    if table and not namespace and "." in table:
-        namespace, table = table.split(".", 1)
-    if not namespace or not table:
-        raise DisSourceError("options 'namespace' and 'table' are required (or table '<Namespace>.<Table>')")
-    columns = _list(opts.get("columns"))
-    if columns is not None and not columns:
-        raise DisSourceError("option 'columns' is empty; list column names separated by commas")
-    partitions = _list(opts.get("partitions"))
-    if partitions is not None and not partitions:
-        raise DisSourceError("option 'partitions' is empty; list partition values (e.g. dates) separated by commas")
-    return OnDiskOptions(
-        source=source, db_root=str(os.path.abspath(db_root)), namespace=namespace, table=table, schemas=schemas,
-        columns=tuple(columns) if columns is not None else None,
-        partitions=frozenset(partitions) if partitions is not None else None,
-        rows_per_partition=_int(opts, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION),
-        min_partitions=_int(opts, "minPartitions", os.cpu_count() or 2),
-        batch_rows=_int(opts, "batchRows", DEFAULT_BATCH_ROWS), dis=dis,
-    )
+from disd.spark.readparquet import HistoricalInputPartition, HistoricalSpec, plan_files, read_historical
 
 
 # -- what the table is --------------------------------------------------------------------------
@@ -153,7 +54,7 @@ class Resolved:
         return TableSchema.from_json(self.table_json, "the resolved table")
 
 
-def _definition(o: OnDiskOptions, required: bool):  # noqa: ANN202
+def _definition(o: SourceOptions, required: bool):  # noqa: ANN202
     from disd.historical.definitions import DefinitionError, find_definition
 
     try:
@@ -164,13 +65,11 @@ def _definition(o: OnDiskOptions, required: bool):  # noqa: ANN202
         return None
 
 
-def _intraday_schema(o: OnDiskOptions, defn):  # noqa: ANN001, ANN202
-    if o.dis is not None:
-        from disd.spark.source import _connect, table_schema
-
-        client = _connect(o.dis)
+def _intraday_schema(o: SourceOptions, defn):  # noqa: ANN001, ANN202
+    if o.has_dis:
+        client = connect(o)
         try:
-            return table_schema(client, o.dis)
+            return table_schema(client, o)
         finally:
             client.close()
     if o.schemas:
@@ -189,9 +88,9 @@ def _intraday_schema(o: OnDiskOptions, defn):  # noqa: ANN001, ANN202
                          "(the DIS's schemas directory)")
 
 
-def resolve(o: OnDiskOptions) -> Resolved:
+def resolve(o: SourceOptions) -> Resolved:
     found = None
-    if o.source != "intraday" or (o.dis is None and not o.schemas):
+    if o.source != "intraday" or (not o.has_dis and not o.schemas):
         found = _definition(o, required=o.source == "historical")
     if o.source == "intraday":
         # Column files alone: the definition, if any, lends its columns; no historical rows.
@@ -202,7 +101,7 @@ def resolve(o: OnDiskOptions) -> Resolved:
     intraday = None
     ischema = None
     if o.source == "all":
-        intraday = "dis" if o.dis is not None else "files"
+        intraday = "dis" if o.has_dis else "files"
         ischema = _intraday_schema(o, defn)
         if defn is not None:
             if not defn.partitioned:
@@ -228,7 +127,7 @@ def _describe(columns, partition_column) -> str:  # noqa: ANN001
 
 
 class OnDiskSource:
-    def __init__(self, options: OnDiskOptions) -> None:
+    def __init__(self, options: SourceOptions) -> None:
         self.o = options
 
     def schema(self) -> StructType:
@@ -249,7 +148,7 @@ class OnDiskSource:
 class OnDiskReader(DataSourceReader):
     """A batch scan of historical files and/or intraday locations (see the module docstring)."""
 
-    def __init__(self, options: OnDiskOptions, schema: StructType) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.opts = options
         self.resolved = resolve(options)
         table = self.resolved.table()
@@ -279,17 +178,16 @@ class OnDiskReader(DataSourceReader):
             return value not in merged and self.partition_filter(value)
 
         if self.resolved.intraday == "dis":
-            from disd.spark.source import _connect, list_locations
-
-            client = _connect(o.dis)
+            client = connect(o)
             try:
-                snaps = [s for s in list_locations(client, o.dis) if wanted(s.key.column_partition)]
+                snaps = list_locations(client, o, wanted)
             finally:
                 client.close()
-            spec = ReadSpec(self.projection, o.dis.security, o.dis.timeout_s, o.batch_rows)
+            # dbRoot names the historical root here, not that DIS's: its tasks read over gRPC.
+            spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows)
         else:
-            snaps = file_snapshots(o.db_root, self.resolved.table(), wanted)
-            spec = ReadSpec(self.projection, Security(), 30.0, o.batch_rows, o.db_root)
+            snaps = file_locations(o, self.resolved.table(), wanted)
+            spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, o.db_root)
         ranges = [Range(s, 0, s.rows) for s in snaps]
         return plan_partitions(ranges, spec, o.rows_per_partition, o.min_partitions)
 
@@ -308,18 +206,3 @@ class OnDiskReader(DataSourceReader):
         if isinstance(partition, HistoricalInputPartition):
             return read_historical(partition)
         return read_partition(partition)
-
-
-def file_snapshots(db_root: str, table, wanted=None) -> list:  # noqa: ANN001
-    """``disd.client.LocationSnapshot`` values for the checkpointed intraday locations under
-    ``db_root`` (the planner's input; tasks then read the files directly: ``ReadSpec.db_root``)."""
-    from disd.client import LocationSnapshot
-    from disd.historical.intraday import SourceError, checkpointed_locations
-
-    try:
-        locs = checkpointed_locations(db_root, table, wanted)
-    except SourceError as e:
-        raise DisSourceError(str(e)) from None
-    where = f"file:{db_root}"
-    return [LocationSnapshot(l.key, l.rows, dict(l.files), FILE_BLOCK_SIZE, where) for l in locs if l.rows > 0]
-

@@ -1,8 +1,17 @@
-"""The options of ``spark.read.format("dis")`` and ``spark.readStream.format("dis")``.
+"""The options of ``spark.read.format("dis")`` and ``spark.readStream.format("dis")``: one parser.
 
 Parsed once, validated with messages that name the option, and kept in a small picklable value
 (``SourceOptions``) that travels with the reader and every input partition.  Option names are
 case-insensitive, as in Spark.
+
+Option ``source`` and the presence of a DIS (``address``/``routing``) decide which reader serves a
+read, and so which options apply:
+
+* a DIS read (``source`` ``intraday`` with ``address`` or ``routing``; ``dbRoot`` then makes the
+  tasks read the column files directly) — ``disd.spark.source``;
+* a read from the database root (``source`` ``historical`` or ``all``, or ``intraday`` with
+  ``dbRoot`` and no DIS) — ``disd.spark.ondisk``; in ``all`` mode with a DIS, that DIS's options
+  are validated as for a DIS read and serve the intraday rows.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Mapping
 
+from disd.security import ClientSecurity
 from disd.spark.errors import DisSourceError
 
 #: Rows per input partition before a location is split (a scan uses at least ``minPartitions``).
@@ -19,35 +29,18 @@ DEFAULT_ROWS_PER_PARTITION = 8 << 20
 #: Rows per Arrow RecordBatch handed to Spark: a multiple of 65536 keeps every fixed-width
 #: column's chunks on 64 KiB block boundaries.
 DEFAULT_BATCH_ROWS = 1 << 19
-#: Split points are multiples of this many rows (block-aligned for every fixed-width column).
-SPLIT_ALIGN_ROWS = 1 << 16
+
+SOURCES = ("intraday", "historical", "all")
+#: Options of reads from the database root only.
+STORAGE_ONLY = {"source", "schemas"}
 
 KNOWN = {
     "address", "routing", "namespace", "table", "path", "columns", "partitions",
     "rowsperpartition", "minpartitions", "batchrows", "timeout",
     "ca", "cert", "key", "token", "tokenfile", "servername",
     "maxrowspertrigger", "startingoffsets", "dbroot",
-    "source",  # intraday (this reader), historical or all: disd.spark.ondisk
+    "source",  # intraday (a DIS, or column files), historical or all
 }
-
-
-@dataclass(frozen=True)
-class Security:
-    """What ``disd.rpc.channel.ClientSecurity`` needs, as plain values (certificate *paths*:
-    they must be readable where the tasks run)."""
-
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    token: str | None = None
-    server_name: str | None = None
-
-    def client_security(self):  # noqa: ANN201
-        from disd.rpc.channel import ClientSecurity
-
-        if not any((self.ca, self.cert, self.key, self.token, self.server_name)):
-            return None
-        return ClientSecurity(self.ca, self.cert, self.key, self.token, self.server_name)
 
 
 @dataclass(frozen=True)
@@ -62,10 +55,22 @@ class SourceOptions:
     min_partitions: int = 2
     batch_rows: int = DEFAULT_BATCH_ROWS
     timeout_s: float = 30.0
-    security: Security = Security()
+    security: ClientSecurity = ClientSecurity()  # certificate paths: readable where the tasks run
     max_rows_per_trigger: int | None = None
     starting_offsets: str = "earliest"
-    db_root: str | None = None
+    db_root: str | None = None  # a DIS read: its tasks read the column files here; else the root read
+    source: str = "intraday"
+    schemas: str | None = None  # the DIS's schemas directory, for column files read without a DIS
+
+    @property
+    def has_dis(self) -> bool:
+        """A DIS serves the intraday rows (always for a DIS read; in ``all`` mode when given)."""
+        return bool(self.address or self.routing)
+
+    @property
+    def from_storage(self) -> bool:
+        """The read starts from the database root (``disd.spark.ondisk``), not from a DIS."""
+        return self.source != "intraday" or not self.has_dis
 
     @property
     def where(self) -> str:
@@ -104,9 +109,50 @@ def _list(raw: str | None) -> list[str] | None:
     return [x for x in items if x]
 
 
+def _columns_and_partitions(opts: Mapping[str, str], unique: bool
+                            ) -> tuple[tuple[str, ...] | None, frozenset[str] | None]:
+    """Options 'columns' (each named once when ``unique``) and 'partitions'."""
+    columns = _list(opts.get("columns"))
+    if columns is not None:
+        if not columns:
+            raise DisSourceError("option 'columns' is empty; list column names separated by commas")
+        dup = sorted({c for c in columns if columns.count(c) > 1}) if unique else []
+        if dup:
+            raise DisSourceError(f"option 'columns' names {dup[0]!r} twice")
+    partitions = _list(opts.get("partitions"))
+    if partitions is not None and not partitions:
+        raise DisSourceError("option 'partitions' is empty; list partition values (e.g. dates) separated by commas")
+    return (tuple(columns) if columns is not None else None,
+            frozenset(partitions) if partitions is not None else None)
+
+
+def _sizes(opts: Mapping[str, str]) -> dict[str, int]:
+    """How a scan is cut: options 'batchRows', 'rowsPerPartition', 'minPartitions'."""
+    batch_rows = _int(opts, "batchRows", DEFAULT_BATCH_ROWS)
+    return {"rows_per_partition": _int(opts, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION),
+            "min_partitions": _int(opts, "minPartitions", os.cpu_count() or 2), "batch_rows": batch_rows}
+
+
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
-    """Validate the options Spark passed (``DataSource.options``)."""
+    """Validate the options Spark passed (``DataSource.options``), whichever reader they ask for
+    (the module docstring says how that is decided)."""
     opts = {str(k).lower(): v for k, v in dict(options).items()}
+    source = str(opts.get("source") or "intraday").strip().lower()
+    if source not in SOURCES:
+        raise DisSourceError(f"option 'source' must be one of {', '.join(SOURCES)}; got {opts.get('source')!r}")
+    has_dis = bool((opts.get("address") or "").strip() or (opts.get("routing") or "").strip())
+    has_root = bool((opts.get("dbroot") or "").strip())
+    if source == "intraday" and (has_dis or not has_root):
+        # The DIS serves it (with dbRoot, its tasks read the column files directly); without
+        # either, _parse_dis says that 'address' is missing.
+        if (opts.get("schemas") or "").strip():
+            raise DisSourceError("option 'schemas' is for reading column files without a DIS; "
+                                 "the DIS at 'address'/'routing' knows the schema")
+        return _parse_dis(opts)
+    return _parse_storage(opts, source)
+
+
+def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
     unknown = sorted(set(opts) - KNOWN)
     if unknown:
         raise DisSourceError(
@@ -137,16 +183,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if not namespace or not table:
         raise DisSourceError("options 'namespace' and 'table' are required (or table '<Namespace>.<Table>')")
 
-    columns = _list(opts.get("columns"))
-    if columns is not None:
-        if not columns:
-            raise DisSourceError("option 'columns' is empty; list column names separated by commas")
-        dup = sorted({c for c in columns if columns.count(c) > 1})
-        if dup:
-            raise DisSourceError(f"option 'columns' names {dup[0]!r} twice")
-    partitions = _list(opts.get("partitions"))
-    if partitions is not None and not partitions:
-        raise DisSourceError("option 'partitions' is empty; list partition values (e.g. dates) separated by commas")
+    columns, partitions = _columns_and_partitions(opts, unique=True)
 
     timeout_raw = opts.get("timeout")
     timeout_s = 30.0
@@ -175,8 +212,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise DisSourceError("options 'cert' and 'key' go together (a client certificate and its key)")
     if opts.get("cert") and not opts.get("ca"):
         raise DisSourceError("option 'cert' needs option 'ca' (TLS)")
-    security = Security(opts.get("ca") or None, opts.get("cert") or None, opts.get("key") or None, token,
-                        opts.get("servername") or None)
+    security = ClientSecurity(opts.get("ca") or None, opts.get("cert") or None, opts.get("key") or None, token,
+                              opts.get("servername") or None)
 
     starting = str(opts.get("startingoffsets") or "earliest").strip().lower()
     if starting not in ("earliest", "latest"):
@@ -188,20 +225,60 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             raise DisSourceError(f"option 'dbRoot': {db_root!r} is not a DIS database root (no Intraday/ in it)")
         db_root = str(pathlib.Path(db_root).resolve())
 
-    batch_rows = _int(opts, "batchRows", DEFAULT_BATCH_ROWS)
     return SourceOptions(
         namespace=namespace,
         table=table,
         address=address,
         routing=str(pathlib.Path(routing).resolve()) if routing else None,
-        columns=tuple(columns) if columns is not None else None,
-        partitions=frozenset(partitions) if partitions is not None else None,
-        rows_per_partition=_int(opts, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION),
-        min_partitions=_int(opts, "minPartitions", os.cpu_count() or 2),
-        batch_rows=batch_rows,
+        columns=columns,
+        partitions=partitions,
+        **_sizes(opts),
         timeout_s=timeout_s,
         security=security,
         max_rows_per_trigger=_int(opts, "maxRowsPerTrigger", None),
         starting_offsets=starting,
         db_root=db_root,
+    )
+
+
+def _parse_storage(opts: Mapping[str, str], source: str) -> SourceOptions:
+    unknown = sorted(set(opts) - KNOWN - STORAGE_ONLY)
+    if unknown:
+        raise DisSourceError(f"unknown option {unknown[0]!r}; with 'source' historical or all, or dbRoot without a "
+                             "DIS, the options are: source, dbRoot, schemas, namespace, table, columns, partitions, "
+                             "rowsPerPartition, minPartitions, batchRows, and for the DIS of 'all': address or "
+                             "routing, timeout, ca, cert, key, token, tokenFile, serverName")
+    db_root = (opts.get("dbroot") or "").strip()
+    if not db_root:
+        what = "the historical tables" if source != "intraday" else "the column files (no 'address' or 'routing' given)"
+        raise DisSourceError(f"option 'dbRoot' (the database root holding {what}) is required")
+    if not os.path.isdir(db_root):
+        raise DisSourceError(f"option 'dbRoot': no such directory {db_root!r}")
+    dis = None
+    has_dis = (opts.get("address") or "").strip() or (opts.get("routing") or "").strip()
+    if source == "all" and has_dis:
+        # Intraday rows of 'all' come over gRPC: dbRoot here names the historical root, which
+        # need not be that DIS's own root, so it is not used for direct column-file reads.
+        dis = _parse_dis({k: v for k, v in opts.items() if k not in STORAGE_ONLY and k != "dbroot"})
+    schemas = (opts.get("schemas") or "").strip() or None
+    if schemas and not os.path.isdir(schemas):
+        raise DisSourceError(f"option 'schemas': no such directory {schemas!r}")
+    namespace = (opts.get("namespace") or "").strip()
+    table = (opts.get("table") or "").strip()
+    path = (opts.get("path") or "").strip()
+    if path and not table:
+        table = path
+    if table and not namespace and "." in table:
+        namespace, table = table.split(".", 1)
+    if not namespace or not table:
+        raise DisSourceError("options 'namespace' and 'table' are required (or table '<Namespace>.<Table>')")
+    columns, partitions = _columns_and_partitions(opts, unique=False)
+    via_dis = {}
+    if dis is not None:
+        via_dis = {"address": dis.address, "routing": dis.routing, "security": dis.security,
+                   "timeout_s": dis.timeout_s, "max_rows_per_trigger": dis.max_rows_per_trigger,
+                   "starting_offsets": dis.starting_offsets}
+    return SourceOptions(
+        source=source, db_root=str(os.path.abspath(db_root)), namespace=namespace, table=table, schemas=schemas,
+        columns=columns, partitions=partitions, **_sizes(opts), **via_dis,
     )

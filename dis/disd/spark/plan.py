@@ -9,15 +9,16 @@ small ones by one.  An input partition holds plain values only: no connection, n
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
 from disd.binlog import LocationKey
+from disd.blocks import LocationSnapshot
+from disd.historical.scan import split_size
+from disd.security import ClientSecurity
 from disd.spark.arrow import Projection
-from disd.spark.options import SPLIT_ALIGN_ROWS, Security
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,7 @@ class Slice:
     def rows(self) -> int:
         return self.stop - self.start
 
-    def snapshot(self):  # noqa: ANN201 - disd.client.LocationSnapshot
-        from disd.client import LocationSnapshot
-
+    def snapshot(self) -> LocationSnapshot:
         key = LocationKey(self.namespace, self.table, self.internal_partition, self.column_partition)
         return LocationSnapshot(key, self.stop, dict(self.files), self.block_size, self.address)
 
@@ -50,10 +49,10 @@ class ReadSpec:
     """Everything a task needs besides its slices."""
 
     projection: Projection
-    security: Security
+    security: ClientSecurity
     timeout_s: float
     batch_rows: int
-    db_root: str | None = None  # read column files straight from here (tasks on the DIS host)
+    db_root: str | None = None  # read the column files under it (disd.blocks.open_block_source)
 
 
 class DisInputPartition(InputPartition):
@@ -76,23 +75,9 @@ class DisInputPartition(InputPartition):
 class Range:
     """A location (as listed) and the rows of it to read."""
 
-    snap: object  # disd.client.LocationSnapshot
+    snap: LocationSnapshot
     start: int
     stop: int
-
-
-def split_size(total: int, rows_per_partition: int, min_partitions: int) -> tuple[int, int]:
-    """(split rows, number of partitions to aim for) for ``total`` rows."""
-    if total <= 0:
-        return max(1, rows_per_partition), 0
-    n = max(min_partitions, math.ceil(total / rows_per_partition))
-    n = math.ceil(n / min_partitions) * min_partitions  # whole waves on min_partitions cores
-    split = math.ceil(total / n)
-    if split > SPLIT_ALIGN_ROWS:
-        split = math.ceil(split / SPLIT_ALIGN_ROWS) * SPLIT_ALIGN_ROWS
-    else:
-        split = max(split, min(SPLIT_ALIGN_ROWS, rows_per_partition))
-    return split, max(1, math.ceil(total / split))
 
 
 def cut(r: Range, split: int) -> list[tuple[int, int]]:

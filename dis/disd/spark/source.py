@@ -38,54 +38,11 @@ from pyspark.sql.types import StructType
 from disd.spark.arrow import projection, spark_schema
 from disd.spark.errors import DisSourceError
 from disd.spark.filters import PartitionFilter
+from disd.spark.locations import connect, list_locations, table_schema
+from disd.spark.ondisk import OnDiskSource
 from disd.spark.options import SourceOptions, parse_options
 from disd.spark.plan import Range, ReadSpec, plan_partitions
 from disd.spark.read import read_partition
-
-# -- connecting ---------------------------------------------------------------------------------
-def _connect(o: SourceOptions):  # noqa: ANN202 - disd.client.Client
-    from disd.client import Client
-
-    return Client(o.routing_value(), o.security.client_security(), o.timeout_s)
-
-
-def _explain(e: Exception, o: SourceOptions) -> DisSourceError:
-    msg = str(e)
-    if "unreachable" in msg:
-        hint = ("check option 'routing' and that every DIS in it runs" if o.routing
-                else "check option 'address' and that `dis serve` runs there")
-        return DisSourceError(f"{msg} — {hint}")
-    if "refused the credentials" in msg:
-        return DisSourceError(f"{msg} — check options 'token'/'tokenFile', 'ca', 'cert' and 'key'")
-    return DisSourceError(msg)
-
-
-def table_schema(client, o: SourceOptions):  # noqa: ANN001, ANN201
-    """The table's schema from its DIS, with an error that lists the tables there is."""
-    from disd.client import DisClientError
-
-    try:
-        return client.schema(o.namespace, o.table)
-    except DisClientError as e:
-        if str(e).startswith("unknown table") or str(e).startswith("no DIS instance"):
-            try:
-                known = ", ".join(s.key for s in client.tables()) or "none"
-            except DisClientError:
-                known = "?"
-            raise DisSourceError(
-                f"unknown table {o.namespace}.{o.table} at {o.where} (tables there: {known}); "
-                "check options 'namespace' and 'table'") from None
-        raise _explain(e, o) from None
-
-
-def list_locations(client, o: SourceOptions) -> list:  # noqa: ANN001
-    from disd.client import DisClientError
-
-    try:
-        snaps = client.locations(o.namespace, o.table)
-    except DisClientError as e:
-        raise _explain(e, o) from None
-    return [s for s in snaps if s.key.namespace == o.namespace and s.key.table == o.table]
 
 
 def offset_key(key) -> str:  # noqa: ANN001 - LocationKey
@@ -102,13 +59,10 @@ class DisDataSource(DataSource):
         return "dis"
 
     def schema(self) -> StructType:
-        from disd.spark.ondisk import storage_source
-
-        storage = storage_source(self.options)  # historical/all, or column files without a DIS
-        if storage is not None:
-            return storage.schema()
         o = parse_options(self.options)
-        client = _connect(o)
+        if o.from_storage:  # historical/all, or column files without a DIS
+            return OnDiskSource(o).schema()
+        client = connect(o)
         try:
             table = table_schema(client, o)
         finally:
@@ -116,19 +70,16 @@ class DisDataSource(DataSource):
         return spark_schema(table, o.columns)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from disd.spark.ondisk import storage_source
-
-        storage = storage_source(self.options)
-        if storage is not None:
-            return storage.reader(schema)
-        return DisBatchReader(parse_options(self.options), schema)
+        o = parse_options(self.options)
+        if o.from_storage:
+            return OnDiskSource(o).reader(schema)
+        return DisBatchReader(o, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from disd.spark.ondisk import storage_source
-
-        if storage_source(self.options) is not None:
+        o = parse_options(self.options)
+        if o.from_storage:
             raise DisSourceError("streaming reads a DIS: give option 'address' or 'routing' (and source 'intraday')")
-        return DisStreamReader(parse_options(self.options), schema)
+        return DisStreamReader(o, schema)
 
 
 class _Base:
@@ -158,7 +109,7 @@ class _Base:
     @property
     def client(self):  # noqa: ANN201
         if self._client is None:
-            self._client = _connect(self.opts)
+            self._client = connect(self.opts)
         return self._client
 
     def close_client(self) -> None:
@@ -189,10 +140,10 @@ class DisBatchReader(_Base, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         try:
-            snaps = list_locations(self.client, self.opts)
+            snaps = list_locations(self.client, self.opts, self.partition_filter)
         finally:
             self.close_client()
-        ranges = [Range(s, 0, s.rows) for s in snaps if self.partition_filter(s.key.column_partition)]
+        ranges = [Range(s, 0, s.rows) for s in snaps]
         return plan_partitions(ranges, self.spec, self.opts.rows_per_partition, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -1,12 +1,12 @@
-"""Historical rows for Spark: plan a table's Parquet row groups into tasks, and read them.
+"""Spark tasks that read historical Parquet: input partitions of row groups, and their read.
 
-Planning (``plan_files``) takes the files ``disd.historical.discover`` found, with their row-group
-sizes, and packs row groups into input partitions the way intraday ranges are packed
-(``disd.spark.plan.split_size``): every core gets work, a large file is read by several tasks.
-A task (``read_historical``) opens each file with pyarrow, reads the row groups and columns it
-needs in ``batchRows``-row batches, fills the columns a path gives (the partition column, ``K=v``
-directories) and casts each column to the exact Arrow type Spark expects.  A column the
-definition has but a file lacks is an error naming both: the definition is the schema.
+Planning (``plan_files``) wraps the groups of row groups ``disd.historical.scan`` packs (from the
+files ``disd.historical.discover`` found) into input partitions: every core gets work, a large
+file is read by several tasks.  A task (``read_historical``) opens each file with pyarrow, reads
+the row groups and columns it needs in ``batchRows``-row batches, fills the columns a path gives
+(the partition column, ``K=v`` directories) and casts each column to the exact Arrow type Spark
+expects.  A column the definition has but a file lacks is an error naming both: the definition
+is the schema.
 """
 
 from __future__ import annotations
@@ -18,19 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 
+from disd.historical.scan import FilePiece, plan_row_groups
 from disd.spark.arrow import Projection
 from disd.spark.errors import DisSourceError
-from disd.spark.plan import split_size
-
-
-@dataclass(frozen=True)
-class FilePiece:
-    """Consecutive row groups of one Parquet file, and the values its path gives."""
-
-    path: str
-    row_groups: tuple[int, ...]  # indices in the file
-    rows: int
-    values: tuple[tuple[str, str | None], ...]
 
 
 @dataclass(frozen=True)
@@ -56,34 +46,10 @@ class HistoricalInputPartition(InputPartition):
 
 def plan_files(files: Sequence, spec: HistoricalSpec, rows_per_partition: int,  # noqa: ANN001
                min_partitions: int) -> list[HistoricalInputPartition]:
-    """Input partitions over ``files`` (``ParquetFileInfo``), balanced by row-group sizes."""
-    units = [(rows, fi, rg) for fi, f in enumerate(files) for rg, rows in enumerate(f.row_groups) if rows > 0]
-    total = sum(u[0] for u in units)
-    if total == 0:
-        return []
-    _, n = split_size(total, rows_per_partition, min_partitions)
-    n = max(1, min(n, len(units)))
-    bins: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
-    loads = [0] * n
-    for rows, fi, rg in sorted(units, key=lambda u: (-u[0], u[1], u[2])):
-        j = min(range(n), key=lambda k: (loads[k], k))
-        bins[j].append((fi, rg, rows))
-        loads[j] += rows
-    out = []
-    for items in bins:
-        if not items:
-            continue
-        items.sort()
-        pieces: list[FilePiece] = []
-        for fi, rg, rows in items:
-            f = files[fi]
-            last = pieces[-1] if pieces else None
-            if last is not None and last.path == f.path and last.row_groups[-1] == rg - 1:
-                pieces[-1] = FilePiece(f.path, last.row_groups + (rg,), last.rows + rows, f.values)
-            else:
-                pieces.append(FilePiece(f.path, (rg,), rows, f.values))
-        out.append(HistoricalInputPartition(len(out), pieces, spec))
-    return out
+    """Input partitions over ``files`` (``ParquetFileInfo``), balanced by row-group sizes
+    (``disd.historical.scan.plan_row_groups``)."""
+    return [HistoricalInputPartition(i, pieces, spec)
+            for i, pieces in enumerate(plan_row_groups(files, rows_per_partition, min_partitions))]
 
 
 def _constant(value: str | None, n: int, typ: pa.DataType, column: str, path: str) -> pa.Array:

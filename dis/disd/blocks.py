@@ -1,0 +1,387 @@
+"""The block seam: where every reader of intraday column data gets its bytes.
+
+A reader (``disd.client.Client.read_table``, the Spark source's planning and tasks, a merge)
+needs two things from wherever the column files are: the locations of a table with their sizes
+(``LocationSnapshot``: rows and column file sizes that cover exactly those rows), and byte ranges
+of a column file below those sizes.  ``BlockSource`` is that interface and nothing more; turning
+the bytes into Arrow arrays is ``disd.storage.columns``'s job alone (``read_location``).
+
+Why this is enough: column files only grow, and the bytes of rows ``[0, n)`` never change once
+published (docs/storage-format.md).  So a snapshot pins what a read returns, and *any* source
+that serves the bytes below a snapshot's sizes serves the same bytes.  Implementations can differ
+in everything else:
+
+* ``GrpcBlocks`` — a DIS over gRPC: locations as the owning DIS lists them (published sizes,
+  ``routing`` says which DIS owns a table), ranges fetched as 64 KiB blocks in one ``ReadBlocks``
+  stream (``ReadBlock`` calls against a DIS without it), over channels with ``ClientSecurity``.
+* ``LocalColumnFiles`` — the column files under a database root, read with ``pread``: on the DIS
+  host or a shared mount.  It serves snapshots listed by a DIS (published sizes: Spark's
+  ``dbRoot`` option) and lists locations itself at their ``table.size`` checkpoints (no DIS
+  needed: the rows a checkpoint covers never change either).
+
+``open_block_source`` is the one place that picks an implementation.  Later sources (a JVM
+reader, replicas with failover, a caching proxy) plug in here: they take the same snapshots and
+must return the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Self, Sequence
+
+import grpc
+import pyarrow as pa
+
+from disd.config import DEFAULT_BLOCK_SIZE_BYTES
+from disd.names import InvalidNameError, LocationKey
+from disd.routing import Routing, resolve
+from disd.rpc.channel import open_channel
+from disd.rpc.keys import key_from_proto, key_to_proto
+from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.schema import TableSchema
+from disd.security import ClientSecurity
+from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
+from disd.storage.checkpoint import CheckpointError, read_record
+from disd.storage.columns import read_rows
+from disd.storage.engine import location_path, subdirs
+
+#: ReadBlock requests kept in flight per read: enough to hide the round trip on loopback.
+READ_AHEAD = 32
+
+#: Which column partitions (values, e.g. dates) to list; None lists them all.
+Wanted = Callable[[str], bool]
+
+
+# -- the record and the interface --------------------------------------------------------------
+@dataclass(frozen=True)
+class LocationSnapshot:
+    """A location at one published size: ``rows`` and the column file sizes covering them.
+
+    ``address`` says where it was listed: a DIS's ``host:port``, or ``file:<db_root>`` for a
+    location listed from its column files."""
+
+    key: LocationKey
+    rows: int
+    files: dict[str, int] = field(hash=False)
+    block_size: int
+    address: str
+
+    @classmethod
+    def from_msg(cls, m: dis_pb2.LocationInfo, address: str) -> LocationSnapshot:
+        return cls(key_from_proto(m.key), int(m.rows), {f.name: int(f.size) for f in m.files},
+                   int(m.block_size) or DEFAULT_BLOCK_SIZE_BYTES, address)
+
+
+class BlockSourceError(Exception):
+    """A source cannot list or read: the message says what and where (an unreachable DIS, a
+    refused credential, a column file shorter than its snapshot, a damaged checkpoint)."""
+
+
+class DisClientError(BlockSourceError):
+    """A failure a user can act on: unreachable DIS, unknown table, bad argument."""
+
+
+class ColumnFileError(BlockSourceError):
+    """Column files that cannot serve a snapshot: missing, shorter than their sizes, or a
+    checkpoint that does not match the files or the schema."""
+
+
+class BlockSource(Protocol):
+    """Where the column bytes of locations come from (see the module docstring).
+
+    A source is used by one thread at a time and holds what it opens (channels, descriptors)
+    until ``close``."""
+
+    def locations(self, namespace: str, table: str, wanted: Wanted | None = None) -> list[LocationSnapshot]:
+        """The locations of ``namespace.table`` (those whose column partition ``wanted`` accepts),
+        each at a size whose rows never change: published by a DIS, or checkpointed."""
+        ...
+
+    def read_range(self, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of a column file of ``snap``, never past its size in ``snap``
+        (a shorter answer when ``stop`` is beyond it; an error when the source holds less)."""
+        ...
+
+    def close(self) -> None:
+        """Release channels and file descriptors; the source is not used afterwards."""
+        ...
+
+
+def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapshot,
+                  columns: Sequence[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
+    """Rows ``[start, stop)`` of one location (at most ``snap.rows``) as a pyarrow Table with the
+    schema's Arrow types, decoded by ``disd.storage.columns`` from the bytes ``source`` serves."""
+    stop = snap.rows if stop is None else min(stop, snap.rows)
+    return read_rows(schema, columns, start, max(start, stop),
+                     lambda name, a, b: source.read_range(snap, name, a, b))
+
+
+def open_block_source(*, db_root: str | None = None, address: str | None = None,
+                      routing: str | Routing | None = None, security: ClientSecurity | None = None,
+                      timeout_s: float = 30.0, tables: Sequence[TableSchema] = (),
+                      origin: str | None = None) -> BlockSource:
+    """The block source for a read: the column files under ``db_root`` when it is given (they
+    must be the files of the DIS that listed the snapshots, or be listed by the source itself:
+    ``tables`` gives their schemas, ``origin`` names the root in errors), else the DIS at
+    ``address`` (or the instances of ``routing``) over gRPC with ``security``."""
+    if db_root is not None:
+        return LocalColumnFiles(db_root, tables, origin)
+    return GrpcBlocks(resolve(address, routing), security, timeout_s)
+
+
+# -- over gRPC ----------------------------------------------------------------------------------
+def explain(e: grpc.RpcError, address: str) -> DisClientError:
+    """A gRPC failure as a sentence that names the DIS."""
+    code = e.code() if hasattr(e, "code") else None
+    details = e.details() if hasattr(e, "details") else str(e)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return DisClientError(f"DIS at {address} is unreachable: {details}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return DisClientError(f"DIS at {address} refused the credentials: {details}")
+    return DisClientError(f"DIS at {address}: {code.name if code else 'error'}: {details}")
+
+
+class GrpcBlocks:
+    """Blocks from DIS instances over gRPC: one channel per address, opened on first use.
+
+    Locations are listed at the DIS that owns the table (``routing``); a snapshot's bytes are
+    read from the DIS that listed it (``snap.address``)."""
+
+    def __init__(self, routing: Routing, security: ClientSecurity | None = None, timeout_s: float = 30.0) -> None:
+        self.routing = routing
+        self.security = security
+        self.timeout_s = timeout_s
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, dis_pb2_grpc.TableDataStub] = {}
+        self._unary_only: set[str] = set()  # DIS addresses without ReadBlocks
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def stub(self, address: str) -> dis_pb2_grpc.TableDataStub:
+        s = self._stubs.get(address)
+        if s is None:
+            ch = self._channels[address] = open_channel(address, self.security)
+            s = self._stubs[address] = dis_pb2_grpc.TableDataStub(ch)
+        return s
+
+    def _call(self, address: str, method: str, request):  # noqa: ANN001, ANN202
+        try:
+            return getattr(self.stub(address), method)(request, timeout=self.timeout_s)
+        except grpc.RpcError as e:
+            raise explain(e, address) from None
+
+    def _owner(self, namespace: str, table: str) -> str:
+        inst = self.routing.owner(namespace, table)
+        if inst is None:
+            raise DisClientError(f"no DIS instance in the routing takes {namespace}.{table}")
+        return inst.address
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        self.close()
+
+    # -- BlockSource ---------------------------------------------------------------------------
+    def locations(self, namespace: str | None = None, table: str | None = None,
+                  wanted: Wanted | None = None) -> list[LocationSnapshot]:
+        """Published locations of a table (of every table when none is named), each listed by
+        the DIS that owns its table."""
+        if namespace and table:
+            addresses = [self._owner(namespace, table)]
+        else:
+            addresses = self.routing.addresses
+        out = []
+        for address in addresses:
+            resp = self._call(address, "ListLocations",
+                              dis_pb2.ListLocationsRequest(namespace=namespace or "", table=table or ""))
+            for m in resp.locations:
+                snap = LocationSnapshot.from_msg(m, address)
+                inst = self.routing.owner(snap.key.namespace, snap.key.table)
+                if inst is not None and inst.address == address and (wanted is None or wanted(snap.key.column_partition)):
+                    out.append(snap)
+        return sorted(out, key=lambda s: (s.key.namespace, s.key.table, s.key.column_partition, s.key.internal_partition))
+
+    def read_range(self, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
+        """Bytes [start, stop) of a column file: its blocks in one ReadBlocks stream (a DIS
+        without ReadBlocks is read block by block with ReadBlock, READ_AHEAD in flight)."""
+        stop = min(stop, snap.files.get(file, 0))
+        if stop <= start:
+            return b""
+        bs = snap.block_size
+        first, last = start // bs, (stop - 1) // bs
+        if snap.address in self._unary_only:
+            parts = self._read_blocks_unary(snap, file, first, last)
+        else:
+            try:
+                parts = self._read_blocks_stream(snap, file, first, last)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise explain(e, snap.address) from None
+                self._unary_only.add(snap.address)
+                parts = self._read_blocks_unary(snap, file, first, last)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        off = start - first * bs
+        out = data[off : off + (stop - start)]
+        if len(out) != stop - start:
+            raise DisClientError(f"{snap.key}: {file} returned {len(out)} bytes, expected {stop - start}")
+        return out
+
+    def _read_blocks_stream(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
+        req = dis_pb2.ReadBlocksRequest(location=key_to_proto(snap.key), file=file, first_block=first,
+                                        block_count=last - first + 1)
+        return [b for m in self.stub(snap.address).ReadBlocks(req, timeout=self.timeout_s) for b in m.blocks]
+
+    def _read_blocks_unary(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
+        stub = self.stub(snap.address)
+        key = key_to_proto(snap.key)
+        parts: list[bytes] = []
+        pending: list = []
+        idx = first
+        try:
+            while idx <= last or pending:
+                while idx <= last and len(pending) < READ_AHEAD:
+                    req = dis_pb2.ReadBlockRequest(location=key, file=file, block_index=idx)
+                    pending.append(stub.ReadBlock.future(req, timeout=self.timeout_s))
+                    idx += 1
+                parts.append(pending.pop(0).result().data)
+        except grpc.RpcError as e:
+            for f in pending:
+                f.cancel()
+            raise explain(e, snap.address) from None
+        return parts
+
+
+# -- from the column files ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckpointedLocation:
+    """An intraday location as its files on disk show it: the rows of its ``table.size``."""
+
+    key: LocationKey
+    path: str
+    rows: int
+    files: dict[str, int] = field(hash=False)
+    bytes_past_checkpoint: int = 0  # column file bytes beyond the checkpoint (all of them without one)
+    checkpoint_age_s: float | None = None  # since table.size last changed; None without one
+
+    def snapshot(self, db_root: str) -> LocationSnapshot:
+        return LocationSnapshot(self.key, self.rows, dict(self.files), DEFAULT_BLOCK_SIZE_BYTES, f"file:{db_root}")
+
+
+def checkpointed_locations(db_root: str, schema: TableSchema, wanted: Wanted | None = None,
+                           now: float | None = None) -> list[CheckpointedLocation]:
+    """Every location of ``schema``'s table under ``<db_root>/Intraday`` whose column partition
+    ``wanted(value)`` accepts (all when None), at its checkpoint.  Read on the DIS host, whether or
+    not the DIS runs: only rows a checkpoint covers are taken, and those never change."""
+    now = time.time() if now is None else now
+    base = os.path.join(db_root, "Intraday", schema.namespace, schema.table)
+    out = []
+    for ip in subdirs(base):
+        for value in subdirs(os.path.join(base, ip)):
+            if wanted is not None and not wanted(value):
+                continue
+            try:
+                key = LocationKey(schema.namespace, schema.table, ip, value)
+            except InvalidNameError:
+                continue
+            path = location_path(db_root, key)
+            if os.path.isdir(path):
+                out.append(_checkpointed(key, path, schema, now))
+    return sorted(out, key=lambda l: (l.key.column_partition, l.key.internal_partition))
+
+
+def _checkpointed(key: LocationKey, path: str, schema: TableSchema, now: float) -> CheckpointedLocation:
+    try:
+        rec = read_record(path)
+    except CheckpointError as e:
+        raise ColumnFileError(f"location {key}: {e}") from None
+    actual = _sizes(path)
+    if rec is None:
+        return CheckpointedLocation(key, path, 0, {}, bytes_past_checkpoint=sum(actual.values()))
+    if rec.fingerprint != schema.fingerprint:
+        raise ColumnFileError(f"location {key} was written for schema {rec.fingerprint}, the table's schema is "
+                              f"{schema.fingerprint}: check the schemas directory")
+    short = [n for n, size in rec.files.items() if actual.get(n, -1) < size]
+    if short:
+        raise ColumnFileError(f"location {key}: {', '.join(sorted(short))} shorter than its checkpoint "
+                              "(run `dis verify`)")
+    past = sum(max(0, actual.get(n, 0) - size) for n, size in rec.files.items())
+    age = now - os.stat(os.path.join(path, CHECKPOINT_FILE)).st_mtime
+    return CheckpointedLocation(key, path, rec.rows, dict(rec.files), past, age)
+
+
+def _sizes(path: str) -> dict[str, int]:
+    out = {}
+    for e in os.scandir(path):
+        if e.is_file() and (e.name.endswith(".dat") or e.name.endswith(".off")):
+            out[e.name] = e.stat().st_size
+    return out
+
+
+class LocalColumnFiles:
+    """The column files of a database root, read with ``pread``; files are opened on first use
+    and closed by ``close``.
+
+    Snapshots listed by a DIS are served at their published sizes (safe: those bytes never
+    change); ``locations`` lists at the checkpoints and needs the tables' schemas (``tables``) to
+    check them.  ``origin`` names the root in errors the way the user gave it (default: the path)."""
+
+    def __init__(self, db_root: str, tables: Sequence[TableSchema] = (), origin: str | None = None) -> None:
+        self.db_root = db_root
+        self.origin = origin or f"database root {db_root}"
+        self._tables = {(t.namespace, t.table): t for t in tables}
+        self._fds: dict[str, int] = {}
+
+    def locations(self, namespace: str, table: str, wanted: Wanted | None = None) -> list[LocationSnapshot]:
+        """Locations with checkpointed rows, at their checkpoints."""
+        schema = self._tables.get((namespace, table))
+        if schema is None:
+            raise ColumnFileError(f"no schema for {namespace}.{table} to read its column files with")
+        locs = checkpointed_locations(self.db_root, schema, wanted)
+        return [l.snapshot(self.db_root) for l in locs if l.rows > 0]
+
+    def path(self, snap: LocationSnapshot, name: str) -> str:
+        if not name or os.path.basename(name) != name or name in (".", ".."):
+            raise ColumnFileError(f"{snap.key}: refusing column file name {name!r}")
+        return os.path.join(location_path(self.db_root, snap.key), name)
+
+    def read_range(self, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
+        """Bytes [start, stop) of a column file, at most its size in ``snap``."""
+        stop = min(stop, snap.files.get(file, 0))
+        if stop <= start:
+            return b""
+        path = self.path(snap, file)
+        fd = self._fds.get(path)
+        if fd is None:
+            try:
+                fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                raise ColumnFileError(
+                    f"{self.origin}: cannot open {path}: {e.strerror} (it must be the DIS's database root "
+                    "as seen from every reader)") from None
+        data = os.pread(fd, stop - start, start)
+        if len(data) != stop - start:
+            # A file shorter than its published size: not this DIS's root, or the DIS recovered
+            # to an earlier checkpoint after the snapshot was taken.
+            raise ColumnFileError(
+                f"{snap.key}: {path} holds {start + len(data)} bytes, the DIS published {stop}; "
+                f"is {self.origin} the root of the DIS at {snap.address}?")
+        return data
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        self.close()

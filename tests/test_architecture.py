@@ -1,0 +1,183 @@
+"""The package structure stays acyclic and private names stay private.
+
+Every module under ``dis/disd`` and ``tailer/`` (installed as ``disd.tailer``) is parsed with
+``ast``; every import counts, at the top of a module or inside a function.  The nodes are the
+packages (``disd.spark``, ``disd.historical``, ``disd.storage``, ``disd.server``, ``disd.binlog``,
+``disd.rpc``, ``disd.tailer``) and each top-level module (``disd.client``, ``disd.blocks``,
+``disd.logger``, ...).  An import from one node into another is an edge; a cycle of edges means
+two packages that cannot be understood, tested or replaced one without the other.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from collections import defaultdict
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = {"spark", "historical", "storage", "server", "binlog", "rpc", "tailer"}
+
+
+def modules() -> dict[str, pathlib.Path]:
+    """Dotted module name -> source file, for disd and the tailer (``disd.tailer``)."""
+    out = {}
+    for base, prefix in ((ROOT / "dis" / "disd", ["disd"]), (ROOT / "tailer", ["disd", "tailer"])):
+        for path in base.rglob("*.py"):
+            parts = prefix + list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def node(module: str) -> str:
+    """The package a module belongs to, or the module itself when it is a top-level module."""
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in PACKAGES:
+        return f"disd.{parts[1]}"
+    return ".".join(parts[:2])
+
+
+def imports(module: str, path: pathlib.Path, known: set[str]) -> list[tuple[str, str, int]]:
+    """(imported module, imported name or "", line) of every import in a module."""
+    out = []
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for n in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(n, ast.Import):
+            out += [(a.name, "", n.lineno) for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:  # relative: from the importing module's package
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (n.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in n.names:
+                sub = f"{base}.{a.name}"
+                out.append((sub, "", n.lineno) if sub in known else (base, a.name, n.lineno))
+    return out
+
+
+def package_graph(mods: dict[str, pathlib.Path]) -> dict[str, dict[str, list[str]]]:
+    """node -> imported node -> the imports that make the edge ("module:line -> module")."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    known = set(mods)
+    for m, path in mods.items():
+        for target, _, line in imports(m, path, known):
+            if not target.startswith("disd."):
+                continue
+            a, b = node(m), node(target)
+            why = f"{m}:{line} -> {target}"
+            if a != b and why not in graph[a][b]:
+                graph[a][b].append(why)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, object]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    nodes = sorted(set(graph) | {b for edges in graph.values() for b in edges})
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, {})):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in nodes:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def private_imports(mods: dict[str, pathlib.Path]) -> list[str]:
+    """``from X import _name`` where X is another module (``__dunder__`` names are not private)."""
+    known = set(mods)
+    out = []
+    for m, path in mods.items():
+        for target, name, line in imports(m, path, known):
+            if name.startswith("_") and not name.startswith("__") and target != m:
+                out.append(f"{m}:{line} imports {name} from {target}")
+            elif not name and any(p.startswith("_") and not p.startswith("__") for p in target.split(".")[1:]) \
+                    and target not in known:
+                out.append(f"{m}:{line} imports {target}")
+    return out
+
+
+def describe(graph: dict[str, dict[str, list[str]]], comp: list[str]) -> str:
+    lines = [" <-> ".join(comp)]
+    for a in comp:
+        for b in comp:
+            for why in graph.get(a, {}).get(b, [])[:3]:
+                lines.append(f"  {a} -> {b}: {why}")
+    return "\n".join(lines)
+
+
+# -- the checks ---------------------------------------------------------------------------------
+def test_no_cycle_between_packages():
+    graph = package_graph(modules())
+    found = cycles(graph)
+    assert not found, "package cycles:\n" + "\n".join(describe(graph, c) for c in found)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    found = private_imports(modules())
+    assert not found, "\n".join(found)
+
+
+def test_the_modules_are_all_seen():
+    mods = modules()
+    assert {"disd.blocks", "disd.client", "disd.spark.source", "disd.historical.merge", "disd.tailer.core"} <= set(mods)
+    graph = package_graph(mods)
+    assert "disd.historical" in graph["disd.spark"]  # the Spark source reads historical tables
+    assert "disd.blocks" in graph["disd.client"]
+
+
+# -- the checks can fail ------------------------------------------------------------------------
+def test_a_cycle_is_found():
+    # The package edges as they were before the merge's Parquet writer and the command line of
+    # the job moved: disd.historical.merge imported disd.spark.parquet and disd.spark, while the
+    # Spark source imported disd.historical.definitions, discover and intraday.
+    before = {
+        "disd.historical": {"disd.spark": ["disd.historical.merge -> disd.spark.parquet"],
+                            "disd.storage": ["disd.historical.intraday -> disd.storage.engine"]},
+        "disd.spark": {"disd.historical": ["disd.spark.ondisk -> disd.historical.discover"],
+                       "disd.client": ["disd.spark.read -> disd.client"]},
+        "disd.client": {"disd.rpc": ["disd.client -> disd.rpc.channel"]},
+    }
+    assert cycles(before) == [["disd.historical", "disd.spark"]]
+    longer = {"a": {"b": []}, "b": {"c": []}, "c": {"a": []}, "d": {"a": []}}
+    assert cycles(longer) == [["a", "b", "c"]]
+    assert cycles({"a": {"b": []}, "b": {"c": []}}) == []
+
+
+def test_imports_inside_functions_and_private_names_are_seen(tmp_path):
+    pkg = tmp_path / "disd"
+    (pkg / "spark").mkdir(parents=True)
+    (pkg / "historical").mkdir()
+    for p in (pkg / "__init__.py", pkg / "spark" / "__init__.py", pkg / "historical" / "__init__.py"):
+        p.write_text("")
+    (pkg / "spark" / "source.py").write_text("from disd.historical.merge import merge\n")
+    (pkg / "historical" / "merge.py").write_text(
+        "def job():\n    import disd.spark.source\n    from disd.spark.source import _connect\n")
+    mods = {"disd.spark.source": pkg / "spark" / "source.py", "disd.historical.merge": pkg / "historical" / "merge.py"}
+    assert cycles(package_graph(mods)) == [["disd.historical", "disd.spark"]]
+    assert private_imports(mods) == ["disd.historical.merge:3 imports _connect from disd.spark.source"]
