@@ -181,3 +181,29 @@ def test_imports_inside_functions_and_private_names_are_seen(tmp_path):
     mods = {"disd.spark.source": pkg / "spark" / "source.py", "disd.historical.merge": pkg / "historical" / "merge.py"}
     assert cycles(package_graph(mods)) == [["disd.historical", "disd.spark"]]
     assert private_imports(mods) == ["disd.historical.merge:3 imports _connect from disd.spark.source"]
+
+
+def test_every_error_the_product_defines_derives_from_dis_error():
+    """One ``except disd.errors.DisError`` catches every error the product raises on purpose."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import disd
+    from disd.errors import DisError
+
+    import disd.tailer
+
+    strays = []
+    names = [i.name for i in pkgutil.walk_packages(disd.__path__, "disd.")]
+    names += [i.name for i in pkgutil.walk_packages(disd.tailer.__path__, "disd.tailer.")]  # installed from tailer/
+    assert "disd.tailer.stream" in names and "disd.storage.location" in names
+    for name in names:
+        if name.startswith("disd.rpc.v1"):
+            continue  # generated code
+        module = importlib.import_module(name)
+        for name, obj in vars(module).items():
+            if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
+                    and not name.startswith("_") and not issubclass(obj, DisError)):
+                strays.append(f"{module.__name__}.{name}")
+    assert strays == []

@@ -35,6 +35,7 @@ import grpc
 import pyarrow as pa
 
 from disd.config import DEFAULT_BLOCK_SIZE_BYTES
+from disd.errors import DisError
 from disd.names import InvalidNameError, LocationKey
 from disd.routing import Routing, resolve
 from disd.rpc.channel import open_channel
@@ -74,7 +75,7 @@ class LocationSnapshot:
                    int(m.block_size) or DEFAULT_BLOCK_SIZE_BYTES, address)
 
 
-class BlockSourceError(Exception):
+class BlockSourceError(DisError):
     """A source cannot list or read: the message says what and where (an unreachable DIS, a
     refused credential, a column file shorter than its snapshot, a damaged checkpoint)."""
 

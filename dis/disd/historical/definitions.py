@@ -22,6 +22,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Any
 
+from disd.errors import DisError
 from disd.historical.durable import write_atomic
 from disd.historical.layout import Layout, NamespaceRoot, NamespaceType
 from disd.names import InvalidNameError, NameKind, validate_name
@@ -33,7 +34,7 @@ VERSION = 1
 NO_PARTITION = "__dis_no_partition"
 
 
-class DefinitionError(Exception):
+class DefinitionError(DisError):
     """A definition file that is missing, damaged or contradicts the data or the request."""
 
 

@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Iterable
 
+from disd.errors import DisError
 from disd.storage import fsio
 
 STAGING_MARK = ".tmp-"
@@ -32,7 +33,7 @@ LINK_MARK = ".link-"
 VERSION_MARK = ".v"
 
 
-class PublishError(Exception):
+class PublishError(DisError):
     """A location cannot be published (something not written by dis is in the way)."""
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import crc32c as _crc32c
 
 from disd.binlog.format import crc32c
+from disd.errors import DisError
 from disd.records import RecordFormat
 from disd.historical.durable import write_atomic
 
@@ -35,7 +36,7 @@ MAGIC = f"{MAGIC_WORD} {VERSION}"
 CHUNK = 8 << 20
 
 
-class MetadataIndexError(Exception):
+class MetadataIndexError(DisError):
     """An index or manifest that cannot be trusted (damaged, unknown version)."""
 
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disd.blocks import BlockSourceError, checkpointed_locations
+from disd.errors import DisError
 from disd.schema import TableSchema
 
 
-class SourceError(Exception):
+class SourceError(DisError):
     """The intraday data cannot be read (no such table, a damaged checkpoint, an unreachable DIS)."""
 
 

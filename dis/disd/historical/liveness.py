@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from disd.errors import DisError
 from disd.historical.intraday import SourceSnapshot
 
 #: Seconds a location's checkpoint must be unchanged before its partition counts as finished
@@ -26,7 +27,7 @@ from disd.historical.intraday import SourceSnapshot
 DEFAULT_QUIET_S = 120.0
 
 
-class LivePartitionError(Exception):
+class LivePartitionError(DisError):
     """The partition is still being written; the message lists why and how to force it."""
 
 

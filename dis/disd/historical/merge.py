@@ -34,6 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
+from disd.errors import DisError
 from disd.historical.definitions import DefinitionError, TableDefinition, read_definition, write_definition
 from disd.historical.durable import (
     PublishError,
@@ -65,7 +66,7 @@ from disd.storage.dblock import DatabaseLockedError, lock_database
 Step = Callable[[str], None]
 
 
-class MergeError(Exception):
+class MergeError(DisError):
     """A merge that cannot run: nothing to merge, a schema change, something foreign in the way."""
 
 

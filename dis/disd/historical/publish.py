@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import pyarrow.parquet as pq
 
+from disd.errors import DisError
 from disd.historical.durable import current_version, rename_dir, seal, switch_link, version_name
 from disd.historical.index import (
     FileRecord,
@@ -47,7 +48,7 @@ Step = Callable[[str], None]
 STEPS = ("finalized", "sealed", "renamed", "linked", "indexed")
 
 
-class OutputError(Exception):
+class OutputError(DisError):
     """The writer's output is not what a location needs (no data file, an unreadable footer)."""
 
 

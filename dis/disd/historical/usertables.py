@@ -25,6 +25,7 @@ import shutil
 from typing import Protocol, Sequence
 from urllib.parse import unquote
 
+from disd.errors import DisError
 from disd.historical.definitions import DefinitionError, TableDefinition, read_definition, write_definition
 from disd.historical.durable import TableLock, current_version, stage_dir, sweep_staging
 from disd.historical.index import LocationRecord
@@ -36,7 +37,7 @@ from disd.schema import Column
 MODES = ("error", "replace")
 
 
-class UserTableError(Exception):
+class UserTableError(DisError):
     """A user table that cannot be written as asked; nothing was made visible."""
 
 

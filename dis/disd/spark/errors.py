@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from disd.errors import DisError
 
-class DisSourceError(Exception):
+
+class DisSourceError(DisError):
     """A bad option, an unreachable DIS, an unknown table or column: the message says which and
     what to do.  Spark shows it inside its own exception (``AnalysisException`` at ``load()``,
     ``PythonException`` when a query runs), after ``DisSourceError:``."""
