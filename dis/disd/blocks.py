@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Self, Sequence
+from typing import Callable, Protocol, Self, Sequence, TypeVar
 
 import grpc
 import pyarrow as pa
@@ -50,9 +50,15 @@ from disd.storage.engine import location_path, subdirs
 
 #: ReadBlock requests kept in flight per read: enough to hide the round trip on loopback.
 READ_AHEAD = 32
+#: How long a reader rides out an unreachable DIS by default: a restart under systemd (the DIS
+#: checkpoints on the way down, then recovers and listens again within seconds) fits with room.
+DEFAULT_RETRY_S = 60.0
+#: The first wait between attempts, doubled after each, at most the second.
+RETRY_INITIAL_S, RETRY_MAX_S = 0.1, 2.0
 
 #: Which column partitions (values, e.g. dates) to list; None lists them all.
 Wanted = Callable[[str], bool]
+T = TypeVar("T")
 
 
 # -- the record and the interface --------------------------------------------------------------
@@ -122,14 +128,15 @@ def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapsh
 def open_block_source(*, db_root: str | None = None, address: str | None = None,
                       routing: str | Routing | None = None, security: ClientSecurity | None = None,
                       timeout_s: float = 30.0, tables: Sequence[TableSchema] = (),
-                      origin: str | None = None) -> BlockSource:
+                      origin: str | None = None, retry_s: float = DEFAULT_RETRY_S) -> BlockSource:
     """The block source for a read: the column files under ``db_root`` when it is given (they
     must be the files of the DIS that listed the snapshots, or be listed by the source itself:
     ``tables`` gives their schemas, ``origin`` names the root in errors), else the DIS at
-    ``address`` (or the instances of ``routing``) over gRPC with ``security``."""
+    ``address`` (or the instances of ``routing``) over gRPC with ``security``, riding out a DIS
+    that is unreachable for up to ``retry_s`` seconds."""
     if db_root is not None:
         return LocalColumnFiles(db_root, tables, origin)
-    return GrpcBlocks(resolve(address, routing), security, timeout_s)
+    return GrpcBlocks(resolve(address, routing), security, timeout_s, retry_s)
 
 
 # -- over gRPC ----------------------------------------------------------------------------------
@@ -144,16 +151,30 @@ def explain(e: grpc.RpcError, address: str) -> DisClientError:
     return DisClientError(f"DIS at {address}: {code.name if code else 'error'}: {details}")
 
 
+class _NotYetPublished(Exception):
+    """A DIS served fewer bytes than a snapshot pins: it restarted and has not yet re-ingested
+    rows it had published (a crash loses what was not checkpointed until the tailer resends it)."""
+
+
 class GrpcBlocks:
     """Blocks from DIS instances over gRPC: one channel per address, opened on first use.
 
     Locations are listed at the DIS that owns the table (``routing``); a snapshot's bytes are
-    read from the DIS that listed it (``snap.address``)."""
+    read from the DIS that listed it (``snap.address``).
 
-    def __init__(self, routing: Routing, security: ClientSecurity | None = None, timeout_s: float = 30.0) -> None:
+    A DIS restart is a pause, not an error: every call that finds its DIS unreachable
+    (``UNAVAILABLE``) is tried again on a fresh channel, with backoff, for up to ``retry_s``
+    seconds, and so is a read of bytes the DIS does not serve yet (after a crash it republishes
+    the rows a snapshot pinned once its tailer has resent them: the same rows, the same bytes).
+    Only then does the caller get an error, which says how long it waited.  ``retry_s=0`` fails
+    at once (interactive commands)."""
+
+    def __init__(self, routing: Routing, security: ClientSecurity | None = None, timeout_s: float = 30.0,
+                 retry_s: float = DEFAULT_RETRY_S) -> None:
         self.routing = routing
         self.security = security
         self.timeout_s = timeout_s
+        self.retry_s = retry_s
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, dis_pb2_grpc.TableDataStub] = {}
         self._unary_only: set[str] = set()  # DIS addresses without ReadBlocks
@@ -167,10 +188,38 @@ class GrpcBlocks:
         return s
 
     def _call(self, address: str, method: str, request):  # noqa: ANN001, ANN202
-        try:
-            return getattr(self.stub(address), method)(request, timeout=self.timeout_s)
-        except grpc.RpcError as e:
-            raise explain(e, address) from None
+        return self._retrying(address, lambda: getattr(self.stub(address), method)(request, timeout=self.timeout_s))
+
+    def _forget(self, address: str) -> None:
+        """Drop the channel of ``address``: the next call opens a new one (a channel that saw
+        its DIS go away may sit in gRPC's own reconnect backoff for much longer than a restart)."""
+        ch = self._channels.pop(address, None)
+        self._stubs.pop(address, None)
+        if ch is not None:
+            ch.close()
+
+    def _retrying(self, address: str, attempt: Callable[[], T]) -> T:
+        """``attempt()``, again while its DIS is unreachable or has not yet republished what it
+        reads, for up to ``retry_s`` seconds; then the error, as a ``DisClientError``."""
+        deadline: float | None = None
+        delay = RETRY_INITIAL_S
+        while True:
+            try:
+                return attempt()
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise explain(e, address) from None
+                failure: BlockSourceError = explain(e, address)
+            except _NotYetPublished as e:
+                failure = DisClientError(str(e))
+            now = time.monotonic()
+            deadline = now + self.retry_s if deadline is None else deadline
+            if now >= deadline:
+                waited = f" (tried for {self.retry_s:g} s)" if self.retry_s > 0 else ""
+                raise type(failure)(f"{failure}{waited}") from None
+            self._forget(address)
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, RETRY_MAX_S)
 
     def _owner(self, namespace: str, table: str) -> str:
         inst = self.routing.owner(namespace, table)
@@ -218,22 +267,27 @@ class GrpcBlocks:
             return b""
         bs = snap.block_size
         first, last = start // bs, (stop - 1) // bs
-        if snap.address in self._unary_only:
-            parts = self._read_blocks_unary(snap, file, first, last)
-        else:
-            try:
-                parts = self._read_blocks_stream(snap, file, first, last)
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise explain(e, snap.address) from None
-                self._unary_only.add(snap.address)
+
+        def attempt() -> bytes:
+            if snap.address in self._unary_only:
                 parts = self._read_blocks_unary(snap, file, first, last)
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        off = start - first * bs
-        out = data[off : off + (stop - start)]
-        if len(out) != stop - start:
-            raise DisClientError(f"{snap.key}: {file} returned {len(out)} bytes, expected {stop - start}")
-        return out
+            else:
+                try:
+                    parts = self._read_blocks_stream(snap, file, first, last)
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise
+                    self._unary_only.add(snap.address)
+                    parts = self._read_blocks_unary(snap, file, first, last)
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            off = start - first * bs
+            out = data[off : off + (stop - start)]
+            if len(out) != stop - start:
+                raise _NotYetPublished(f"{snap.key}: {file} returned {len(out)} bytes, expected {stop - start} "
+                                       f"(the DIS at {snap.address} publishes less than the snapshot read)")
+            return out
+
+        return self._retrying(snap.address, attempt)
 
     def _read_blocks_stream(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
         req = dis_pb2.ReadBlocksRequest(location=key_to_proto(snap.key), file=file, first_block=first,
@@ -253,10 +307,10 @@ class GrpcBlocks:
                     pending.append(stub.ReadBlock.future(req, timeout=self.timeout_s))
                     idx += 1
                 parts.append(pending.pop(0).result().data)
-        except grpc.RpcError as e:
+        except grpc.RpcError:
             for f in pending:
                 f.cancel()
-            raise explain(e, snap.address) from None
+            raise
         return parts
 
 

@@ -20,7 +20,15 @@ from typing import Iterable, Iterator, Sequence
 import grpc
 import pyarrow as pa
 
-from disd.blocks import BlockSource, DisClientError, GrpcBlocks, LocationSnapshot, explain, read_location
+from disd.blocks import (
+    DEFAULT_RETRY_S,
+    BlockSource,
+    DisClientError,
+    GrpcBlocks,
+    LocationSnapshot,
+    explain,
+    read_location,
+)
 from disd.routing import Routing, resolve
 from disd.rpc.v1 import dis_pb2
 from disd.schema import TableSchema
@@ -33,8 +41,9 @@ class Client(GrpcBlocks):
     """A DIS's catalogue (tables, schemas, subscriptions, status) on top of its blocks: the
     ``disd.blocks.BlockSource`` over gRPC that every read of this client goes through."""
 
-    def __init__(self, routing: Routing, security: ClientSecurity | None = None, timeout_s: float = 30.0) -> None:
-        super().__init__(routing, security, timeout_s)
+    def __init__(self, routing: Routing, security: ClientSecurity | None = None, timeout_s: float = 30.0,
+                 retry_s: float = DEFAULT_RETRY_S) -> None:
+        super().__init__(routing, security, timeout_s, retry_s)
         self._schemas: dict[tuple[str, str], TableSchema] = {}
 
     # -- catalogue -----------------------------------------------------------------------------
@@ -64,13 +73,20 @@ class Client(GrpcBlocks):
         """Every matching location now, then one snapshot per new location or size change.
         Reads from the owner of the table (or the first instance when no table is given)."""
         address = self._owner(namespace, table) if namespace and table else self.routing.addresses[0]
-        try:
-            for m in self.stub(address).Subscribe(dis_pb2.SubscribeRequest(namespace=namespace or "", table=table or "")):
-                yield LocationSnapshot.from_msg(m, address)
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.CANCELLED:
+        request = dis_pb2.SubscribeRequest(namespace=namespace or "", table=table or "")
+        while True:
+            # A DIS restart ends the stream with UNAVAILABLE: subscribe again (the new stream
+            # starts with every matching location's current size, so no change is missed).
+            stream = self._retrying(address, lambda: _first_and_rest(self.stub(address).Subscribe(request)))
+            try:
+                for m in stream:
+                    yield LocationSnapshot.from_msg(m, address)
                 return
-            raise explain(e, address) from None
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.CANCELLED:
+                    return
+                if e.code() != grpc.StatusCode.UNAVAILABLE or self.retry_s <= 0:
+                    raise explain(e, address) from None
 
     def status(self, address: str | None = None) -> dis_pb2.StatusResponse:
         return self._call(address or self.routing.addresses[0], "Status", dis_pb2.StatusRequest())
@@ -119,5 +135,22 @@ def _unknown_column(schema: TableSchema, name: str) -> None:
 
 
 def connect(address: str | None = None, routing: str | Routing | None = None,
-            security: ClientSecurity | None = None, timeout_s: float = 30.0) -> Client:
-    return Client(resolve(address, routing), security, timeout_s)
+            security: ClientSecurity | None = None, timeout_s: float = 30.0,
+            retry_s: float = DEFAULT_RETRY_S) -> Client:
+    """A client of the DIS at ``address`` (or of every instance of ``routing``).  Calls that find
+    their DIS unreachable are retried for up to ``retry_s`` seconds (a restart is a pause);
+    ``retry_s=0`` fails at once."""
+    return Client(resolve(address, routing), security, timeout_s, retry_s)
+
+
+def _first_and_rest(stream):  # noqa: ANN001, ANN202
+    """The messages of a server stream, its first one already received: a stream that cannot
+    start (the DIS is down) fails here, inside the retry, rather than at the first ``next``."""
+    first = next(stream, None)
+
+    def gen():  # noqa: ANN202
+        if first is not None:
+            yield first
+        yield from stream
+
+    return gen()

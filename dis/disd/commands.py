@@ -23,7 +23,8 @@ def _connect(args: argparse.Namespace):  # noqa: ANN202
     from disd.client import connect
 
     address = args.address if args.address or args.routing else "127.0.0.1:22021"
-    return connect(address, args.routing, security_from_args(args))
+    # interactive: an unreachable DIS is said at once, not after a restart's worth of retries
+    return connect(address, args.routing, security_from_args(args), retry_s=0)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

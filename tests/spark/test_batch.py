@@ -122,7 +122,9 @@ def test_column_pruning_by_option_and_by_schema(spark, trade_address):
 
 def test_errors_name_the_cause(spark, trade_address):
     cases = [
-        (lambda: reader(spark, "127.0.0.1:1").load(), "DIS at 127.0.0.1:1 is unreachable"),
+        (lambda: reader(spark, "127.0.0.1:1", retrySeconds="0").load(), "DIS at 127.0.0.1:1 is unreachable"),
+        (lambda: reader(spark, "127.0.0.1:1", retrySeconds="1").load(), "(tried for 1 s)"),
+        (lambda: reader(spark, trade_address, retrySeconds="soon").load(), "option 'retrySeconds' must be seconds"),
         (lambda: reader(spark, trade_address).option("table", "Nope").load(), "unknown table Market.Nope"),
         (lambda: reader(spark, trade_address, colums="Sym").load(), "unknown option 'colums'"),
         (lambda: reader(spark, trade_address, columns="Sym,Nope").load(), "has no column 'Nope'"),

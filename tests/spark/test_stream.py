@@ -195,3 +195,69 @@ def test_streaming_query_receives_exactly_the_rows_logged_while_logging(spark, t
             q.stop()
         tailer.terminate()
         dis.terminate()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_streaming_query_rides_out_a_dis_kill_and_restart(spark, tmp_path):
+    """A streaming query over a live table keeps going while its DIS is killed with -9 and
+    restarted (and while it is down), and reads every logged row exactly once."""
+    from disd.logger import IntradayLoggerBuilder
+
+    from e2e_helpers import free_port, start_dis, start_tailer, wait_for, write_dis_config, write_tailer_config
+
+    port = free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    cfg = write_dis_config(tmp_path, port)
+    procs = [start_dis(tmp_path, cfg)]
+    tailer = start_tailer(tmp_path, write_tailer_config(tmp_path, port, logs))
+    logger = (IntradayLoggerBuilder(str(ROOT / "config" / "schemas" / "Market.Trade.yaml")).set_process_name("feed")
+              .set_log_dir(str(logs)).set_column_partition_value("2026-11-22").set_internal_partition("feed1")
+              .build())
+    received: list[np.ndarray] = []
+    lock = threading.Lock()
+
+    def sink(batch_df, batch_id) -> None:
+        t = batch_df.select("Size").toArrow()
+        with lock:
+            received.append(np.asarray(t.column("Size")))
+
+    def got() -> int:
+        with lock:
+            return sum(len(a) for a in received)
+
+    q = None
+    n = 0
+    try:
+        df = (spark.readStream.format("dis").option("address", f"127.0.0.1:{port}")
+              .option("table", "Market.Trade").option("maxRowsPerTrigger", "3000").load())
+        q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+        for rnd in range(3):
+            for _ in range(10):
+                rows = trade_rows(n, 500)
+                logger.log_batch(rows, atomic=True)
+                n += rows.num_rows
+                time.sleep(0.05)
+            logger.flush()
+            wait_for(lambda: got() > n // 2, 60, 0.1, "the query reading")
+            procs[-1].kill9()  # published rows not yet checkpointed are lost until the tailer resends them
+            time.sleep(1.5)    # the query keeps asking a DIS that is down
+            assert q.isActive and q.exception() is None
+            procs.append(start_dis(tmp_path, cfg))
+        logger.close()
+        wait_for(lambda: got() >= n, 120, 0.2, f"{n} rows in the sink")
+        time.sleep(1.0)  # any duplicate would arrive now
+        assert q.exception() is None
+        with lock:
+            sizes = np.sort(np.concatenate(received))
+        assert len(sizes) == n  # no duplicates
+        assert (sizes == np.arange(n)).all()  # no gaps
+    finally:
+        if q is not None:
+            q.stop()
+        tailer.terminate()
+        for p in procs:
+            if p.alive():
+                p.terminate()

@@ -20,7 +20,7 @@ from disd.spark.options import SourceOptions
 
 def connect(o: SourceOptions) -> Client:
     """A client of the DIS the options name (nothing is called until it is used)."""
-    return Client(o.routing_value(), o.security.client_security(), o.timeout_s)
+    return Client(o.routing_value(), o.security.client_security(), o.timeout_s, o.retry_s)
 
 
 def explain(e: Exception, o: SourceOptions) -> DisSourceError:

@@ -21,6 +21,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Mapping
 
+from disd.blocks import DEFAULT_RETRY_S
 from disd.security import ClientSecurity
 from disd.spark.errors import DisSourceError
 
@@ -36,7 +37,7 @@ STORAGE_ONLY = {"source", "schemas"}
 
 KNOWN = {
     "address", "routing", "namespace", "table", "path", "columns", "partitions",
-    "rowsperpartition", "minpartitions", "batchrows", "timeout",
+    "rowsperpartition", "minpartitions", "batchrows", "timeout", "retryseconds",
     "ca", "cert", "key", "token", "tokenfile", "servername",
     "maxrowspertrigger", "startingoffsets", "dbroot",
     "source",  # intraday (a DIS, or column files), historical or all
@@ -55,6 +56,8 @@ class SourceOptions:
     min_partitions: int = 2
     batch_rows: int = DEFAULT_BATCH_ROWS
     timeout_s: float = 30.0
+    #: how long planning, streaming offsets and task reads ride out an unreachable DIS (a restart)
+    retry_s: float = DEFAULT_RETRY_S
     security: ClientSecurity = ClientSecurity()  # certificate paths: readable where the tasks run
     max_rows_per_trigger: int | None = None
     starting_offsets: str = "earliest"
@@ -194,6 +197,15 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
             raise DisSourceError(f"option 'timeout' must be seconds, got {timeout_raw!r}") from None
         if timeout_s <= 0:
             raise DisSourceError(f"option 'timeout' must be positive, got {timeout_raw!r}")
+    retry_raw = opts.get("retryseconds")
+    retry_s = DEFAULT_RETRY_S
+    if retry_raw is not None and str(retry_raw).strip():
+        try:
+            retry_s = float(str(retry_raw).strip().rstrip("s"))
+        except ValueError:
+            raise DisSourceError(f"option 'retrySeconds' must be seconds, got {retry_raw!r}") from None
+        if retry_s < 0:
+            raise DisSourceError(f"option 'retrySeconds' must be 0 or more, got {retry_raw!r}")
 
     token = opts.get("token") or None
     token_file = opts.get("tokenfile") or None
@@ -234,6 +246,7 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
         partitions=partitions,
         **_sizes(opts),
         timeout_s=timeout_s,
+        retry_s=retry_s,
         security=security,
         max_rows_per_trigger=_int(opts, "maxRowsPerTrigger", None),
         starting_offsets=starting,

@@ -53,6 +53,7 @@ class ReadSpec:
     timeout_s: float
     batch_rows: int
     db_root: str | None = None  # read the column files under it (disd.blocks.open_block_source)
+    retry_s: float = 60.0  # ride out an unreachable DIS this long (option retrySeconds)
 
 
 class DisInputPartition(InputPartition):

@@ -43,7 +43,7 @@ def read_partition(part: object) -> Iterator[pa.RecordBatch]:
     # planned from them) or the DIS that listed the slices.
     source = open_block_source(db_root=spec.db_root, address=part.slices[0].address,
                                security=spec.security, timeout_s=spec.timeout_s,
-                               origin="option 'dbRoot'")
+                               origin="option 'dbRoot'", retry_s=spec.retry_s)
     try:
         for sl in part.slices:
             snap = sl.snapshot()

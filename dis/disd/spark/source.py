@@ -104,7 +104,7 @@ class _Base:
                 raise DisSourceError(
                     f"option 'columns' ({', '.join(o.columns)}) differs from the schema given with "
                     f".schema(...) ({', '.join(c.name for c in self.projection.columns)}); give one of them")
-        self.spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, o.db_root)
+        self.spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, o.db_root, o.retry_s)
 
     @property
     def client(self):  # noqa: ANN201
@@ -233,7 +233,9 @@ class DisStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow
         wanted = {k: (int(start.get(k, 0)), int(v)) for k, v in end.items() if int(v) > int(start.get(k, 0))}
         if not wanted:
             return []
-        deadline = time.monotonic() + self.opts.timeout_s
+        # A DIS that crashed republishes what it lost once its tailer resends it: wait as long
+        # as a restart may take (option retrySeconds), at least the call timeout.
+        deadline = time.monotonic() + max(self.opts.timeout_s, self.opts.retry_s)
         while True:
             snaps = self._snapshots()
             short = {k: (snaps[k].rows if k in snaps else 0, b) for k, (a, b) in wanted.items()
@@ -245,7 +247,7 @@ class DisStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow
                 raise DisSourceError(
                     f"location {self.opts.namespace}.{self.opts.table} {k} has {have} published rows but the "
                     f"offset being read needs {need} (did the DIS lose unflushed rows and not yet re-ingest "
-                    "them?); waited the 'timeout' option's time")
+                    "them?); waited as long as options 'retrySeconds' and 'timeout' allow")
             time.sleep(0.2)
         ranges = [Range(snaps[k], a, b) for k, (a, b) in sorted(wanted.items())]
         return plan_partitions(ranges, self.spec, self.opts.rows_per_partition, self.opts.min_partitions)
