@@ -18,7 +18,7 @@ import sys
 from typing import Sequence
 
 from disd.historical.liveness import DEFAULT_QUIET_S, LivePartitionError
-from disd.historical.merge import IntradaySource, MergeError, MergeRequest, MergeSettings, Step, merge
+from disd.historical.merge import IntradaySource, MergeError, MergeRequest, MergeSettings, Step, merge, preflight
 from disd.historical.parquet import ParquetSettings
 from disd.names import InvalidNameError
 from disd.security import add_security_arguments, security_from_args
@@ -125,6 +125,7 @@ def run(args: argparse.Namespace, on_step: Step | None = None) -> int:
     being written, 1 on any other error."""
     try:
         req = request_from_args(args)
+        preflight(req)  # refusals come before Spark starts
         spark = job_session(args.master)
         result = merge(spark, req, on_step)
     except LivePartitionError as e:

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import os
 import pathlib
+import time
 
 import duckdb
 import pyarrow as pa
@@ -206,3 +207,51 @@ def test_read_errors_name_the_cause(spark, tmp_path):
         with pytest.raises(Exception) as e:
             run()
         assert "DisSourceError: dis source:" in str(e.value) and words in str(e.value), str(e.value)[:2000]
+
+
+def test_dis_merge_refuses_before_spark_starts(fresh_dis, tmp_path, monkeypatch, capsys):
+    import disd.merge_job
+
+    def no_spark(master=None):  # noqa: ANN001, ANN202
+        raise AssertionError("Spark was started before the refusal")
+
+    monkeypatch.setattr(disd.merge_job, "job_session", no_spark)
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    fresh_dis.append(LocationKey("Market", "Trade", "feed1", today), trade_rows(0, 100))
+    base = ["merge", "--namespace", "Market", "--table", "Trade", "--db-root", str(tmp_path / "db"),
+            "--address", fresh_dis.address]
+    assert cli.main(base + ["--partition", today]) == 3  # live: refused
+    assert "is not before today" in capsys.readouterr().err
+    assert cli.main(base + ["--partition", "2026-01-01"]) == 1  # nothing to merge
+    assert "no intraday rows" in capsys.readouterr().err
+
+
+def test_a_past_date_whose_connected_tailer_is_idle_merges_without_force(spark, fresh_dis, tmp_path):
+    from disd.logger import IntradayLoggerBuilder
+    from disd.tailer import Tailer, parse_tailer_config
+
+    logs = tmp_path / "logs"
+    log = (IntradayLoggerBuilder(str(SCHEMAS_DIR / "Market.Trade.yaml")).set_log_dir(logs)
+           .set_internal_partition("feed7").set_column_partition_value(D1).build())
+    log.log_batch({"Sym": ["A"] * 500, "Size": list(range(500))})
+    log.close()
+    tailer = Tailer(parse_tailer_config({"dis": fresh_dis.address, "log_dirs": [str(logs)]})).start()
+    try:
+        assert tailer.wait_idle(30)
+        key = LocationKey("Market", "Trade", "feed7", D1)
+
+        def checkpointed() -> bool:
+            loc = fresh_dis.server.engine.location(key, create=False)
+            return loc is not None and loc.checkpointed_rows == 500
+
+        deadline = time.monotonic() + 20
+        while not checkpointed() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fresh_dis.server.sessions.get(key) is not None  # the tailer stays connected
+        with pytest.raises(LivePartitionError, match="tailer .* is connected"):
+            merge(spark, request(tmp_path / "db", fresh_dis.address, D1, quiet_s=3600))
+        time.sleep(1.5)
+        r = merge(spark, request(tmp_path / "db", fresh_dis.address, D1, quiet_s=1.0))
+        assert (r.status, r.rows) == ("merged", 500)
+    finally:
+        tailer.stop()

@@ -37,6 +37,7 @@ class IntradayLocation:
     rows: int
     files: dict[str, int] = field(hash=False)
     tailer: str | None = None  # a connected tailer (DIS only)
+    tailer_idle_s: float | None = None  # since table.size last changed (DIS only; None: unknown)
     rows_past_checkpoint: int = 0  # published but not yet checkpointed (DIS only)
     bytes_past_checkpoint: int = 0  # column file bytes beyond table.size (files only)
     checkpoint_age_s: float | None = None  # since table.size last changed (files only)
@@ -93,6 +94,8 @@ def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceS
         locs.append(IntradayLocation(
             s.key.internal_partition, s.rows, dict(s.files),
             tailer=(st.tailer or None) if st is not None else None,
+            tailer_idle_s=(float(st.checkpoint_changed_age_s)
+                           if st is not None and st.checkpoint_changed_age_s > 0 else None),
             rows_past_checkpoint=max(0, int(st.rows) - int(st.checkpointed_rows)) if st is not None else 0,
         ))
     return SourceSnapshot(namespace, table, value, schema, "dis", address, tuple(locs))

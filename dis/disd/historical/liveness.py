@@ -4,8 +4,10 @@ Merging a partition that is still growing would publish a historical copy that m
 a later merge would have to replace it).  A column partition is **live** when any of these holds:
 
 1. its value is an ISO date (``YYYY-MM-DD``) that is today or later, in UTC;
-2. read from a DIS: one of its locations has a connected tailer, or has published rows that are
-   not yet checkpointed;
+2. read from a DIS: one of its locations has published rows that are not yet checkpointed, or
+   a connected tailer that brought rows less than ``quiet_s`` seconds ago (its last checkpoint
+   of new rows is younger: a tailer stays connected all day, and yesterday's idle one does not
+   make yesterday live);
 3. read from the column files: one of its locations has column file bytes past its checkpoint
    (rows written since ``table.size``; a location never checkpointed counts too), or its
    ``table.size`` changed less than ``quiet_s`` seconds ago (the DIS rewrites it only when rows
@@ -47,8 +49,9 @@ def live_reasons(snap: SourceSnapshot, today: dt.date | None = None, quiet_s: fl
         reasons.append(f"{snap.value} is not before today ({today.isoformat()}, UTC)")
     for l in snap.locations:
         where = f"{snap.namespace}.{snap.table}/{l.internal_partition}/{snap.value}"
-        if l.tailer:
-            reasons.append(f"{where}: tailer {l.tailer} is connected")
+        if l.tailer and (l.tailer_idle_s is None or l.tailer_idle_s < quiet_s):
+            idle = "" if l.tailer_idle_s is None else f" and its rows last changed {l.tailer_idle_s:.0f} s ago"
+            reasons.append(f"{where}: tailer {l.tailer} is connected{idle} (< {quiet_s:g} s)")
         if l.rows_past_checkpoint:
             reasons.append(f"{where}: {l.rows_past_checkpoint} published rows are not checkpointed yet")
         if l.bytes_past_checkpoint:

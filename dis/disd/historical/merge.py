@@ -61,7 +61,7 @@ from disd.historical.parquet import ParquetSettings, write_parquet
 from disd.historical.publish import OutputError, finalize, publish_location, record_in_index
 from disd.names import NameKind, validate_name
 from disd.security import ClientSecurity
-from disd.storage.dblock import DatabaseLockedError, lock_database
+from disd.storage.dblock import DatabaseLock, DatabaseLockedError, lock_database
 
 Step = Callable[[str], None]
 
@@ -289,6 +289,33 @@ def write_staging(spark, req: MergeRequest, snap: SourceSnapshot, sort_by: Seque
 
 
 # -- the job ------------------------------------------------------------------------------------
+def _lock_root(req: MergeRequest) -> DatabaseLock:
+    try:
+        return lock_database(req.db_root, "dis merge")
+    except DatabaseLockedError as e:
+        raise MergeError(f"cannot read the column files: {e}; while a DIS runs, merge through it "
+                         f"(--address or --routing)") from None
+
+
+def _mergeable_snapshot(req: MergeRequest) -> SourceSnapshot:
+    """The partition's snapshot, refused when it has no rows or (unless forced) is live."""
+    snap = snapshot(req)
+    if not snap.locations or snap.rows == 0:
+        raise MergeError(f"no intraday rows of {req.namespace}.{req.table} {req.value} "
+                         f"({'at ' + snap.where if snap.kind == 'dis' else 'under ' + snap.where})")
+    if not req.force:
+        check_not_live(snap, req.today, req.quiet_s)
+    return snap
+
+
+def preflight(req: MergeRequest) -> None:
+    """What refuses a merge, checked before any Spark work (a session takes seconds to start):
+    the database lock when reading column files, the partition's rows, and the live rule."""
+    if not req.source.via_dis:
+        _lock_root(req).release()
+    _mergeable_snapshot(req)
+
+
 def merge(spark, req: MergeRequest, on_step: Step | None = None) -> MergeResult:  # noqa: ANN001
     """Merge one column partition (steps 1-5 of the module docstring).
 
@@ -298,24 +325,14 @@ def merge(spark, req: MergeRequest, on_step: Step | None = None) -> MergeResult:
     root while the merge runs."""
     if req.source.via_dis:
         return _merge(spark, req, on_step)
-    try:
-        lock = lock_database(req.db_root, "dis merge")
-    except DatabaseLockedError as e:
-        raise MergeError(f"cannot read the column files: {e}; while a DIS runs, merge through it "
-                         f"(--address or --routing)") from None
-    with lock:
+    with _lock_root(req):
         return _merge(spark, req, on_step)
 
 
 def _merge(spark, req: MergeRequest, on_step: Step | None) -> MergeResult:  # noqa: ANN001
     t0 = time.perf_counter()
     step = on_step or (lambda name: None)
-    snap = snapshot(req)
-    if not snap.locations or snap.rows == 0:
-        raise MergeError(f"no intraday rows of {req.namespace}.{req.table} {req.value} "
-                         f"({'at ' + snap.where if snap.kind == 'dis' else 'under ' + snap.where})")
-    if not req.force:
-        check_not_live(snap, req.today, req.quiet_s)
+    snap = _mergeable_snapshot(req)
     ns = NamespaceRoot.system(os.path.abspath(req.db_root), req.namespace)
     with TableLock(ns.lock_path(req.table)):
         step("locked")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from disd.rpc.v1 import dis_pb2
+from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from disd.storage.checkpoint import CheckpointError, fsync_dir, read_record
 
 if TYPE_CHECKING:
@@ -67,7 +68,16 @@ def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None"
         tailer_problem=problem.problem if problem else "",
         tailer_problem_tailer=problem.tailer_id if problem else "",
         tailer_problem_age_s=max(0.0, now - problem.since) if problem else 0.0,
+        checkpoint_changed_age_s=_changed_age(loc.path, now),
     )
+
+
+def _changed_age(path: str, now: float) -> float:
+    """Seconds since ``table.size`` was last replaced (it is replaced only when rows changed)."""
+    try:
+        return max(0.0, now - os.stat(os.path.join(path, CHECKPOINT_FILE)).st_mtime)
+    except OSError:
+        return -1.0
 
 
 def disk_usage(path: str) -> tuple[int, int]:
