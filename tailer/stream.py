@@ -22,22 +22,21 @@ from __future__ import annotations
 
 import collections
 import os
-import queue
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
 
 from disd.binlog import CorruptLogError
-from disd.errors import DisError
 from disd.names import LocationKey
 from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_to_proto
-from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.rpc.v1 import dis_pb2
 from disd.tailer.frames import FrameReader, Piece
+from disd.tailer.session import IngestSession, RefusedByDis, StreamBroken, classify
 from disd.tailer.watch import LocationFiles, LogFile, order_of
 
 if TYPE_CHECKING:
@@ -45,38 +44,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("disd.tailer")
 
-#: Statuses that mean "the DIS will not take this location as it is": retried after a long wait.
-REFUSALS = frozenset({
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.DATA_LOSS,
-    grpc.StatusCode.UNAUTHENTICATED,
-})
-
 INITIAL_BACKOFF_S = 0.1
-
-
-class RefusedByDis(DisError):
-    """The DIS refused the location's stream (its gRPC status code and details)."""
-
-    def __init__(self, code: str, details: str) -> None:
-        super().__init__(f"{code}: {details}")
-        self.code = code
-        self.details = details
-
-
-class StreamBroken(DisError):
-    pass
-
-
-def _classify(e: grpc.RpcError) -> Exception:
-    code = e.code() if hasattr(e, "code") else None
-    details = (e.details() if hasattr(e, "details") else None) or str(e)
-    if code in REFUSALS:
-        return RefusedByDis(code.name, details)
-    return StreamBroken(f"{code.name if code else 'error'}: {details}")
 
 
 @dataclass
@@ -91,118 +59,6 @@ class WorkerStatus:
     dis: str | None = None
     error: str | None = None
     problem: str | None = None  # what the DIS is told is wrong on this side; filled in by status()
-
-
-class IngestSession:
-    """One open Ingest stream: requests go through a queue the gRPC runtime drains, acks are read
-    by a thread, and ``send`` blocks while ``max_in_flight_bytes`` are unacknowledged."""
-
-    def __init__(self, channel: grpc.Channel, max_in_flight: int, halt: threading.Event,
-                 on_ack: Callable[[dis_pb2.Ack, int, int], None]) -> None:
-        self.max_in_flight = max_in_flight
-        self.halt = halt
-        self.on_ack = on_ack
-        # Unbounded in count, bounded in bytes: every queued chunk counts as in flight.
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._cond = threading.Condition()
-        self._inflight: collections.deque[int] = collections.deque()
-        self.inflight_bytes = 0
-        self._error: Exception | None = None
-        self._done = False
-        self._reader: threading.Thread | None = None
-        self.call = dis_pb2_grpc.IngestStub(channel).Stream(self._iter())
-
-    def _iter(self) -> Iterator[dis_pb2.IngestRequest]:
-        while True:
-            item = self._requests.get()
-            if item is None:
-                return
-            yield item
-
-    def open(self, msg: dis_pb2.IngestOpen) -> dis_pb2.ResumePoint:
-        self._requests.put(dis_pb2.IngestRequest(open=msg))
-        try:
-            first = next(self.call)
-        except StopIteration:
-            raise StreamBroken("the DIS closed the stream before sending the resume point") from None
-        except grpc.RpcError as e:
-            raise _classify(e) from None
-        if first.WhichOneof("body") != "resume":
-            raise StreamBroken(f"expected a resume point, got {first.WhichOneof('body')}")
-        self._reader = threading.Thread(target=self._read_acks, name="tailer-acks", daemon=True)
-        self._reader.start()
-        return first.resume
-
-    def _read_acks(self) -> None:
-        try:
-            for r in self.call:
-                if r.WhichOneof("body") != "ack":
-                    raise StreamBroken(f"expected an ack, got {r.WhichOneof('body')}")
-                with self._cond:
-                    n = self._inflight.popleft() if self._inflight else 0
-                    self.inflight_bytes -= n
-                    self.on_ack(r.ack, self.inflight_bytes, n)
-                    self._cond.notify_all()
-        except grpc.RpcError as e:
-            with self._cond:
-                self._error = _classify(e)
-        except StreamBroken as e:
-            with self._cond:
-                self._error = e
-        finally:
-            with self._cond:
-                self._done = True
-                self._cond.notify_all()
-
-    def _check_locked(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._done:
-            raise StreamBroken("the DIS ended the stream")
-
-    def check(self) -> None:
-        with self._cond:
-            self._check_locked()
-
-    def send(self, file_name: str, piece: Piece) -> bool:
-        """Queue one chunk once the in-flight bound allows it; False if halted meanwhile."""
-        n = len(piece.data)
-        with self._cond:
-            while (self._inflight and self.inflight_bytes + n > self.max_in_flight
-                   and self._error is None and not self._done and not self.halt.is_set()):
-                self._cond.wait(0.5)
-            self._check_locked()
-            if self.halt.is_set():
-                return False
-            self._inflight.append(n)
-            self.inflight_bytes += n
-        self._requests.put(dis_pb2.IngestRequest(
-            chunk=dis_pb2.LogChunk(file_name=file_name, offset=piece.offset, data=piece.data)))
-        return True
-
-    def report(self, problem: str) -> None:
-        """Tell the DIS what is wrong on this side ("" = nothing); not acknowledged, not in flight."""
-        self._requests.put(dis_pb2.IngestRequest(report=dis_pb2.TailerReport(problem=problem)))
-
-    def finish(self, timeout: float = 2.0) -> None:
-        """Half-close, and wait a little for the DIS to end the stream: what is queued (a report)
-        reaches it before ``close`` cancels the call."""
-        self._requests.put(None)
-        with self._cond:
-            self._cond.wait_for(lambda: self._done, timeout)
-
-    def drain(self) -> None:
-        """Wait until every chunk sent is acknowledged."""
-        with self._cond:
-            while self._inflight and self._error is None and not self._done and not self.halt.is_set():
-                self._cond.wait(0.5)
-            self._check_locked()
-
-    def close(self) -> None:
-        self._requests.put(None)  # half-close: the DIS sees the end of the requests
-        self.call.cancel()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(5)
 
 
 class LocationWorker(threading.Thread):
@@ -317,7 +173,7 @@ class LocationWorker(threading.Thread):
                 if self._opened:  # the stream had been working: a fresh failure, start over
                     backoff = INITIAL_BACKOFF_S
                     reported.clear()
-                detail = str(_classify(e)) if isinstance(e, grpc.RpcError) else str(e)
+                detail = str(classify(e)) if isinstance(e, grpc.RpcError) else str(e)
                 with self._lock:
                     self.reconnects += 1
                 self._set(state="reconnecting", error=detail, in_flight_bytes=0)

@@ -186,9 +186,21 @@ def test_encode_decode_property(col_data, data):
     assert decode_column(col, files, b - a, start=a).equals(arr.slice(a, b - a))
 
 
+def file_sizes(schema, rows: int, string_data_sizes: dict[str, int]) -> dict[str, int]:  # noqa: ANN001
+    """Sizes of every column file holding exactly ``rows`` rows."""
+    out: dict[str, int] = {}
+    for c in schema.columns:
+        names = colfmt.file_names(c)
+        if c.type is ColumnType.STRING:
+            out[names[0]], out[names[1]] = rows * colfmt.OFFSET_WIDTH, string_data_sizes[c.name]
+        else:
+            out[names[0]] = rows * c.type.width
+    return out
+
+
 def test_sizes_check():
     schema = ALL_TYPES
-    good = colfmt.file_sizes(schema, 10, {"String": 30, "Other": 0})
+    good = file_sizes(schema, 10, {"String": 30, "Other": 0})
     assert colfmt.check_sizes(schema, 10, good) is None
     bad = dict(good, **{"Int.dat": 39})
     assert "Int.dat" in colfmt.check_sizes(schema, 10, bad)

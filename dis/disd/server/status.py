@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from disd.rpc.v1 import dis_pb2
 from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
-from disd.storage.checkpoint import CheckpointError, fsync_dir, read_record
+from disd.storage.checkpoint import CheckpointError, read_record
+from disd.storage.fsio import fsync_dir
 
 if TYPE_CHECKING:
     from disd.server.ingest import Session, TailerProblem

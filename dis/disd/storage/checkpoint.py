@@ -29,7 +29,6 @@ from typing import Any
 from disd.errors import DisError
 from disd.records import RecordFormat
 from disd.storage.fsio import OS, FileSystem, read_file, write_file
-from disd.storage.fsio import fsync_dir as fsync_dir  # noqa: F401 - used by disd.server.status
 
 FILE_NAME = "table.size"
 TEMP_NAME = "table.size.tmp"

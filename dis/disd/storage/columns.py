@@ -219,19 +219,6 @@ def read_rows(schema: TableSchema, columns: Sequence[str] | None, start: int, st
     return pa.Table.from_arrays(arrays, schema=pa.schema([arrow.field(c) for c in names]))
 
 
-def file_sizes(schema: TableSchema, rows: int, string_data_sizes: dict[str, int]) -> dict[str, int]:
-    """Sizes of every column file holding exactly ``rows`` rows."""
-    out: dict[str, int] = {}
-    for c in schema.columns:
-        if c.type is ColumnType.STRING:
-            off, dat = file_names(c)
-            out[off] = rows * OFFSET_WIDTH
-            out[dat] = string_data_sizes[c.name]
-        else:
-            out[file_names(c)[0]] = rows * c.type.width
-    return out
-
-
 def check_sizes(schema: TableSchema, rows: int, sizes: Mapping[str, int]) -> str | None:
     """Why the file sizes cannot hold exactly ``rows`` rows, or None when they can."""
     for c in schema.columns:

@@ -24,7 +24,6 @@ from disd.config import ImportConfig, StorageConfig
 from disd.errors import DisError
 from disd.names import InvalidNameError, LocationKey
 from disd.schema import SchemaRegistry
-from disd.storage import metrics
 from disd.storage.filehandles import TrackedFileHandleFactory
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location
