@@ -60,6 +60,15 @@ def jar_status() -> tuple[pathlib.Path | None, str]:
     return JAR, ""
 
 
+def stamp() -> dict:
+    """What the jar was built from: ``{"pyspark": version, "sources": digest, "release": "17"}``."""
+    try:
+        with zipfile.ZipFile(JAR) as z:
+            return json.loads(z.read(STAMP_ENTRY))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return {}
+
+
 def tell_once(why: str) -> None:
     if why not in _told:
         _told.add(why)

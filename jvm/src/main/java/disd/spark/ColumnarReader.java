@@ -94,6 +94,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         }
         slice = part.slices.get(sliceIndex);
         pos = slice.start;
+        fetch.check(slice.location);
         for (int i = 0; i < vectors.length; i++) {
             Projection.Output o = outputs.get(i);
             if (o.isPartition()) {

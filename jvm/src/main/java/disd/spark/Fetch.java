@@ -30,6 +30,10 @@ abstract class Fetch implements Closeable {
 
     abstract Stream open(Dis.Location loc, String file, long start, long stop);
 
+    /** Before a slice is read (even when no column of it is: a count): is the location there? */
+    void check(Dis.Location loc) {
+    }
+
     /** A small range, whole. */
     byte[] small(Dis.Location loc, String file, long start, long stop) {
         byte[] b = new byte[(int) (stop - start)];
@@ -112,6 +116,15 @@ abstract class Fetch implements Closeable {
                     + file + "'");
             }
             return Paths.get(dbRoot, "Intraday", namespace, table, loc.internalPartition, loc.columnPartition, table, file);
+        }
+
+        @Override
+        void check(Dis.Location loc) {
+            Path dir = Paths.get(dbRoot, "Intraday", namespace, table, loc.internalPartition, loc.columnPartition, table);
+            if (!java.nio.file.Files.isDirectory(dir)) {
+                throw new DisSourceError("option 'dbRoot': cannot open " + dir + ": No such file or directory (dbRoot "
+                    + "must be the DIS's database root as seen from every executor)");
+            }
         }
 
         @Override
