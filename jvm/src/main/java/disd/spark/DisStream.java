@@ -68,9 +68,29 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         this.offHeap = offHeap;
     }
 
+    /** The listing; while the DIS cannot be reached (a restart), tried again for up to 'timeout'. */
+    private List<Dis.Location> listing() {
+        long deadline = System.nanoTime() + (long) (options.timeoutS * 1e9);
+        while (true) {
+            try {
+                return new Dis(options).locations();
+            } catch (DisHttp.Unreachable e) {
+                if (System.nanoTime() > deadline) {
+                    throw e;
+                }
+                try {
+                    Thread.sleep(250);
+                } catch (InterruptedException ie) {
+                    Thread.currentThread().interrupt();
+                    throw e;
+                }
+            }
+        }
+    }
+
     private Map<String, Dis.Location> snapshots() {
         Map<String, Dis.Location> out = new TreeMap<>();
-        for (Dis.Location l : new Dis(options).locations()) {
+        for (Dis.Location l : listing()) {
             if (options.partitions == null || options.partitions.contains(l.columnPartition)) {
                 out.put(l.offsetKey(), l);
             }
@@ -258,7 +278,7 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         for (Map.Entry<String, long[]> e : wanted.entrySet()) {
             ranges.add(new Planner.Slice(snaps.get(e.getKey()), e.getValue()[0], e.getValue()[1]));
         }
-        Routing.Instance owner = new Dis(options).owner();
+        Routing.Instance owner = new Dis(options).owner(); // from the routing: no call to the DIS
         return Planner.plan(ranges, owner.httpAddress, owner.address, options.rowsPerPartition, options.minPartitions);
     }
 
