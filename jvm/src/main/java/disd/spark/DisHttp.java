@@ -140,20 +140,11 @@ final class DisHttp {
         }
         if (e instanceof ConnectException || e instanceof UnknownHostException || e instanceof NoRouteToHostException
             || (e instanceof SocketTimeoutException && e.getMessage() != null && e.getMessage().contains("connect"))) {
-            return new Unreachable("DIS at " + disName + " is unreachable: its block endpoint " + endpoint + ": "
+            return new DisSourceError(true, "DIS at " + disName + " is unreachable: its block endpoint " + endpoint + ": "
                 + e.getMessage() + " — " + hint + " (and that its server.http_port is " + port
                 + ", or give option 'httpAddress')", e);
         }
-        return new Unreachable("DIS at " + disName + " (block endpoint " + endpoint + "): " + e, e);
-    }
-
-    /** The DIS could not be reached or the connection broke: worth trying again later. */
-    static final class Unreachable extends DisSourceError {
-        private static final long serialVersionUID = 1L;
-
-        Unreachable(String message, Throwable cause) {
-            super(message, cause);
-        }
+        return new DisSourceError(true, "DIS at " + disName + " (block endpoint " + endpoint + "): " + e, e);
     }
 
     // -- connections ------------------------------------------------------------------------------

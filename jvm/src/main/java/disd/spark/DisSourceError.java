@@ -9,10 +9,18 @@ public class DisSourceError extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
     public DisSourceError(String message) {
-        super("dis source: " + message);
+        this(false, message, null);
     }
 
     public DisSourceError(String message, Throwable cause) {
+        this(false, message, cause);
+    }
+
+    /** True when the DIS could not be reached or a connection broke: worth trying again later. */
+    final boolean unreachable;
+
+    DisSourceError(boolean unreachable, String message, Throwable cause) {
         super("dis source: " + message, cause);
+        this.unreachable = unreachable;
     }
 }

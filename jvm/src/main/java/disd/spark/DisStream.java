@@ -74,8 +74,8 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         while (true) {
             try {
                 return new Dis(options).locations();
-            } catch (DisHttp.Unreachable e) {
-                if (System.nanoTime() > deadline) {
+            } catch (DisSourceError e) {
+                if (!e.unreachable || System.nanoTime() > deadline) {
                     throw e;
                 }
                 try {
