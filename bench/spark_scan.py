@@ -12,7 +12,10 @@ on one local Spark session, the contenders take turns, round after round (best r
 * Spark's Parquet reader.
 
 Queries: full scan + aggregation (per Sym and Date: count, sum(Size), avg(Price), max(Timestamp)),
-and one column (sum(Price): ``select("Price")``; ``columns=Price`` for the Python reader).
+one column (sum(Price): ``select("Price")``; ``columns=Price`` for the Python reader), and, for
+the JVM reader, a scan with no grouping (count, count(Sym), sum(Size), max(Price),
+min(Timestamp) over every row): the grouped query's time is mostly Spark's hash aggregation on
+string keys, the same for every reader, which this one leaves out.
 
 The last line is the JSON summary: ``value`` = ``format("dis")`` by default, full aggregation, in
 seconds; ``baseline`` = Parquet; ``ratio`` = value / baseline; ``jvm_network_ratio``,
@@ -205,6 +208,9 @@ def main() -> None:
         def one(df):
             return df.agg(F.sum("Price")).collect()[0][0]
 
+        def scan(df):
+            return df.agg(F.count("*"), F.count("Sym"), F.sum("Size"), F.max("Price"), F.min("Timestamp")).collect()
+
         def same(a, b) -> bool:
             return [tuple(r) for r in a] == [tuple(r) for r in b] or all(
                 x.Sym == y.Sym and x.Date == y.Date and x.n == y.n and x.size == y.size and x.last == y.last
@@ -219,9 +225,12 @@ def main() -> None:
             "parquet1": lambda: one(pq().select("Price")),
             "jvm1": lambda: one(dis(reader="jvm").select("Price")),
             "local1": lambda: one(dis(direct=True, reader="jvm").select("Price")),
+            "parquet_scan": lambda: scan(pq()),
+            "jvm_scan": lambda: scan(dis(reader="jvm")),
+            "local_scan": lambda: scan(dis(direct=True, reader="jvm")),
         }
         if default_reader != "jvm":
-            for k in ("jvm", "local", "jvm1", "local1"):
+            for k in ("jvm", "local", "jvm1", "local1", "parquet_scan", "jvm_scan", "local_scan"):
                 del runs[k]
         if not args.no_python:
             spark.dataSource.register(floor_source(args.rows, 1 << 19))
@@ -236,12 +245,14 @@ def main() -> None:
         assert sum(r.n for r in expected) == args.rows
         for k, fn in runs.items():
             got = fn()
-            if k != "floor" and not k.endswith("1"):
+            if k != "floor" and not k.endswith("1") and not k.endswith("scan"):
                 assert same(got, expected), f"{k} and Parquet disagree"
         one_expected = one(pq())
         for k in ("jvm1", "local1", "python1"):
             if k in runs:
                 assert abs(runs[k]() - one_expected) < 1e-6 * abs(one_expected), f"{k} and Parquet disagree"
+        if "jvm_scan" in runs:
+            assert runs["jvm_scan"]() == runs["local_scan"]() == runs["parquet_scan"](), "scans disagree"
 
         # Each timed run loads a fresh DataFrame (a new scan planned at the current size).  The
         # contenders take turns, round after round, so that load from other work on a shared
@@ -266,6 +277,13 @@ def main() -> None:
                   "(target <= 0.5)")
             print(f"one column (sum Price): Parquet {pq1_s:.2f} s; JVM network {best['jvm1']:.2f} s, ratio "
                   f"{best['jvm1'] / pq1_s:.2f}; JVM local {best['local1']:.2f} s, ratio {best['local1'] / pq1_s:.2f}")
+            pqs = best["parquet_scan"]
+            extra.update(parquet_scan_s=pqs, jvm_network_scan_s=best["jvm_scan"],
+                         jvm_network_ratio_scan=best["jvm_scan"] / pqs, jvm_local_scan_s=best["local_scan"],
+                         jvm_local_ratio_scan=best["local_scan"] / pqs)
+            print(f"scan, no grouping (every column): Parquet {pqs:.2f} s; JVM network {best['jvm_scan']:.2f} s, "
+                  f"ratio {best['jvm_scan'] / pqs:.2f}; JVM local {best['local_scan']:.2f} s, ratio "
+                  f"{best['local_scan'] / pqs:.2f}")
         if "python" in best:
             extra.update(python_s=best["python"], python_ratio=best["python"] / pq_s,
                          python_local_s=best["python_local"], python_local_ratio=best["python_local"] / pq_s,
