@@ -45,6 +45,8 @@ log = structlog.get_logger(__name__)
 
 #: Bytes per pread while streaming a range.
 CHUNK_BYTES = 1 << 20
+#: Seconds a kept connection may wait for its next request.
+KEEPALIVE_S = 60.0
 
 
 class _Refused(Exception):
@@ -85,7 +87,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, obj: object) -> None:
         self._send(status, json.dumps(obj, separators=(",", ":")).encode())
 
+    def handle_one_request(self) -> None:
+        # Waiting for the next request on a kept connection: at most KEEPALIVE_S, so idle
+        # connections give their slot back; writing a response may take up to idle_timeout_s
+        # (a task that reads its column ranges in turn).
+        self.connection.settimeout(KEEPALIVE_S)
+        super().handle_one_request()
+
     def do_GET(self) -> None:  # noqa: N802
+        self.connection.settimeout(self.server.idle_timeout_s)
         try:
             self._authorize()
             url = urlsplit(self.path)

@@ -195,8 +195,12 @@ final class DisHttp {
 
     private void give(Conn c) {
         ArrayDeque<Conn> q = IDLE.computeIfAbsent(poolKey, k -> new ArrayDeque<>());
-        c.idleSince = System.currentTimeMillis();
+        long now = System.currentTimeMillis();
+        c.idleSince = now;
         synchronized (q) {
+            while (!q.isEmpty() && now - q.peekFirst().idleSince >= IDLE_MS) {
+                q.pollFirst().closeQuietly(); // the DIS would drop it soon anyway (60 s)
+            }
             if (q.size() < MAX_IDLE) {
                 q.addLast(c);
                 return;
