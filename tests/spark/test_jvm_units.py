@@ -63,7 +63,7 @@ def python_plan(ranges, rpp: int, min_partitions: int) -> list:
     return [[[f"{s.internal_partition}/{s.column_partition}", s.start, s.stop] for s in p.slices] for p in parts]
 
 
-def test_java_units_agree_with_the_python_reader(probe):
+def test_java_units_agree_with_the_python_reader(probe, tmp_path):
     rnd = random.Random(15)
     plans = [
         {"ranges": [["a/2026-11-22", 0, 30_000], ["b/2026-11-22", 0, 20_000], ["a/2026-11-23", 0, 7_000]],
@@ -102,7 +102,19 @@ def test_java_units_agree_with_the_python_reader(probe):
     globs = [["Market.*", "Market.Trade"], ["Market.*", "Other.Trade"], ["*", "A.B"], ["M?rket.T[a-z]ade", "Market.Trade"],
              ["M[!a]rket.*", "Market.X"], ["Market.Trade", "Market.Trades"], ["*.Q*", "Market.Quote"]]
     values = ["2026-11-21", "2026-11-22", "2026-11-23", "2030-01-01"]
-    got = probe({"plan": plans, "admit": admits, "options": options, "glob": globs, "filters": values})
+    keys = {}
+    if shutil.which("openssl"):  # client keys as openssl writes them: PKCS#8 (RSA, EC) and PKCS#1 RSA
+        def ossl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+        ossl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "rsa8.pem")
+        ossl("rsa", "-in", "rsa8.pem", "-traditional", "-out", "rsa1.pem")
+        ossl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ec8.pem")
+        (tmp_path / "cert-only.pem").write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+        keys = {"rsa8.pem": "RSA", "rsa1.pem": "RSA", "ec8.pem": "EC", "cert-only.pem": "error"}
+    got = probe({"plan": plans, "admit": admits, "options": options, "glob": globs, "filters": values,
+                 "keys": [str(tmp_path / k) for k in keys]})
+    assert [a.split(":")[0] for a in got["keys"]] == list(keys.values())
 
     for case, parts in zip(plans, got["plan"]):
         assert parts == python_plan(case["ranges"], case["rpp"], case["min"]), case

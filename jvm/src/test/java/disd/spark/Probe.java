@@ -38,6 +38,15 @@ public final class Probe {
         out.set("options", options(req.get("options")));
         out.set("glob", globs(req.get("glob")));
         out.set("filters", filters(req.get("filters")));
+        ArrayNode keys = DisHttp.JSON.createArrayNode();
+        for (JsonNode k : req.get("keys")) {
+            try {
+                keys.add(Security.privateKey(k.asText()).getAlgorithm());
+            } catch (Exception e) {
+                keys.add("error: " + e.getMessage());
+            }
+        }
+        out.set("keys", keys);
         System.out.println(DisHttp.JSON.writeValueAsString(out));
     }
 
