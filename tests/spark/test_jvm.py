@@ -233,6 +233,36 @@ def test_jvm_reader_reads_only_what_a_query_needs(spark_session, trade_dis, trad
     assert df.where("Date = '2026-11-23'").count() == 7_000 and df.count() == TOTAL
 
 
+@pytest.mark.spark
+def test_strings_many_distinct_long_and_null_read_equal_from_both_readers(spark_session, fresh_dis):
+    """Few distinct strings go to Spark dictionary-encoded, many (or long ones) plain: a slice
+    that starts with few and then has many switches over mid-way; the values are the same."""
+    import numpy as np
+    import pyarrow as pa
+
+    srv, feeder = fresh_dis
+    n = 90_000
+    idx = np.arange(n)
+    syms = np.where(idx < 20_000, np.array(["AAPL", "MSFT", "ÄÖÜ", ""])[idx % 4],
+                    np.char.add("S", idx.astype(str)))
+    syms = syms.astype(object)
+    syms[50_000] = "L" * 300  # longer than a dictionary takes
+    t = trade_rows(0, n)
+    sym = pa.compute.if_else(pa.array(idx % 11 == 5), pa.nulls(n, pa.string()), pa.array(syms, pa.string()))
+    feeder.append(K1, t.set_column(1, "Sym", sym))
+    r = (spark_session.read.format("dis").option("address", f"127.0.0.1:{srv.port}").option("table", "Market.Trade")
+         .option("batchRows", "8192"))
+    jvm_rows = r.load().select("Size", "Sym").orderBy("Size").collect()
+    py_rows = r.option("reader", "python").load().select("Size", "Sym").orderBy("Size").collect()
+    assert jvm_rows == py_rows
+    assert [x.Sym for x in jvm_rows] == sym.to_pylist()
+    grouped = {x.Sym: x["count"] for x in r.load().where("Size < 20000").groupBy("Sym").count().collect()}
+    expected: dict = {}
+    for v in sym.to_pylist()[:20_000]:
+        expected[v] = expected.get(v, 0) + 1
+    assert grouped == expected and len(expected) == 5
+
+
 # -- live reads, restarts -------------------------------------------------------------------------
 @pytest.mark.spark
 def test_reads_while_rows_are_ingested_see_whole_published_batches(spark, fresh_dis):

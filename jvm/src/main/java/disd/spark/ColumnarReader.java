@@ -6,6 +6,7 @@ import java.nio.ByteOrder;
 import java.util.List;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.execution.vectorized.Dictionary;
 import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
@@ -257,39 +258,17 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             }
         }
 
-        /** One UTF-16 code unit per row, as a one-character string (a lone surrogate: U+FFFD). */
+        /** One UTF-16 code unit per row, as a one-character string (a lone surrogate: U+FFFD):
+         *  dictionary-encoded, the code unit being the id. */
         private void chars(WritableColumnVector v, byte[] b, int n) {
-            byte[] out = new byte[n * 3];
-            int[] starts = new int[n];
-            int k = 0;
+            WritableColumnVector ids = v.reserveDictionaryIds(n);
+            v.setDictionary(CharDictionary.INSTANCE);
             for (int i = 0; i < n; i++) {
                 int c = ((short) SHORTS.get(b, i << 1)) & 0xFFFF;
-                starts[i] = k;
                 if (c == 0xFFFF) {
-                    continue;
-                }
-                if (c >= 0xD800 && c <= 0xDFFF) {
-                    c = 0xFFFD;
-                }
-                if (c < 0x80) {
-                    out[k++] = (byte) c;
-                } else if (c < 0x800) {
-                    out[k++] = (byte) (0xC0 | (c >> 6));
-                    out[k++] = (byte) (0x80 | (c & 0x3F));
-                } else {
-                    out[k++] = (byte) (0xE0 | (c >> 12));
-                    out[k++] = (byte) (0x80 | ((c >> 6) & 0x3F));
-                    out[k++] = (byte) (0x80 | (c & 0x3F));
-                }
-            }
-            int base = v.arrayData().appendBytes(k, out, 0);
-            for (int i = 0; i < n; i++) {
-                int end = i + 1 < n ? starts[i + 1] : k;
-                if (((short) SHORTS.get(b, i << 1) & 0xFFFF) == 0xFFFF) {
                     v.putNull(i);
-                    v.putArray(i, base + starts[i], 0);
                 } else {
-                    v.putArray(i, base + starts[i], end - starts[i]);
+                    ids.putInt(i, c);
                 }
             }
         }
@@ -358,6 +337,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         final Fetch.Stream off;
         final Fetch.Stream dat;
         long prevEnd;
+        /** The slice's distinct values so far; null once there are too many (then plain). */
+        StringDictionary dict = new StringDictionary();
 
         StringCursor(Fetch fetch, Planner.Slice s, String column) {
             String offFile = column + ".off";
@@ -389,12 +370,42 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 throw new DisSourceError("string offsets out of order in a column file (end " + last + " after "
                     + prevEnd + ")");
             }
-            int base = 0;
+            byte[] d = dataBuffer((int) size);
             if (size > 0) {
-                byte[] d = dataBuffer((int) size);
                 dat.read(d, 0, (int) size);
-                base = v.arrayData().appendBytes((int) size, d, 0);
             }
+            if (dict == null || !encode(v, ends, d, n)) {
+                dict = null;
+                v.setDictionary(null);
+                plain(v, ends, d, n, (int) size);
+            }
+            prevEnd = last;
+        }
+
+        /** As a dictionary (false, and nothing kept, once the column has too many distinct values). */
+        private boolean encode(WritableColumnVector v, byte[] ends, byte[] d, int n) {
+            WritableColumnVector ids = v.reserveDictionaryIds(n);
+            long p = prevEnd;
+            for (int i = 0; i < n; i++) {
+                long e = (long) LONGS.get(ends, i << 3);
+                long end = e & MASK;
+                if (e < 0) {
+                    v.putNull(i);
+                } else {
+                    int id = dict.id(d, (int) (p - prevEnd), (int) (end - p));
+                    if (id < 0) {
+                        return false;
+                    }
+                    ids.putInt(i, id);
+                }
+                p = end;
+            }
+            v.setDictionary(dict);
+            return true;
+        }
+
+        private void plain(WritableColumnVector v, byte[] ends, byte[] d, int n, int size) {
+            int base = size > 0 ? v.arrayData().appendBytes(size, d, 0) : 0;
             long p = prevEnd;
             for (int i = 0; i < n; i++) {
                 long e = (long) LONGS.get(ends, i << 3);
@@ -407,7 +418,6 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 }
                 p = end;
             }
-            prevEnd = last;
         }
 
         private byte[] dataBuf = new byte[0];
@@ -426,6 +436,145 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             } finally {
                 dat.close();
             }
+        }
+    }
+
+    // -- dictionaries -----------------------------------------------------------------------------
+    /**
+     * A string column's distinct values, each its own array.  Spark hashes and compares a string
+     * whose bytes are a whole array without copying them ({@code UTF8String.getBytes}); a value
+     * that is a slice of a batch's data is copied for every row a grouping or join looks at.  So a
+     * string column with few distinct values (a symbol, an exchange) goes to Spark
+     * dictionary-encoded, as Parquet's reader hands over its dictionary pages.  Past
+     * {@link #MAX_VALUES} values or {@link #MAX_BYTES} bytes the slice goes on plain.
+     */
+    static final class StringDictionary implements Dictionary {
+        static final int MAX_VALUES = 1 << 16;
+        static final long MAX_BYTES = 4L << 20;
+        static final int MAX_LENGTH = 256;
+        byte[][] values = new byte[64][];
+        int size;
+        long bytes;
+        int[] table = new int[256]; // ids + 1; 0: empty
+        int[] hashes = new int[64];
+
+        /** The id of bytes [off, off+len) of {@code d}, added if new; -1 when full. */
+        int id(byte[] d, int off, int len) {
+            if (len > MAX_LENGTH) {
+                return -1;
+            }
+            int h = len;
+            for (int i = 0; i < len; i++) {
+                h = 31 * h + d[off + i];
+            }
+            h ^= h >>> 16;
+            int mask = table.length - 1;
+            for (int slot = h & mask; ; slot = (slot + 1) & mask) {
+                int t = table[slot];
+                if (t == 0) {
+                    break;
+                }
+                byte[] v = values[t - 1];
+                if (hashes[t - 1] == h && v.length == len
+                    && java.util.Arrays.equals(v, 0, len, d, off, off + len)) {
+                    return t - 1;
+                }
+            }
+            if (size >= MAX_VALUES || bytes + len > MAX_BYTES) {
+                return -1;
+            }
+            if (size == values.length) {
+                values = java.util.Arrays.copyOf(values, size * 2);
+                hashes = java.util.Arrays.copyOf(hashes, size * 2);
+            }
+            values[size] = java.util.Arrays.copyOfRange(d, off, off + len);
+            hashes[size] = h;
+            bytes += len;
+            size++;
+            if (size * 2 > table.length) {
+                rehash();
+            } else {
+                insert(h, size);
+            }
+            return size - 1;
+        }
+
+        private void insert(int h, int idPlusOne) {
+            int mask = table.length - 1;
+            int slot = h & mask;
+            while (table[slot] != 0) {
+                slot = (slot + 1) & mask;
+            }
+            table[slot] = idPlusOne;
+        }
+
+        private void rehash() {
+            table = new int[table.length * 2];
+            for (int i = 0; i < size; i++) {
+                insert(hashes[i], i + 1);
+            }
+        }
+
+        @Override
+        public byte[] decodeToBinary(int id) {
+            return values[id];
+        }
+
+        @Override
+        public int decodeToInt(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public long decodeToLong(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public float decodeToFloat(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public double decodeToDouble(int id) {
+            throw new UnsupportedOperationException();
+        }
+    }
+
+    /** Every UTF-16 code unit's one-character UTF-8 string, the code unit being the id. */
+    static final class CharDictionary implements Dictionary {
+        static final CharDictionary INSTANCE = new CharDictionary();
+        private final byte[][] utf8 = new byte[1 << 16][];
+
+        @Override
+        public byte[] decodeToBinary(int id) {
+            byte[] b = utf8[id];
+            if (b == null) {
+                int c = id >= 0xD800 && id <= 0xDFFF ? 0xFFFD : id;
+                b = new String(new char[] {(char) c}).getBytes(java.nio.charset.StandardCharsets.UTF_8);
+                utf8[id] = b;
+            }
+            return b;
+        }
+
+        @Override
+        public int decodeToInt(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public long decodeToLong(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public float decodeToFloat(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public double decodeToDouble(int id) {
+            throw new UnsupportedOperationException();
         }
     }
 }

@@ -4,7 +4,6 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
-import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -296,9 +295,5 @@ final class DisOptions implements Serializable {
             throw new DisSourceError("option '" + name + "' must be at least " + minimum + ", got " + v);
         }
         return v;
-    }
-
-    static Path path(String p) {
-        return Paths.get(p);
     }
 }
