@@ -370,7 +370,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 throw new DisSourceError("string offsets out of order in a column file (end " + last + " after "
                     + prevEnd + ")");
             }
-            byte[] d = dataBuffer((int) size);
+            byte[] d = dataBuffer((int) size + 8); // 8 spare bytes: the dictionary reads whole words
             if (size > 0) {
                 dat.read(d, 0, (int) size);
             }
@@ -453,30 +453,35 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         static final long MAX_BYTES = 4L << 20;
         static final int MAX_LENGTH = 256;
         byte[][] values = new byte[64][];
+        long[] heads = new long[64]; // each value's first 8 bytes, zero-padded
         int size;
         long bytes;
         int[] table = new int[256]; // ids + 1; 0: empty
-        int[] hashes = new int[64];
 
-        /** The id of bytes [off, off+len) of {@code d}, added if new; -1 when full. */
+        /** The id of bytes [off, off+len) of {@code d} (which has 8 bytes to spare after them),
+         *  added if new; -1 when full. */
         int id(byte[] d, int off, int len) {
             if (len > MAX_LENGTH) {
                 return -1;
             }
-            int h = len;
-            for (int i = 0; i < len; i++) {
-                h = 31 * h + d[off + i];
+            long head = len == 0 ? 0 : (long) LONGS.get(d, off) & (len >= 8 ? -1L : (1L << (len << 3)) - 1);
+            long h = head * 0x9E3779B97F4A7C15L + len;
+            for (int i = 8; i < len; i += 8) {
+                long w = (long) LONGS.get(d, off + i);
+                if (len - i < 8) {
+                    w &= (1L << ((len - i) << 3)) - 1;
+                }
+                h = (h ^ w) * 0x9E3779B97F4A7C15L;
             }
-            h ^= h >>> 16;
+            int hash = (int) (h ^ (h >>> 29) ^ (h >>> 47));
             int mask = table.length - 1;
-            for (int slot = h & mask; ; slot = (slot + 1) & mask) {
+            for (int slot = hash & mask; ; slot = (slot + 1) & mask) {
                 int t = table[slot];
                 if (t == 0) {
                     break;
                 }
                 byte[] v = values[t - 1];
-                if (hashes[t - 1] == h && v.length == len
-                    && java.util.Arrays.equals(v, 0, len, d, off, off + len)) {
+                if (heads[t - 1] == head && v.length == len && (len <= 8 || tailEquals(v, d, off, len))) {
                     return t - 1;
                 }
             }
@@ -485,34 +490,54 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             }
             if (size == values.length) {
                 values = java.util.Arrays.copyOf(values, size * 2);
-                hashes = java.util.Arrays.copyOf(hashes, size * 2);
+                heads = java.util.Arrays.copyOf(heads, size * 2);
             }
             values[size] = java.util.Arrays.copyOfRange(d, off, off + len);
-            hashes[size] = h;
+            heads[size] = head;
             bytes += len;
             size++;
             if (size * 2 > table.length) {
-                rehash();
+                table = new int[table.length * 2];
+                for (int i = 0; i < size; i++) {
+                    insert(values[i], i + 1);
+                }
             } else {
-                insert(h, size);
+                insert(hash, size);
             }
             return size - 1;
         }
 
-        private void insert(int h, int idPlusOne) {
+        private static boolean tailEquals(byte[] v, byte[] d, int off, int len) {
+            for (int i = 8; i < len; i++) {
+                if (v[i] != d[off + i]) {
+                    return false;
+                }
+            }
+            return true;
+        }
+
+        private void insert(byte[] v, int idPlusOne) {
+            byte[] padded = java.util.Arrays.copyOf(v, v.length + 8);
+            int len = v.length;
+            long head = len == 0 ? 0 : (long) LONGS.get(padded, 0) & (len >= 8 ? -1L : (1L << (len << 3)) - 1);
+            long h = head * 0x9E3779B97F4A7C15L + len;
+            for (int i = 8; i < len; i += 8) {
+                long w = (long) LONGS.get(padded, i);
+                if (len - i < 8) {
+                    w &= (1L << ((len - i) << 3)) - 1;
+                }
+                h = (h ^ w) * 0x9E3779B97F4A7C15L;
+            }
+            insert((int) (h ^ (h >>> 29) ^ (h >>> 47)), idPlusOne);
+        }
+
+        private void insert(int hash, int idPlusOne) {
             int mask = table.length - 1;
-            int slot = h & mask;
+            int slot = hash & mask;
             while (table[slot] != 0) {
                 slot = (slot + 1) & mask;
             }
             table[slot] = idPlusOne;
-        }
-
-        private void rehash() {
-            table = new int[table.length * 2];
-            for (int i = 0; i < size; i++) {
-                insert(hashes[i], i + 1);
-            }
         }
 
         @Override
