@@ -60,6 +60,5 @@ packages = find_packages("dis", include=["disd", "disd.*"]) + ["disd.tailer"]
 setup(
     packages=packages,
     package_dir={"": "dis", "disd.tailer": "tailer"},
-    package_data={"disd.spark": ["jars/*.jar"]},
     cmdclass={"build_py": BuildPyWithProtos},
 )
