@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-test
 RUN_STAMP := $(VENV)/.installed
 DEPS   := pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto)
 
-.PHONY: test run install bench clean
+.PHONY: test run install bench clean jar
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,13 +23,18 @@ $(STAMP): $(PY) $(DEPS)
 
 install: $(STAMP)
 
-test: $(STAMP)
+# The JVM Spark reader (jvm/ -> dis/disd/spark/jars/dis-spark.jar): rebuilt when its sources or
+# PySpark's version change, else a no-op.  Needs a JDK 17 (javac): without one this fails here.
+jar: $(STAMP)
+	$(PY) jvm/build.py --require
+
+test: $(STAMP) jar
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 run: $(RUN_STAMP)
 	$(VENV)/bin/dis demo
 
-bench: $(STAMP)
+bench: $(STAMP) jar
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:

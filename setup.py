@@ -3,6 +3,8 @@
 * The tailer's source lives in the top-level ``tailer/`` folder but installs as ``disd.tailer``.
 * The gRPC contract in ``proto/`` is compiled to Python by the build itself (``build_py``), so
   the generated modules are never edited by hand nor committed.
+* The JVM Spark reader's jar is built from ``jvm/`` into ``disd/spark/jars/`` by ``jvm/build.py``
+  when a JDK and PySpark are present (optional here; ``make jar`` and ``make test`` require it).
 """
 
 from __future__ import annotations
@@ -37,9 +39,19 @@ def generate_protos() -> None:
         raise RuntimeError("protoc failed on " + ", ".join(map(str, protos)))
 
 
+def build_jar() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dis_jvm_build", ROOT / "jvm" / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.build(require=False)
+
+
 class BuildPyWithProtos(build_py):
     def run(self) -> None:
         generate_protos()
+        build_jar()
         super().run()
 
 

@@ -1,14 +1,27 @@
-"""Spark scan: the ``dis`` source against Spark's own Parquet reader on the same 10M rows.
+"""Spark scan: the ``dis`` source's two readers against Spark's own Parquet reader, same rows.
 
 A DIS (in this process, over a temporary database) holds 10 million Market.Trade rows in four
 locations (two feeds x two dates).  The same rows are written as Parquet by Spark itself.  Then,
-best of a few runs each, on one local Spark session:
+on one local Spark session, the contenders take turns, round after round (best round kept):
 
-* full scan + aggregation: per Sym and Date, count, sum(Size), avg(Price), max(Timestamp);
-* one-column query: sum(Price), through ``.option("columns", "Price")`` for the ``dis`` source.
+* ``format("dis")`` as a job gets it by default: the JVM reader over the network (the DIS's block
+  endpoint), or the Python reader when the jar is missing;
+* the JVM reader with ``dbRoot`` (tasks read the column files themselves);
+* the Python reader (``reader=python``, over gRPC), and the floor of any Python source (a Python
+  source yielding ready-made batches from memory);
+* Spark's Parquet reader.
 
-The last line is the JSON summary: ``value`` = dis seconds, ``baseline`` = Parquet seconds,
-``ratio`` = dis / Parquet (goal <= 1.0), plus the one-column figures.
+Queries: full scan + aggregation (per Sym and Date: count, sum(Size), avg(Price), max(Timestamp)),
+one column (sum(Price): ``select("Price")``; ``columns=Price`` for the Python reader), and, for
+the JVM reader, a scan with no grouping (count, count(Sym), sum(Size), max(Price),
+min(Timestamp) over every row): the grouped query's time is mostly Spark's hash aggregation on
+string keys, the same for every reader, which this one leaves out.
+
+The last line is the JSON summary: ``value`` = ``format("dis")`` by default, full aggregation, in
+seconds; ``baseline`` = Parquet; ``ratio`` = value / baseline; ``jvm_network_ratio``,
+``jvm_local_ratio``, ``python_ratio`` (full aggregation) and ``jvm_network_ratio_one_column``,
+``jvm_local_ratio_one_column``: each reader's time over Parquet's in the same run (targets: local
+<= 0.5, network <= 1.0).
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/spark_scan.py [--rows N] [--repeat K]
 """
@@ -125,6 +138,7 @@ def main() -> None:
     ap.add_argument("--rows-per-partition", type=int, default=None, help="the source's rowsPerPartition option")
     ap.add_argument("--block-size", type=int, default=65536,
                     help="the DIS's storage.block_size_bytes (bytes per ReadBlock call); 64 KiB is the default")
+    ap.add_argument("--no-python", action="store_true", help="skip the Python reader and its floor (slow at 100M)")
     args = ap.parse_args()
 
     from pyspark.sql import functions as F
@@ -147,6 +161,7 @@ def main() -> None:
         load_dis(server, args.rows)
         print(f"loaded {args.rows} rows into {len(LOCATIONS)} locations in {time.perf_counter() - t0:.1f} s")
         address = f"127.0.0.1:{server.port}"
+        http_address = f"127.0.0.1:{server.http_port}"
 
         spark = disd.spark.session("local[*]", app_name="spark_scan", conf={
             "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
@@ -154,12 +169,20 @@ def main() -> None:
             "spark.sql.shuffle.partitions": "4",
         })
         spark.sparkContext.setLogLevel("ERROR")
+        from disd.spark import jvm
+
+        default_reader = "jvm" if jvm.jvm_source_loaded(spark) else "python"
+        print(f"format('dis') reads with the {default_reader} reader by default")
 
         db_root = str(work / "db")
 
-        def dis(columns: str | None = None, direct: bool = False):
+        def dis(columns: str | None = None, direct: bool = False, reader: str | None = None):
             r = (spark.read.format("dis").option("address", address)
                  .option("namespace", "Market").option("table", "Trade"))
+            if reader is not None:
+                r = r.option("reader", reader)
+            if reader != "python":
+                r = r.option("httpAddress", http_address)  # this DIS listens on a free port
             if columns:
                 r = r.option("columns", columns)
             if direct:
@@ -185,56 +208,94 @@ def main() -> None:
         def one(df):
             return df.agg(F.sum("Price")).collect()[0][0]
 
+        def scan(df):
+            return df.agg(F.count("*"), F.count("Sym"), F.sum("Size"), F.max("Price"), F.min("Timestamp")).collect()
+
         def same(a, b) -> bool:
             return [tuple(r) for r in a] == [tuple(r) for r in b] or all(
                 x.Sym == y.Sym and x.Date == y.Date and x.n == y.n and x.size == y.size and x.last == y.last
                 and abs(x.price - y.price) < 1e-6 for x, y in zip(a, b))
 
+        pq = lambda: spark.read.parquet(pq_path)  # noqa: E731
+        runs = {
+            "default": lambda: full(dis()),
+            "parquet": lambda: full(pq()),
+            "jvm": lambda: full(dis(reader="jvm")),
+            "local": lambda: full(dis(direct=True, reader="jvm")),
+            "parquet1": lambda: one(pq().select("Price")),
+            "jvm1": lambda: one(dis(reader="jvm").select("Price")),
+            "local1": lambda: one(dis(direct=True, reader="jvm").select("Price")),
+            "parquet_scan": lambda: scan(pq()),
+            "jvm_scan": lambda: scan(dis(reader="jvm")),
+            "local_scan": lambda: scan(dis(direct=True, reader="jvm")),
+        }
+        if default_reader != "jvm":
+            for k in ("jvm", "local", "jvm1", "local1", "parquet_scan", "jvm_scan", "local_scan"):
+                del runs[k]
+        if not args.no_python:
+            spark.dataSource.register(floor_source(args.rows, 1 << 19))
+            runs.update({
+                "python": lambda: full(dis(reader="python")),
+                "python_local": lambda: full(dis(direct=True, reader="python")),
+                "python1": lambda: one(dis("Price", reader="python")),
+                "floor": lambda: full(spark.read.format("dis_floor").load()),
+            })
         # Same answers from every reader (and warm them all before timing).
-        a, b, c = full(dis()), full(spark.read.parquet(pq_path)), full(dis(direct=True))
-        assert same(a, b), "dis and Parquet disagree"
-        assert same(c, b), "dis (dbRoot) and Parquet disagree"
-        assert sum(r.n for r in a) == args.rows
-        one(dis("Price")), one(spark.read.parquet(pq_path)), one(dis("Price", direct=True))
-        spark.dataSource.register(floor_source(args.rows, 1 << 19))
-        full(spark.read.format("dis_floor").load())
+        expected = full(pq())
+        assert sum(r.n for r in expected) == args.rows
+        for k, fn in runs.items():
+            got = fn()
+            if k != "floor" and not k.endswith("1") and not k.endswith("scan"):
+                assert same(got, expected), f"{k} and Parquet disagree"
+        one_expected = one(pq())
+        for k in ("jvm1", "local1", "python1"):
+            if k in runs:
+                assert abs(runs[k]() - one_expected) < 1e-6 * abs(one_expected), f"{k} and Parquet disagree"
+        if "jvm_scan" in runs:
+            assert runs["jvm_scan"]() == runs["local_scan"]() == runs["parquet_scan"](), "scans disagree"
 
         # Each timed run loads a fresh DataFrame (a new scan planned at the current size).  The
         # contenders take turns, round after round, so that load from other work on a shared
         # machine falls on all of them alike; each keeps its best round.
-        runs = {
-            "dis": lambda: full(dis()),
-            "parquet": lambda: full(spark.read.parquet(pq_path)),
-            "direct": lambda: full(dis(direct=True)),
-            "floor": lambda: full(spark.read.format("dis_floor").load()),
-            "dis1": lambda: one(dis("Price")),
-            "parquet1": lambda: one(spark.read.parquet(pq_path).select("Price")),
-            "direct1": lambda: one(dis("Price", direct=True)),
-        }
         best = {k: float("inf") for k in runs}
         for _ in range(args.repeat):
             for k, fn in runs.items():
                 best[k] = min(best[k], best_of(fn, 1))
-        dis_all_1_s = best_of(lambda: one(dis()), max(1, args.repeat - 1))
-        dis_s, pq_s, direct_s, floor_s = best["dis"], best["parquet"], best["direct"], best["floor"]
-        dis1_s, pq1_s, direct1_s = best["dis1"], best["parquet1"], best["direct1"]
-        print(f"full scan + aggregation: dis {dis_s:.2f} s, Parquet {pq_s:.2f} s, ratio {dis_s / pq_s:.2f}")
-        print(f"  the same with dbRoot (tasks read the column files directly): {direct_s:.2f} s, "
-              f"ratio {direct_s / pq_s:.2f}")
-        print(f"one column (sum Price):  dis {dis1_s:.2f} s with columns=Price "
-              f"({dis_all_1_s:.2f} s reading every column), Parquet {pq1_s:.2f} s, ratio {dis1_s / pq1_s:.2f}; "
-              f"with dbRoot {direct1_s:.2f} s, ratio {direct1_s / pq1_s:.2f}")
-        print(f"floor: the same query on a Python source yielding batches from memory: {floor_s:.2f} s "
-              f"(Spark's Python Data Source path alone, ratio {floor_s / pq_s:.2f} of Parquet)")
-        print(f"dis scan rate: {args.rows / dis_s / 1e6:.2f} M rows/s over gRPC, "
-              f"{args.rows / direct_s / 1e6:.2f} M rows/s with dbRoot (cores: {os.cpu_count()})")
-        print("MEETS GOAL" if dis_s <= pq_s else "BELOW GOAL (ratio > 1.0)")
-        emit("spark_scan", dis_s, "s", pq_s, rows=args.rows, one_column_s=dis1_s,
-             one_column_parquet_s=pq1_s, one_column_ratio=dis1_s / pq1_s,
-             one_column_all_columns_s=dis_all_1_s, direct_s=direct_s, direct_ratio=direct_s / pq_s,
-             direct_one_column_s=direct1_s, direct_one_column_ratio=direct1_s / pq1_s,
-             python_source_floor_s=floor_s, floor_ratio=floor_s / pq_s, block_size=args.block_size,
-             meets_goal=dis_s <= pq_s)
+        pq_s, pq1_s = best["parquet"], best["parquet1"]
+        extra = {}
+        print(f"{args.rows} rows, best of {args.repeat} rounds (cores: {os.cpu_count()})")
+        print(f"full scan + aggregation: Parquet {pq_s:.2f} s; format('dis') by default ({default_reader}) "
+              f"{best['default']:.2f} s, ratio {best['default'] / pq_s:.2f}")
+        if "jvm" in best:
+            extra.update(jvm_network_s=best["jvm"], jvm_network_ratio=best["jvm"] / pq_s,
+                         jvm_local_s=best["local"], jvm_local_ratio=best["local"] / pq_s,
+                         jvm_network_one_column_s=best["jvm1"], jvm_network_ratio_one_column=best["jvm1"] / pq1_s,
+                         jvm_local_one_column_s=best["local1"], jvm_local_ratio_one_column=best["local1"] / pq1_s)
+            print(f"  JVM reader, network (block endpoint): {best['jvm']:.2f} s, ratio {best['jvm'] / pq_s:.2f} "
+                  "(target <= 1.0)")
+            print(f"  JVM reader, local (dbRoot):           {best['local']:.2f} s, ratio {best['local'] / pq_s:.2f} "
+                  "(target <= 0.5)")
+            print(f"one column (sum Price): Parquet {pq1_s:.2f} s; JVM network {best['jvm1']:.2f} s, ratio "
+                  f"{best['jvm1'] / pq1_s:.2f}; JVM local {best['local1']:.2f} s, ratio {best['local1'] / pq1_s:.2f}")
+            pqs = best["parquet_scan"]
+            extra.update(parquet_scan_s=pqs, jvm_network_scan_s=best["jvm_scan"],
+                         jvm_network_ratio_scan=best["jvm_scan"] / pqs, jvm_local_scan_s=best["local_scan"],
+                         jvm_local_ratio_scan=best["local_scan"] / pqs)
+            print(f"scan, no grouping (every column): Parquet {pqs:.2f} s; JVM network {best['jvm_scan']:.2f} s, "
+                  f"ratio {best['jvm_scan'] / pqs:.2f}; JVM local {best['local_scan']:.2f} s, ratio "
+                  f"{best['local_scan'] / pqs:.2f}")
+        if "python" in best:
+            extra.update(python_s=best["python"], python_ratio=best["python"] / pq_s,
+                         python_local_s=best["python_local"], python_local_ratio=best["python_local"] / pq_s,
+                         python_one_column_s=best["python1"], python_ratio_one_column=best["python1"] / pq1_s,
+                         python_source_floor_s=best["floor"], floor_ratio=best["floor"] / pq_s)
+            print(f"  Python reader over gRPC: {best['python']:.2f} s, ratio {best['python'] / pq_s:.2f}; with dbRoot "
+                  f"{best['python_local']:.2f} s, ratio {best['python_local'] / pq_s:.2f}; one column "
+                  f"{best['python1']:.2f} s, ratio {best['python1'] / pq1_s:.2f}")
+            print(f"  floor of any Python source (batches from memory): {best['floor']:.2f} s, ratio "
+                  f"{best['floor'] / pq_s:.2f}")
+        emit("spark_scan", best["default"], "s", pq_s, rows=args.rows, default_reader=default_reader,
+             parquet_one_column_s=pq1_s, block_size=args.block_size, cores=os.cpu_count(), **extra)
     finally:
         if spark is not None:
             spark.stop()

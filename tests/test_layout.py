@@ -31,6 +31,11 @@ def test_import_from_installed_copy(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     wheels = list(wheel_dir.glob("*.whl"))
     assert wheels
+    import zipfile
+
+    with zipfile.ZipFile(wheels[0]) as z:  # the JVM Spark reader's jar travels inside the package
+        has_jar = "disd/spark/jars/dis-spark.jar" in z.namelist()
+    assert has_jar == (ROOT / "dis" / "disd" / "spark" / "jars" / "dis-spark.jar").is_file()
     target = tmp_path / "site"
     r = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheels[0])],

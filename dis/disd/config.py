@@ -111,6 +111,9 @@ class DisConfig:
     host: str = "127.0.0.1"
     port: int = 22021
     metrics_port: int | None = 9464
+    #: the block endpoint of the JVM Spark reader (disd.server.blockhttp); None: off.  Absent from
+    #: the file it is ``port + 1`` (any free port when ``port`` is 0).
+    http_port: int | None = 22022
     tls: TlsConfig | None = None
     token_file: str | None = None
     storage: StorageConfig = field(default_factory=StorageConfig)
@@ -169,6 +172,14 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
     cfg.host = srv.get("host", str, cfg.host)
     cfg.port = srv.get("port", int, cfg.port, port_problem)
     cfg.metrics_port = srv.get("metrics_port", int, cfg.metrics_port, port_problem)
+    http_port = srv.get("http_port", (int, bool), None)
+    if http_port is True or (http_port is not None and http_port is not False and port_problem(http_port)):
+        raise ConfigError(source, "server.http_port", "must be a port number 0..65535, or false (off)")
+    if http_port is None:
+        http_port = cfg.port + 1 if cfg.port else 0
+        if http_port > 65535:
+            raise ConfigError(source, "server.http_port", f"defaults to server.port + 1 ({http_port}): give one")
+    cfg.http_port = None if http_port is False else http_port
     cfg.tls = _tls(srv.sub("tls"))
     cfg.token_file = srv.get("token_file", str, None)
     cfg.max_workers = srv.get("max_workers", int, cfg.max_workers, _min(4))

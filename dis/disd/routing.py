@@ -2,11 +2,13 @@
 
     instances:
       - {name: dis-a, address: 127.0.0.1:22021, tables: ["Market.*"]}
-      - {name: dis-b, address: 127.0.0.1:22022, tables: ["*"]}
+      - {name: dis-b, address: 127.0.0.1:22031, tables: ["*"], http_address: 127.0.0.1:22032}
 
 Patterns are shell-style (``fnmatch``) over ``<Namespace>.<Table>``; the first instance with a
 matching pattern owns the table.  Tailers send each location to its owner; readers read each
 location from its owner.  A single address is the routing of one instance that takes everything.
+``http_address`` is where the JVM Spark reader finds the instance's block endpoint (default: the
+address's port + 1, the DIS's default ``server.http_port``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Instance:
     name: str
     address: str
     tables: tuple[str, ...] = ("*",)
+    http_address: str | None = None  # the block endpoint, for the JVM Spark reader
 
     def owns(self, namespace: str, table: str) -> bool:
         key = f"{namespace}.{table}"
@@ -64,8 +67,11 @@ def parse_routing(data: object, source: str) -> Routing:
         tables = ir.get("tables", list, ["*"])
         if not all(isinstance(t, str) and t for t in tables):
             raise ConfigError(source, ir.key("tables"), "must be a list of <Namespace>.<Table> patterns")
+        http_address = ir.get("http_address", str, None)
+        if http_address is not None and ":" not in http_address:
+            raise ConfigError(source, ir.key("http_address"), "must be host:port")
         ir.finish()
-        out.append(Instance(name, address, tuple(tables)))
+        out.append(Instance(name, address, tuple(tables), http_address))
     return Routing(tuple(out))
 
 

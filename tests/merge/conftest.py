@@ -7,7 +7,8 @@ import contextlib
 
 import pytest
 
-from spark.conftest import spark  # noqa: F401 - the shared local session fixture
+from spark.conftest import pytest_generate_tests, spark, spark_session  # noqa: F401 - the shared local
+# session fixture, run once per reader of format("dis") (dis_reader: jvm, python)
 from spark.helpers import start_dis
 
 from .helpers import LOCS, Feeder, trade_rows

@@ -2,6 +2,11 @@
 
 Spark tests are marked ``spark`` (select them with ``-m spark``, skip them with
 ``-m "not spark"``); they are skipped when Java is missing.
+
+Every test that uses the ``spark`` fixture runs twice, once per reader of ``format("dis")``
+(``dis_reader``): ``jvm``, the JVM Data Source V2 reader (``jvm/``, its jar built by ``make jar``),
+and ``python``, the Python source (through the session setting ``spark.dis.reader``).  Select one
+with ``-k jvm`` or ``-k python``.  The JVM runs need the jar: a missing or stale jar fails them.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import pytest
 
 from disd.binlog import LocationKey
 
-from .helpers import Feeder, loaded_dis, start_dis
+from .helpers import ROOT, Feeder, loaded_dis, start_dis, trade_rows
 
 # Rows of the shared DIS (fixture ``trade_dis``): two feeds on 2026-11-22, one on 2026-11-23.
 LOCS = {
@@ -25,8 +30,41 @@ LOCS = {
 TOTAL = sum(n for _, n in LOCS.values())
 
 
+READERS = ("jvm", "python")
+
+
+def pytest_generate_tests(metafunc):
+    if "dis_reader" in metafunc.fixturenames:
+        metafunc.parametrize("dis_reader", READERS)
+
+
+@pytest.fixture
+def spark(spark_session, dis_reader):
+    """The shared session, with ``format("dis")`` reading through ``dis_reader``."""
+    if dis_reader == "jvm":
+        from disd.spark import jvm
+
+        jar, why = jvm.jar_status()
+        assert jar is not None, why
+        assert jvm.jvm_source_loaded(spark_session), "the JVM reader is not on the session's classpath"
+        stamp = jvm.stamp()
+        assert stamp.get("sources") == jvm_sources_digest(), "dis-spark.jar is older than jvm/src: run `make jar`"
+    spark_session.conf.set("spark.dis.reader", dis_reader)
+    yield spark_session
+    spark_session.conf.unset("spark.dis.reader")
+
+
+def jvm_sources_digest() -> str:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dis_jvm_build", ROOT / "jvm" / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.sources_digest()
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark_session():
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Java is not installed: the Spark tests need Java 17")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -17,12 +17,31 @@ START_NS = 1_763_800_000_000_000_000
 SYMS = np.array(["AAPL", "MSFT", "IBM", "GOOG", "NVDA"])
 
 
+def free_port_pair() -> int:
+    """A free port whose next port is free too: the DIS's gRPC port, and its block endpoint at the
+    default ``port + 1`` (where the JVM reader looks for it)."""
+    import socket
+
+    for _ in range(100):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two consecutive free ports")
+
+
 def dis_config(db_root, schemas=SCHEMAS, **server):
     return parse_dis_config(
         {
             "db_root": str(db_root),
             "schemas": str(schemas),
-            "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, **server},
+            "server": {"host": "127.0.0.1", "port": free_port_pair(), "metrics_port": 0, **server},
             "import": {"default": {"flush_interval_ms": 20, "checkpoint_interval_ms": 1000}},
         },
         "<spark test>",

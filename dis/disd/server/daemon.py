@@ -48,6 +48,8 @@ class DisServer:
         self.server: grpc.Server | None = None
         self.port: int | None = None
         self.metrics_port: int | None = None
+        self.http_port: int | None = None  # the block endpoint (disd.server.blockhttp), if on
+        self._http_server = None
         self._metrics_server = None
         self.health = health.HealthServicer()
         self.sessions: SessionRegistry | None = None
@@ -118,6 +120,12 @@ class DisServer:
         if not self.port:
             raise OSError(f"cannot listen on {address} (in use, or not permitted)")
         self.server.start()
+        if cfg.http_port is not None:
+            from disd.server.blockhttp import start_block_http
+
+            self._http_server = start_block_http(cfg.host, cfg.http_port, self.engine, cfg.storage.block_size_bytes,
+                                                 self.routed, cfg.tls, token, cfg.max_workers, cfg.idle_timeout_s)
+            self.http_port = self._http_server.server_address[1]
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if cfg.metrics_port is not None:
@@ -132,7 +140,7 @@ class DisServer:
                 raise OSError(f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {e.strerror or e}") from None
             self._metrics_server = srv
             self.metrics_port = srv.server_address[1]
-        log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port,
+        log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port, http_port=self.http_port,
                  db_root=cfg.db_root, tables=len(self.schemas), tls=bool(cfg.tls), token=bool(token))
         return self.port
 
@@ -147,6 +155,9 @@ class DisServer:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, end the streams, then flush and checkpoint every location."""
+        if self._http_server is not None:
+            self._http_server.stop()
+            self._http_server = None
         if self.server is not None:
             self.health.enter_graceful_shutdown()
             self.server.stop(grace_s).wait()

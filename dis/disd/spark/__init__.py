@@ -36,9 +36,13 @@ SESSION_CONF: dict[str, str] = {
 }
 
 
-def register(spark) -> None:  # noqa: ANN001 - pyspark.sql.SparkSession
-    """Make ``format("dis")`` known to ``spark`` (idempotent)."""
-    spark.dataSource.register(DisDataSource)
+def register(spark) -> str:  # noqa: ANN001 - pyspark.sql.SparkSession
+    """Make ``format("dis")`` known to ``spark`` (idempotent): the JVM reader when its jar is
+    there (``ADD JAR`` on a running session), else the Python source; returns "jvm" or "python"
+    (``disd.spark.jvm``)."""
+    from disd.spark import jvm
+
+    return jvm.register(spark)
 
 
 def session(master: str | None = None, app_name: str = "dis", conf: Mapping[str, str] | None = None):  # noqa: ANN201
@@ -54,7 +58,9 @@ def session(master: str | None = None, app_name: str = "dis", conf: Mapping[str,
         builder = builder.master(master)
     elif "spark.master" not in (conf or {}) and not os.environ.get("MASTER"):
         builder = builder.master("local[*]")
-    for k, v in {**SESSION_CONF, **(conf or {})}.items():
+    from disd.spark import jvm
+
+    for k, v in jvm.session_conf({**SESSION_CONF, **(conf or {})}).items():  # + spark.jars: the JVM reader
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     for k, v in {**SESSION_CONF, **(conf or {})}.items():

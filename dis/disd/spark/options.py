@@ -41,6 +41,7 @@ KNOWN = {
     "ca", "cert", "key", "token", "tokenfile", "servername",
     "maxrowspertrigger", "startingoffsets", "dbroot",
     "source",  # intraday (a DIS, or column files), historical or all
+    "reader", "httpaddress",  # the JVM reader's (disd.spark.jvm): accepted here, where they change nothing
 }
 
 
@@ -161,7 +162,10 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
         raise DisSourceError(
             f"unknown option {unknown[0]!r}; the options are: address, routing, namespace, table, columns, "
             "partitions, rowsPerPartition, minPartitions, batchRows, timeout, ca, cert, key, token, tokenFile, "
-            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot, source")
+            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot, source, reader, httpAddress")
+    reader = str(opts.get("reader") or "jvm").strip().lower()
+    if reader not in ("jvm", "python"):
+        raise DisSourceError(f"option 'reader' must be 'jvm' or 'python', got {opts.get('reader')!r}")
     address = (opts.get("address") or "").strip() or None
     routing = (opts.get("routing") or "").strip() or None
     if address and routing:

@@ -1,0 +1,290 @@
+"""The block endpoint: listings and byte ranges of published column files over HTTP/1.1.
+
+The JVM Spark reader (``jvm/``, docs/spark.md) runs inside Spark's JVM, where no gRPC library is
+available without classpath conflicts; the JDK alone speaks HTTP/1.1 and TLS.  So the DIS serves
+the same facts as the TableData service on a second port (``server.http_port``), with the same
+TLS (and client certificates) and the same bearer token:
+
+==========================================  ===================================================
+``GET /v1/tables``                          JSON: every table this DIS serves, with its schema
+``GET /v1/locations?namespace=&table=``     JSON: each location's published rows and the sizes
+                                            of its column files at that count (as ListLocations)
+``GET /v1/read?namespace=&table=&``         the bytes ``[start, stop)`` of one column file, as
+``internal_partition=&column_partition=&``  one response body (``Content-Length``); refused
+``file=&start=&stop=``                      (416) when ``stop`` is past the published size
+==========================================  ===================================================
+
+A read is one response however large: the reader streams a whole task's range of a column
+through one connection, and the DIS copies the file in 1 MiB ``pread``s through the storage
+engine's tracked handles (the same descriptors, identity checks and limits as ``ReadBlock``).
+Bytes below the published size never change (docs/storage-format.md), so a range planned at one
+listing reads exactly those rows however far ingestion has moved on.  Errors are JSON
+``{"error": "..."}`` with 400 (bad request), 401 (token), 404 (unknown table, location or file),
+416 (past the published size) or 503 (location in error or closed).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import socketserver
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Callable
+from urllib.parse import parse_qs, urlsplit
+
+import structlog
+
+from disd.binlog import LocationKey
+from disd.names import InvalidNameError
+from disd.server import metrics
+
+log = structlog.get_logger(__name__)
+
+#: Bytes per pread while streaming a range.
+CHUNK_BYTES = 1 << 20
+#: Seconds a kept connection may wait for its next request.
+KEEPALIVE_S = 60.0
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def tls_context(tls) -> ssl.SSLContext:  # noqa: ANN001 - disd.config.TlsConfig
+    """The server side of TLS: the DIS's certificate; client certificates required when
+    ``client_ca`` is set (as for gRPC)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca:
+        ctx.load_verify_locations(tls.client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "dis"
+    sys_version = ""
+    server: "BlockHttpServer"
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002, ANN002 - quiet: one log per error only
+        pass
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj: object) -> None:
+        self._send(status, json.dumps(obj, separators=(",", ":")).encode())
+
+    def handle_one_request(self) -> None:
+        # Waiting for the next request on a kept connection: at most KEEPALIVE_S, so idle
+        # connections give their slot back; writing a response may take up to idle_timeout_s
+        # (a task that reads its column ranges in turn).
+        self.connection.settimeout(KEEPALIVE_S)
+        super().handle_one_request()
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.connection.settimeout(self.server.idle_timeout_s)
+        try:
+            self._authorize()
+            url = urlsplit(self.path)
+            q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+            if url.path == "/v1/tables":
+                self._json(200, self.server.tables())
+            elif url.path == "/v1/locations":
+                self._json(200, self.server.locations(q.get("namespace", ""), q.get("table", "")))
+            elif url.path == "/v1/read":
+                self._read(q)
+            else:
+                raise _Refused(404, f"no such endpoint {url.path!r}")
+        except _Refused as r:
+            self.close_connection = r.status in (400, 401)
+            self._json(r.status, {"error": r.message})
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, socket.timeout):
+            self.close_connection = True
+
+    def _authorize(self) -> None:
+        expected = self.server.expected_auth
+        if expected is None:
+            return
+        got = self.headers.get("Authorization")
+        if got is None:
+            raise _Refused(401, "missing bearer token")
+        if not hmac.compare_digest(got.encode(), expected):
+            raise _Refused(401, "invalid bearer token")
+
+    def _read(self, q: dict) -> None:
+        srv = self.server
+        try:
+            key = LocationKey(q.get("namespace", ""), q.get("table", ""), q.get("internal_partition", ""),
+                              q.get("column_partition", ""))
+            start, stop = int(q.get("start", "")), int(q.get("stop", ""))
+        except InvalidNameError as e:
+            raise _Refused(400, str(e)) from None
+        except ValueError:
+            raise _Refused(400, "start and stop must be integers") from None
+        if start < 0 or stop < start:
+            raise _Refused(400, f"bad range [{start}, {stop})")
+        if srv.engine.schemas.get(key.namespace, key.table) is None:
+            raise _Refused(404, f"unknown table {key.table_key}")
+        try:
+            loc = srv.engine.location(key, create=False)
+        except (KeyError, LookupError, FileNotFoundError):
+            loc = None
+        if loc is None:
+            raise _Refused(404, f"no location {key}")
+        name = q.get("file", "")
+        size = loc.column_files().get(name)
+        if size is None:
+            raise _Refused(404, f"location {key} has no column file {name!r}")
+        if stop > size:
+            raise _Refused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published "
+                                "(did the DIS recover to an earlier checkpoint after the scan was planned?)")
+        writer = loc.writers.get(name)
+        if writer is None or loc.closed:
+            raise _Refused(503, f"location {key} is closed")
+        first = self._chunk(writer, key, name, start, min(stop, start + CHUNK_BYTES))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(stop - start))
+        self.end_headers()
+        bs = srv.block_size
+        metrics.BLOCK_READS.inc(-(-stop // bs) - start // bs if stop > start else 0)
+        self.wfile.write(first)
+        pos = start + len(first)
+        while pos < stop:
+            try:
+                data = self._chunk(writer, key, name, pos, min(stop, pos + CHUNK_BYTES))
+            except _Refused as r:
+                # Headers are out: the reader sees a short body and names the error itself.
+                log.warning("block endpoint read failed mid-response", location=str(key), file=name, error=r.message)
+                self.close_connection = True
+                return
+            self.wfile.write(data)
+            pos += len(data)
+
+    def _chunk(self, writer, key, name: str, a: int, b: int) -> bytes:  # noqa: ANN001
+        if b <= a:
+            return b""
+        try:
+            data = writer.handle.pread(b - a, a)
+        except OSError as e:
+            raise _Refused(503, f"{key} {name}: {e}") from None
+        if len(data) != b - a:
+            raise _Refused(503, f"{key} {name}: the file holds {a + len(data)} bytes, {b} were published")
+        return data
+
+
+class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
+    """One thread per connection, at most ``max_connections`` at once; TLS is negotiated in the
+    connection's thread so a slow handshake never holds up the others."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], engine, block_size: int,  # noqa: ANN001
+                 routed: Callable[[str, str], bool], tls=None, token: str | None = None,  # noqa: ANN001
+                 max_connections: int = 256, idle_timeout_s: float = 600.0) -> None:
+        self.engine = engine
+        self.block_size = block_size
+        self.routed = routed
+        self.tls = tls_context(tls) if tls else None
+        self.expected_auth = f"Bearer {token}".encode() if token else None
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.idle_timeout_s = idle_timeout_s
+        self.open: set[socket.socket] = set()
+        self.open_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    # -- what is served ---------------------------------------------------------------------------
+    def tables(self) -> dict:
+        return {"tables": [
+            {"namespace": s.namespace, "table": s.table, "partition_column": s.partition_column,
+             "schema_json": s.to_json(), "fingerprint": s.fingerprint}
+            for s in self.engine.schemas if self.routed(s.namespace, s.table)]}
+
+    def locations(self, namespace: str, table: str) -> dict:
+        out = []
+        for loc in self.engine.locations():
+            k = loc.key
+            if (namespace and k.namespace != namespace) or (table and k.table != table):
+                continue
+            rows, files = loc.snapshot()
+            out.append({"namespace": k.namespace, "table": k.table, "internal_partition": k.internal_partition,
+                        "column_partition": k.column_partition, "rows": rows, "files": files})
+        return {"block_size": self.block_size, "locations": out}
+
+    # -- connections ------------------------------------------------------------------------------
+    def server_bind(self) -> None:
+        socketserver.TCPServer.server_bind(self)  # HTTPServer's would look up the host's FQDN
+        self.server_name, self.server_port = self.server_address[:2]
+
+    def process_request(self, request, client_address) -> None:  # noqa: ANN001
+        self.slots.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def finish_request(self, request, client_address) -> None:  # noqa: ANN001
+        request.settimeout(self.idle_timeout_s)
+        if self.tls is not None:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as e:
+                log.info("block endpoint TLS handshake failed", peer=str(client_address), error=str(e))
+                return
+        with self.open_lock:
+            self.open.add(request)
+        try:
+            self.RequestHandlerClass(request, client_address, self)
+        finally:
+            with self.open_lock:
+                self.open.discard(request)
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
+        log.warning("block endpoint request failed", peer=str(client_address), exc_info=True)
+
+    def stop(self) -> None:
+        """Stop accepting and end every open connection."""
+        self.shutdown()
+        self.server_close()
+        with self.open_lock:
+            conns = list(self.open)
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def start_block_http(host: str, port: int, engine, block_size: int, routed, tls=None,  # noqa: ANN001
+                     token: str | None = None, max_connections: int = 256,
+                     idle_timeout_s: float = 600.0) -> BlockHttpServer:
+    """Bind and serve in a background thread; ``server.server_address[1]`` is the port."""
+    try:
+        srv = BlockHttpServer((host, port), engine, block_size, routed, tls, token, max_connections, idle_timeout_s)
+    except OSError as e:
+        raise OSError(f"cannot serve the block endpoint on {host}:{port} (server.http_port): "
+                      f"{e.strerror or e}") from None
+    threading.Thread(target=srv.serve_forever, name="block-http", daemon=True).start()
+    return srv

@@ -1,0 +1,605 @@
+package disd.spark;
+
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
+import java.util.List;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.execution.vectorized.Dictionary;
+import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * A task: the slices of one input partition as ColumnarBatches of at most {@code batchRows} rows
+ * (cut at multiples of it, so fixed-width reads stay on 64 KiB block boundaries).  Each column of a
+ * slice is one range of its file, read in order into a reused array, copied into the column vector
+ * in bulk and then scanned for the DIS's null sentinels (docs/storage-format.md).  The vectors are
+ * reused from batch to batch, as Spark's own Parquet reader does; the partition column is a
+ * constant vector per slice.
+ */
+final class ColumnarReader implements PartitionReader<ColumnarBatch> {
+    static final VarHandle SHORTS = MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.LITTLE_ENDIAN);
+    static final VarHandle INTS = MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.LITTLE_ENDIAN);
+    static final VarHandle LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+    static final boolean LE = ByteOrder.nativeOrder() == ByteOrder.LITTLE_ENDIAN;
+    static final long MASK = 0x7FFF_FFFF_FFFF_FFFFL;
+    static final int FLOAT_NULL = Float.floatToIntBits(-Float.MAX_VALUE);
+    static final long DOUBLE_NULL = Double.doubleToLongBits(-Double.MAX_VALUE);
+
+    private final ReadSpec spec;
+    private final Planner.Part part;
+    private final List<Projection.Output> outputs;
+    private final ColumnVector[] vectors;
+    private final ColumnarBatch batch;
+    private final Cursor[] cursors;
+    private Fetch fetch;
+    private int sliceIndex = -1;
+    private Planner.Slice slice;
+    private long pos;
+
+    ColumnarReader(ReadSpec spec, Planner.Part part) {
+        this.spec = spec;
+        this.part = part;
+        this.outputs = spec.projection.outputs;
+        int cap = spec.batchRows;
+        vectors = new ColumnVector[outputs.size()];
+        cursors = new Cursor[outputs.size()];
+        for (int i = 0; i < vectors.length; i++) {
+            Projection.Output o = outputs.get(i);
+            if (o.isPartition()) {
+                vectors[i] = new ConstantColumnVector(cap, DataTypes.StringType);
+            } else {
+                vectors[i] = spec.offHeap ? new OffHeapColumnVector(cap, o.type) : new OnHeapColumnVector(cap, o.type);
+            }
+        }
+        batch = new ColumnarBatch(vectors);
+    }
+
+    @Override
+    public boolean next() {
+        while (slice == null || pos >= slice.stop) {
+            if (!advance()) {
+                return false;
+            }
+        }
+        long a = pos;
+        long b = Math.min(slice.stop, (a / spec.batchRows + 1) * spec.batchRows);
+        int n = (int) (b - a);
+        for (int i = 0; i < vectors.length; i++) {
+            if (cursors[i] != null) {
+                WritableColumnVector v = (WritableColumnVector) vectors[i];
+                v.reset();
+                cursors[i].fill(v, n);
+            }
+        }
+        batch.setNumRows(n);
+        pos = b;
+        return true;
+    }
+
+    private boolean advance() {
+        closeCursors();
+        if (++sliceIndex >= part.slices.size()) {
+            slice = null;
+            return false;
+        }
+        if (fetch == null) {
+            fetch = spec.fetch(part);
+        }
+        slice = part.slices.get(sliceIndex);
+        pos = slice.start;
+        fetch.check(slice.location);
+        for (int i = 0; i < vectors.length; i++) {
+            Projection.Output o = outputs.get(i);
+            if (o.isPartition()) {
+                ((ConstantColumnVector) vectors[i]).setUtf8String(UTF8String.fromString(slice.location.columnPartition));
+            } else if (o.kind == TableSchema.Kind.STRING) {
+                cursors[i] = new StringCursor(fetch, slice, o.source);
+            } else {
+                cursors[i] = new FixedCursor(fetch, slice, o);
+            }
+        }
+        return true;
+    }
+
+    @Override
+    public ColumnarBatch get() {
+        return batch;
+    }
+
+    private void closeCursors() {
+        for (int i = 0; i < cursors.length; i++) {
+            if (cursors[i] != null) {
+                cursors[i].close();
+                cursors[i] = null;
+            }
+        }
+    }
+
+    @Override
+    public void close() {
+        try {
+            closeCursors();
+        } finally {
+            if (fetch != null) {
+                fetch.close();
+                fetch = null;
+            }
+            for (ColumnVector v : vectors) {
+                v.close();
+            }
+        }
+    }
+
+    // -- columns ----------------------------------------------------------------------------------
+    abstract static class Cursor {
+        byte[] buf = new byte[0];
+
+        abstract void fill(WritableColumnVector v, int n);
+
+        abstract void close();
+
+        byte[] buffer(int size) {
+            if (buf.length < size) {
+                buf = new byte[Math.max(size, buf.length + (buf.length >> 1))];
+            }
+            return buf;
+        }
+    }
+
+    /** A fixed-width column: rows [start, stop) of {@code <Column>.dat}. */
+    static final class FixedCursor extends Cursor {
+        final Fetch.Stream in;
+        final TableSchema.Kind kind;
+        final DataType type;
+        final int width;
+
+        FixedCursor(Fetch fetch, Planner.Slice s, Projection.Output o) {
+            kind = o.kind;
+            type = o.type;
+            width = kind.width;
+            in = fetch.open(s.location, o.source + ".dat", s.start * width, s.stop * width);
+        }
+
+        @Override
+        void fill(WritableColumnVector v, int n) {
+            byte[] b = buffer(n * width);
+            in.read(b, 0, n * width);
+            if (!type.equals(kind.spark())) {
+                widen(v, b, n);
+                return;
+            }
+            switch (kind) {
+                case BOOL:
+                    v.putBytes(0, n, b, 0);
+                    for (int i = 0; i < n; i++) {
+                        if (b[i] == -1) {
+                            v.putNull(i);
+                        }
+                    }
+                    break;
+                case BYTE:
+                    v.putBytes(0, n, b, 0);
+                    for (int i = 0; i < n; i++) {
+                        if (b[i] == Byte.MIN_VALUE) {
+                            v.putNull(i);
+                        }
+                    }
+                    break;
+                case SHORT:
+                    if (LE) {
+                        v.putShorts(0, n, b, 0);
+                    } else {
+                        for (int i = 0; i < n; i++) {
+                            v.putShort(i, (short) SHORTS.get(b, i << 1));
+                        }
+                    }
+                    for (int i = 0; i < n; i++) {
+                        if ((short) SHORTS.get(b, i << 1) == Short.MIN_VALUE) {
+                            v.putNull(i);
+                        }
+                    }
+                    break;
+                case INT:
+                    v.putIntsLittleEndian(0, n, b, 0);
+                    for (int i = 0; i < n; i++) {
+                        if ((int) INTS.get(b, i << 2) == Integer.MIN_VALUE) {
+                            v.putNull(i);
+                        }
+                    }
+                    break;
+                case LONG:
+                    v.putLongsLittleEndian(0, n, b, 0);
+                    for (int i = 0; i < n; i++) {
+                        if ((long) LONGS.get(b, i << 3) == Long.MIN_VALUE) {
+                            v.putNull(i);
+                        }
+                    }
+                    break;
+                case FLOAT:
+                    v.putFloatsLittleEndian(0, n, b, 0);
+                    for (int i = 0; i < n; i++) {
+                        if ((int) INTS.get(b, i << 2) == FLOAT_NULL) {
+                            v.putNull(i);
+                        }
+                    }
+                    break;
+                case DOUBLE:
+                    v.putDoublesLittleEndian(0, n, b, 0);
+                    for (int i = 0; i < n; i++) {
+                        if ((long) LONGS.get(b, i << 3) == DOUBLE_NULL) {
+                            v.putNull(i);
+                        }
+                    }
+                    break;
+                case TIMESTAMP:
+                    // nanoseconds to Spark's microseconds, truncated toward zero (as Arrow's cast)
+                    for (int i = 0; i < n; i++) {
+                        long x = (long) LONGS.get(b, i << 3);
+                        if (x == Long.MIN_VALUE) {
+                            v.putNull(i);
+                        } else {
+                            v.putLong(i, x / 1000);
+                        }
+                    }
+                    break;
+                case CHAR:
+                    chars(v, b, n);
+                    break;
+                default:
+                    throw new IllegalStateException("not a fixed-width type: " + kind);
+            }
+        }
+
+        /** One UTF-16 code unit per row, as a one-character string (a lone surrogate: U+FFFD):
+         *  dictionary-encoded, the code unit being the id. */
+        private void chars(WritableColumnVector v, byte[] b, int n) {
+            WritableColumnVector ids = v.reserveDictionaryIds(n);
+            v.setDictionary(CharDictionary.INSTANCE);
+            for (int i = 0; i < n; i++) {
+                int c = ((short) SHORTS.get(b, i << 1)) & 0xFFFF;
+                if (c == 0xFFFF) {
+                    v.putNull(i);
+                } else {
+                    ids.putInt(i, c);
+                }
+            }
+        }
+
+        /** An exact widening the user's schema asked for (Projection.converts). */
+        private void widen(WritableColumnVector v, byte[] b, int n) {
+            for (int i = 0; i < n; i++) {
+                long x;
+                double d = 0;
+                boolean isNull;
+                switch (kind) {
+                    case BYTE:
+                        x = b[i];
+                        isNull = x == Byte.MIN_VALUE;
+                        break;
+                    case SHORT:
+                        x = (short) SHORTS.get(b, i << 1);
+                        isNull = x == Short.MIN_VALUE;
+                        break;
+                    case INT:
+                        x = (int) INTS.get(b, i << 2);
+                        isNull = x == Integer.MIN_VALUE;
+                        break;
+                    case FLOAT:
+                        int bits = (int) INTS.get(b, i << 2);
+                        isNull = bits == FLOAT_NULL;
+                        d = Float.intBitsToFloat(bits);
+                        x = 0;
+                        break;
+                    default:
+                        throw new IllegalStateException("no widening from " + kind);
+                }
+                if (isNull) {
+                    v.putNull(i);
+                    continue;
+                }
+                if (kind != TableSchema.Kind.FLOAT) {
+                    d = x;
+                }
+                if (type.equals(DataTypes.ShortType)) {
+                    v.putShort(i, (short) x);
+                } else if (type.equals(DataTypes.IntegerType)) {
+                    v.putInt(i, (int) x);
+                } else if (type.equals(DataTypes.LongType)) {
+                    v.putLong(i, x);
+                } else if (type.equals(DataTypes.FloatType)) {
+                    v.putFloat(i, (float) d);
+                } else {
+                    v.putDouble(i, d);
+                }
+            }
+        }
+
+        @Override
+        void close() {
+            in.close();
+        }
+    }
+
+    /**
+     * A string column: {@code <Column>.off} holds each row's end offset in {@code <Column>.dat}
+     * (bit 63: null).  Rows [start, stop) need offsets [start-1, stop) and the data between the end
+     * of row start-1 and the end of row stop-1.
+     */
+    static final class StringCursor extends Cursor {
+        final Fetch.Stream off;
+        final Fetch.Stream dat;
+        long prevEnd;
+        /** The slice's distinct values so far; null once there are too many (then plain). */
+        StringDictionary dict = new StringDictionary();
+
+        StringCursor(Fetch fetch, Planner.Slice s, String column) {
+            String offFile = column + ".off";
+            String datFile = column + ".dat";
+            long first = Math.max(0, s.start - 1);
+            long lastEnd = (long) LONGS.get(fetch.small(s.location, offFile, (s.stop - 1) * 8, s.stop * 8), 0) & MASK;
+            Fetch.Stream o = fetch.open(s.location, offFile, first * 8, s.stop * 8);
+            try {
+                if (s.start > 0) {
+                    byte[] p = new byte[8];
+                    o.read(p, 0, 8);
+                    prevEnd = (long) LONGS.get(p, 0) & MASK;
+                }
+                dat = fetch.open(s.location, datFile, prevEnd, lastEnd);
+            } catch (RuntimeException e) {
+                o.close();
+                throw e;
+            }
+            off = o;
+        }
+
+        @Override
+        void fill(WritableColumnVector v, int n) {
+            byte[] ends = buffer(n * 8);
+            off.read(ends, 0, n * 8);
+            long last = (long) LONGS.get(ends, (n - 1) << 3) & MASK;
+            long size = last - prevEnd;
+            if (size < 0 || size > Integer.MAX_VALUE - 16) {
+                throw new DisSourceError("string offsets out of order in a column file (end " + last + " after "
+                    + prevEnd + ")");
+            }
+            byte[] d = dataBuffer((int) size + 8); // 8 spare bytes: the dictionary reads whole words
+            if (size > 0) {
+                dat.read(d, 0, (int) size);
+            }
+            if (dict == null || !encode(v, ends, d, n)) {
+                dict = null;
+                v.setDictionary(null);
+                plain(v, ends, d, n, (int) size);
+            }
+            prevEnd = last;
+        }
+
+        /** As a dictionary (false, and nothing kept, once the column has too many distinct values). */
+        private boolean encode(WritableColumnVector v, byte[] ends, byte[] d, int n) {
+            WritableColumnVector ids = v.reserveDictionaryIds(n);
+            long p = prevEnd;
+            for (int i = 0; i < n; i++) {
+                long e = (long) LONGS.get(ends, i << 3);
+                long end = e & MASK;
+                if (e < 0) {
+                    v.putNull(i);
+                } else {
+                    int id = dict.id(d, (int) (p - prevEnd), (int) (end - p));
+                    if (id < 0) {
+                        return false;
+                    }
+                    ids.putInt(i, id);
+                }
+                p = end;
+            }
+            v.setDictionary(dict);
+            return true;
+        }
+
+        private void plain(WritableColumnVector v, byte[] ends, byte[] d, int n, int size) {
+            int base = size > 0 ? v.arrayData().appendBytes(size, d, 0) : 0;
+            long p = prevEnd;
+            for (int i = 0; i < n; i++) {
+                long e = (long) LONGS.get(ends, i << 3);
+                long end = e & MASK;
+                if (e < 0) {
+                    v.putNull(i);
+                    v.putArray(i, base + (int) (p - prevEnd), 0);
+                } else {
+                    v.putArray(i, base + (int) (p - prevEnd), (int) (end - p));
+                }
+                p = end;
+            }
+        }
+
+        private byte[] dataBuf = new byte[0];
+
+        private byte[] dataBuffer(int size) {
+            if (dataBuf.length < size) {
+                dataBuf = new byte[Math.max(size, dataBuf.length + (dataBuf.length >> 1))];
+            }
+            return dataBuf;
+        }
+
+        @Override
+        void close() {
+            try {
+                off.close();
+            } finally {
+                dat.close();
+            }
+        }
+    }
+
+    // -- dictionaries -----------------------------------------------------------------------------
+    /**
+     * A string column's distinct values, each its own array.  Spark hashes and compares a string
+     * whose bytes are a whole array without copying them ({@code UTF8String.getBytes}); a value
+     * that is a slice of a batch's data is copied for every row a grouping or join looks at.  So a
+     * string column with few distinct values (a symbol, an exchange) goes to Spark
+     * dictionary-encoded, as Parquet's reader hands over its dictionary pages.  Past
+     * {@link #MAX_VALUES} values or {@link #MAX_BYTES} bytes the slice goes on plain.
+     */
+    static final class StringDictionary implements Dictionary {
+        static final int MAX_VALUES = 1 << 16;
+        static final long MAX_BYTES = 4L << 20;
+        static final int MAX_LENGTH = 256;
+        byte[][] values = new byte[64][];
+        long[] heads = new long[64]; // each value's first 8 bytes, zero-padded
+        int size;
+        long bytes;
+        int[] table = new int[256]; // ids + 1; 0: empty
+
+        /** The id of bytes [off, off+len) of {@code d} (which has 8 bytes to spare after them),
+         *  added if new; -1 when full. */
+        int id(byte[] d, int off, int len) {
+            if (len > MAX_LENGTH) {
+                return -1;
+            }
+            long head = len == 0 ? 0 : (long) LONGS.get(d, off) & (len >= 8 ? -1L : (1L << (len << 3)) - 1);
+            long h = head * 0x9E3779B97F4A7C15L + len;
+            for (int i = 8; i < len; i += 8) {
+                long w = (long) LONGS.get(d, off + i);
+                if (len - i < 8) {
+                    w &= (1L << ((len - i) << 3)) - 1;
+                }
+                h = (h ^ w) * 0x9E3779B97F4A7C15L;
+            }
+            int hash = (int) (h ^ (h >>> 29) ^ (h >>> 47));
+            int mask = table.length - 1;
+            for (int slot = hash & mask; ; slot = (slot + 1) & mask) {
+                int t = table[slot];
+                if (t == 0) {
+                    break;
+                }
+                byte[] v = values[t - 1];
+                if (heads[t - 1] == head && v.length == len && (len <= 8 || tailEquals(v, d, off, len))) {
+                    return t - 1;
+                }
+            }
+            if (size >= MAX_VALUES || bytes + len > MAX_BYTES) {
+                return -1;
+            }
+            if (size == values.length) {
+                values = java.util.Arrays.copyOf(values, size * 2);
+                heads = java.util.Arrays.copyOf(heads, size * 2);
+            }
+            values[size] = java.util.Arrays.copyOfRange(d, off, off + len);
+            heads[size] = head;
+            bytes += len;
+            size++;
+            if (size * 2 > table.length) {
+                table = new int[table.length * 2];
+                for (int i = 0; i < size; i++) {
+                    insert(values[i], i + 1);
+                }
+            } else {
+                insert(hash, size);
+            }
+            return size - 1;
+        }
+
+        private static boolean tailEquals(byte[] v, byte[] d, int off, int len) {
+            for (int i = 8; i < len; i++) {
+                if (v[i] != d[off + i]) {
+                    return false;
+                }
+            }
+            return true;
+        }
+
+        private void insert(byte[] v, int idPlusOne) {
+            byte[] padded = java.util.Arrays.copyOf(v, v.length + 8);
+            int len = v.length;
+            long head = len == 0 ? 0 : (long) LONGS.get(padded, 0) & (len >= 8 ? -1L : (1L << (len << 3)) - 1);
+            long h = head * 0x9E3779B97F4A7C15L + len;
+            for (int i = 8; i < len; i += 8) {
+                long w = (long) LONGS.get(padded, i);
+                if (len - i < 8) {
+                    w &= (1L << ((len - i) << 3)) - 1;
+                }
+                h = (h ^ w) * 0x9E3779B97F4A7C15L;
+            }
+            insert((int) (h ^ (h >>> 29) ^ (h >>> 47)), idPlusOne);
+        }
+
+        private void insert(int hash, int idPlusOne) {
+            int mask = table.length - 1;
+            int slot = hash & mask;
+            while (table[slot] != 0) {
+                slot = (slot + 1) & mask;
+            }
+            table[slot] = idPlusOne;
+        }
+
+        @Override
+        public byte[] decodeToBinary(int id) {
+            return values[id];
+        }
+
+        @Override
+        public int decodeToInt(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public long decodeToLong(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public float decodeToFloat(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public double decodeToDouble(int id) {
+            throw new UnsupportedOperationException();
+        }
+    }
+
+    /** Every UTF-16 code unit's one-character UTF-8 string, the code unit being the id. */
+    static final class CharDictionary implements Dictionary {
+        static final CharDictionary INSTANCE = new CharDictionary();
+        private final byte[][] utf8 = new byte[1 << 16][];
+
+        @Override
+        public byte[] decodeToBinary(int id) {
+            byte[] b = utf8[id];
+            if (b == null) {
+                int c = id >= 0xD800 && id <= 0xDFFF ? 0xFFFD : id;
+                b = new String(new char[] {(char) c}).getBytes(java.nio.charset.StandardCharsets.UTF_8);
+                utf8[id] = b;
+            }
+            return b;
+        }
+
+        @Override
+        public int decodeToInt(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public long decodeToLong(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public float decodeToFloat(int id) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public double decodeToDouble(int id) {
+            throw new UnsupportedOperationException();
+        }
+    }
+}

@@ -1,0 +1,137 @@
+"""Unit tests of the JVM reader's Java code, without Spark: ``jvm/src/test/java/disd/spark/Probe``
+is compiled against the jar and run with cases on stdin; its answers must equal the Python
+reader's for the same cases (planning, admission control, option errors) or the expected ones
+(partition pruning, routing patterns).  Needs a JDK (javac), as the jar does."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import random
+import shutil
+import subprocess
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+from disd.binlog import LocationKey
+from disd.client import LocationSnapshot
+from disd.spark.errors import DisSourceError
+from disd.spark.options import parse_options
+from disd.spark.plan import Range, ReadSpec, plan_partitions
+from disd.spark.source import admit
+
+from .helpers import ROOT
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    import pyspark
+
+    from disd.spark import jvm
+
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if os.environ.get("JAVA_HOME"):
+        javac = os.path.join(os.environ["JAVA_HOME"], "bin", "javac")
+        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java")
+    assert javac and java, "a JDK 17 (javac) is needed: it builds the JVM reader"
+    jar, why = jvm.jar_status()
+    assert jar is not None, why
+    out = tmp_path_factory.mktemp("probe")
+    cp = f"{jar}{os.pathsep}{os.path.join(os.path.dirname(pyspark.__file__), 'jars', '*')}"
+    src = ROOT / "jvm" / "src" / "test" / "java" / "disd" / "spark" / "Probe.java"
+    subprocess.run([javac, "--release", "17", "-nowarn", "-cp", cp, "-d", str(out), str(src)], check=True,
+                   capture_output=True, timeout=300)
+
+    def run(request: dict) -> dict:
+        r = subprocess.run([java, "-cp", f"{out}{os.pathsep}{cp}", "disd.spark.Probe"], input=json.dumps(request),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    return run
+
+
+def python_plan(ranges, rpp: int, min_partitions: int) -> list:
+    rs = []
+    for key, a, b in ranges:
+        ip, cp = key.split("/")
+        snap = LocationSnapshot(LocationKey("M", "T", ip, cp), b, {}, 65536, "h:0")
+        rs.append(Range(snap, a, b))
+    parts = plan_partitions(rs, ReadSpec(None, None, 30.0, 65536), rpp, min_partitions)
+    return [[[f"{s.internal_partition}/{s.column_partition}", s.start, s.stop] for s in p.slices] for p in parts]
+
+
+def test_java_units_agree_with_the_python_reader(probe, tmp_path):
+    rnd = random.Random(15)
+    plans = [
+        {"ranges": [["a/2026-11-22", 0, 30_000], ["b/2026-11-22", 0, 20_000], ["a/2026-11-23", 0, 7_000]],
+         "rpp": rpp, "min": m} for rpp in (4096, 8000, 65536, 8 << 20) for m in (1, 2, 3, 8)
+    ]
+    for _ in range(40):
+        ranges = []
+        for i in range(rnd.randint(1, 7)):
+            a = rnd.choice([0, rnd.randint(0, 500_000)])
+            ranges.append([f"f{i}/2026-11-{20 + i % 5}", a, a + rnd.randint(0, 3_000_000)])
+        plans.append({"ranges": ranges, "rpp": rnd.choice([1000, 65536, 100_000, 1 << 20, 8 << 20]),
+                      "min": rnd.randint(1, 9)})
+    admits = [
+        {"start": {}, "available": {"a": 1000}, "max": 700, "min": None},
+        {"start": {"a": 700}, "available": {"a": 1000, "b": 400}, "max": 700, "min": None},
+        {"start": {"a": 100}, "available": {"a": 50}, "max": None, "min": None},  # never moves back
+        {"start": {}, "available": {"a": 10, "b": 10}, "max": None, "min": 30},
+        {"start": {}, "available": {"a": 10, "b": 30}, "max": None, "min": 30},
+    ]
+    for _ in range(40):
+        keys = [f"k{i}" for i in range(rnd.randint(1, 6))]
+        start = {k: rnd.randint(0, 1000) for k in keys if rnd.random() < 0.7}
+        avail = {k: rnd.randint(0, 3000) for k in keys}
+        admits.append({"start": start, "available": avail, "max": rnd.choice([None, 1, 7, 500, 10_000]),
+                       "min": None})
+    base = {"address": "127.0.0.1:22021", "namespace": "Market", "table": "Trade"}
+    options = [
+        {}, {"namespace": "Market", "table": "Trade"}, {**base, "address": "nohost"},
+        {"address": "h:1", "table": "Trade"}, {**base, "colums": "Sym"}, {**base, "columns": ","},
+        {**base, "columns": "Sym,Sym"}, {**base, "partitions": " , "}, {**base, "rowsPerPartition": "many"},
+        {**base, "maxRowsPerTrigger": "0"}, {**base, "timeout": "-1"}, {**base, "timeout": "soon"},
+        {**base, "startingOffsets": "middle"}, {**base, "cert": "/nope.pem"}, {**base, "ca": "/nope.pem"},
+        {**base, "token": "a", "tokenFile": "/x"}, {"routing": "/nope/routing.yaml", "namespace": "M", "table": "T"},
+        {**base, "dbRoot": "/"}, {"address": "h:1", "path": "Trade"}, base, {**base, "table": "Market.Trade"},
+    ]
+    globs = [["Market.*", "Market.Trade"], ["Market.*", "Other.Trade"], ["*", "A.B"], ["M?rket.T[a-z]ade", "Market.Trade"],
+             ["M[!a]rket.*", "Market.X"], ["Market.Trade", "Market.Trades"], ["*.Q*", "Market.Quote"]]
+    values = ["2026-11-21", "2026-11-22", "2026-11-23", "2030-01-01"]
+    keys = {}
+    if shutil.which("openssl"):  # client keys as openssl writes them: PKCS#8 (RSA, EC) and PKCS#1 RSA
+        def ossl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+        ossl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "rsa8.pem")
+        ossl("rsa", "-in", "rsa8.pem", "-traditional", "-out", "rsa1.pem")
+        ossl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ec8.pem")
+        (tmp_path / "cert-only.pem").write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+        keys = {"rsa8.pem": "RSA", "rsa1.pem": "RSA", "ec8.pem": "EC", "cert-only.pem": "error"}
+    got = probe({"plan": plans, "admit": admits, "options": options, "glob": globs, "filters": values,
+                 "keys": [str(tmp_path / k) for k in keys]})
+    assert [a.split(":")[0] for a in got["keys"]] == list(keys.values())
+
+    for case, parts in zip(plans, got["plan"]):
+        assert parts == python_plan(case["ranges"], case["rpp"], case["min"]), case
+    for case, end in zip(admits, got["admit"]):
+        limit = (ReadMaxRows(case["max"]) if case["max"] is not None
+                 else ReadMinRows(case["min"]) if case["min"] is not None else ReadAllAvailable())
+        assert end == admit(case["start"], case["available"], limit), case
+    for case, message in zip(options, got["options"]):
+        try:
+            parse_options(case)
+            expected = "ok"
+        except DisSourceError as e:
+            expected = str(e)
+        assert message == expected, case
+    assert got["glob"] == [fnmatch.fnmatchcase(name, pat) for pat, name in globs]
+    assert got["filters"] == [
+        ["2026-11-23"], ["2026-11-23", "2030-01-01"], ["2026-11-23", "2030-01-01"], ["2026-11-21", "2026-11-22"],
+        ["2026-11-21", "2026-11-23", "2030-01-01"], values, ["2026-11-21", "2026-11-22", "2026-11-23"], values,
+        values, [],
+    ]
