@@ -11,12 +11,10 @@ import structlog
 from disd.cli import main
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.schema import SchemaRegistry
-from e2e_helpers import scrape
+from support import TRADE, scrape, wait_for, write_log
 
-from .conftest import FILE1, KEY, SCHEMAS, IngestStream, send_file, wait_for, write_log
+from .conftest import FILE1, KEY, IngestStream, send_file
 
-TRADE = SchemaRegistry.load_dir(SCHEMAS).get("Market", "Trade")
 PROBLEM = f"corrupt binary log {FILE1} at byte 373: frame header checksum mismatch"
 
 

@@ -17,8 +17,9 @@ from disd.schema import SchemaRegistry, TableSchema
 from disd.storage import FileIdentityError, StorageConfig, StorageEngine, TrackedFileHandleFactory
 from disd.storage import filehandles as fh
 from disd.storage.fsio import OsFileSystem
+from support import trade_rows, write_log
 
-from .util import KEY, LOG, SCHEMAS, TRADE, fds_under, ingest_file, trade_rows, write_log
+from .util import KEY, LOG, SCHEMAS, TRADE, fds_under, ingest_file
 
 
 def make_files(tmp_path, n: int) -> list[str]:
