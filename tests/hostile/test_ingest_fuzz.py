@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from support import SCHEMAS, TRADE, log_name, trade_rows, write_log
 
-from .helpers import CLEAR_REFUSALS, DisProcess, HeldStream, channel, chunk_msg, open_msg, schemas, seal, split_frames
+from .helpers import (CLEAR_REFUSALS, DisProcess, HeldStream, channel, chunk_msg, open_msg, schemas, seal,
+                      split_frames)
 from .test_binlog_fuzz import _op, mutate
 
 QUOTE = schemas().get("Market", "Quote")

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from disd.notify import Notifier, watchdog_interval_s
-from e2e_helpers import BIN, Proc, free_port, write_dis_config
+from support import BIN, Proc, free_port, write_dis_config
 
 
 def _bind(tmp_path, abstract: bool) -> tuple[socket.socket, str]:
