@@ -40,7 +40,7 @@ def start(tmp_path, tls: dict | None, token: bool):
         server["token_file"] = str(tmp_path / "token")
     if tls:
         server["tls"] = tls
-    return start_dis_server(tmp_path / "db", metrics_port=None, **server)
+    return start_dis_server(tmp_path / "db", **server)
 
 
 def good(pki) -> dict:

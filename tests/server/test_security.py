@@ -44,7 +44,7 @@ def pki(tmp_path_factory):
 @pytest.fixture
 def secure_dis(tmp_path, pki):
     (tmp_path / "token").write_text("s3cret-token\n")
-    with running_dis(tmp_path / "db", metrics_port=None, token_file=str(tmp_path / "token"),
+    with running_dis(tmp_path / "db", token_file=str(tmp_path / "token"),
                      tls={"cert": str(pki / "server.pem"), "key": str(pki / "server.key"),
                           "client_ca": str(pki / "ca.pem")}) as srv:
         yield srv

@@ -19,12 +19,12 @@ from .processes import free_port
 from .rows import trade_rows
 
 
-def dis_settings(db_root, *, schemas=SCHEMAS, port: int = 0, metrics_port: int | None = 0, flush_ms: int = 20,
+def dis_settings(db_root, *, schemas=SCHEMAS, port: int = 0, metrics_port: int = 0, flush_ms: int = 20,
                  checkpoint_ms: int = 500, storage: dict | None = None, **server) -> dict:
     """The configuration mapping (what ``dis.yaml`` holds) of a DIS of the tests: loopback, the
-    repository's schemas, fast flush and checkpoint clocks.  ``port`` 0 lets the kernel choose,
-    ``metrics_port`` None serves no metrics; ``server`` adds keys of the ``server`` section
-    (token_file, tls, idle_timeout_s, max_workers, ...), ``storage`` the ``storage`` section."""
+    repository's schemas, fast flush and checkpoint clocks.  Port 0 (``port``, ``metrics_port``)
+    lets the kernel choose a free one; ``server`` adds keys of the ``server`` section (token_file,
+    tls, idle_timeout_s, max_workers, ...), ``storage`` the ``storage`` section."""
     data = {
         "db_root": str(db_root),
         "schemas": str(schemas),
