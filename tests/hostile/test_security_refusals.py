@@ -19,7 +19,8 @@ import pytest
 from disd.rpc.channel import ClientSecurity, open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from server.test_security import make_pki
-from support import TRADE, log_name, start_dis_server, start_tailer, trade_rows, write_log, write_tailer_config
+from support import (TRADE, log_name, start_dis_server, start_tailer, trade_rows, wait_for, write_log,
+                     write_tailer_config)
 
 from .helpers import chunk_msg, key_msg, open_msg, run_stream
 
@@ -234,9 +235,7 @@ def test_tailer_with_a_wrong_token_ingests_nothing(tmp_path, pki):
              "server_name": "localhost"})
     tailer = start_tailer(tmp_path, cfg)
     try:
-        end = time.monotonic() + 20
-        while time.monotonic() < end and "UNAUTHENTICATED" not in tailer.log_text():
-            time.sleep(0.1)
+        wait_for(lambda: "UNAUTHENTICATED" in tailer.log_text(), 20, what="the tailer refused")
         assert "UNAUTHENTICATED" in tailer.log_text(), tailer.log_text()[-2000:]
         assert tailer.alive()
         assert srv.engine.locations() == []

@@ -25,7 +25,7 @@ from disd.storage import (
 from disd.storage.checkpoint import FILE_NAME, TEMP_NAME, read_record
 from disd.storage.fsio import OsFileSystem
 from disd.storage.transactions import plan_transactions
-from support import sample, scrape, trade_rows, write_log
+from support import sample, scrape, trade_rows, wait_for, write_log
 
 from .util import KEY, LOG, SCHEMAS, TRADE, frames, ingest_file, sub_run
 
@@ -126,9 +126,7 @@ def test_the_flush_clock_publishes_within_the_interval_and_notifies(tmp_path):
     assert got.wait(2.0)
     assert time.monotonic() - t0 < 1.0
     assert loc.published_rows == 500
-    deadline = time.monotonic() + 3
-    while (read_record(loc.path).rows != 500) and time.monotonic() < deadline:  # the checkpoint clock
-        time.sleep(0.02)
+    wait_for(lambda: read_record(loc.path).rows == 500, 3, what="the checkpoint clock")
     assert read_record(loc.path).rows == 500
     unsubscribe()
     n = len(seen)
@@ -599,9 +597,7 @@ def test_one_location_in_error_others_keep_ingesting(tmp_path):
     with pytest.raises(LocationError):
         ingest_file(bad, p1)
     ingest_file(good, p2, frames_per_call=1)
-    deadline = time.monotonic() + 3
-    while read_record(good.path).rows < 20000 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: read_record(good.path).rows >= 20000, 3, what="the good location checkpointed")
     assert good.published_rows == 20000 and read_record(good.path).rows == 20000 and not good.in_error
     eng.close()
     assert eng.in_error_count() == before
