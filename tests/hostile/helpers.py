@@ -19,7 +19,8 @@ from disd.binlog.format import FRAME_HEADER, FRAME_HEADER_SIZE, crc32c
 from disd.rpc.channel import CHANNEL_OPTIONS
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaRegistry, TableSchema
-from support import SCHEMAS, Proc, free_port, log_name, start_dis_process, trade_rows, write_dis_config, write_log
+from support import (SCHEMAS, Proc, dis_healthy, free_port, log_name, start_dis_process, trade_rows, write_dis_config,
+                     write_log)
 
 #: Every status a refused ingest stream may end with; anything else (UNKNOWN: an exception
 #: escaped the handler; DEADLINE_EXCEEDED: the DIS hung) is a defect.
@@ -167,14 +168,7 @@ class DisProcess:
         return self.ps.memory_info().rss
 
     def healthy(self) -> bool:
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        ch = channel(self.port)
-        try:
-            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
-            return r.status == health_pb2.HealthCheckResponse.SERVING
-        finally:
-            ch.close()
+        return dis_healthy(self.port, timeout=5)
 
     def stop(self) -> None:
         if self.proc.alive():

@@ -69,25 +69,30 @@ class Proc:
         return self.log_path.read_text(errors="replace")
 
 
-def start_dis_process(tmp: pathlib.Path, config: pathlib.Path) -> Proc:
-    """``dis serve --config CONFIG --json-logs`` (output in ``tmp/dis.log``), once its health
-    service answers SERVING."""
+def dis_healthy(port: int, timeout: float = 1.0) -> bool:
+    """Whether the DIS on loopback ``port`` answers its health check with SERVING."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from disd.rpc.channel import open_channel
 
+    ch = open_channel(f"127.0.0.1:{port}")
+    try:
+        r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        return r.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        ch.close()
+
+
+def start_dis_process(tmp: pathlib.Path, config: pathlib.Path) -> Proc:
+    """``dis serve --config CONFIG --json-logs`` (output in ``tmp/dis.log``), once its health
+    service answers SERVING."""
     p = Proc([str(BIN / "dis"), "serve", "--config", str(config), "--json-logs"], tmp / "dis.log").start()
     port = yaml.safe_load(config.read_text())["server"]["port"]
 
     def healthy():
         if not p.alive():
             raise AssertionError("dis serve exited:\n" + p.log_text()[-3000:])
-        ch = open_channel(f"127.0.0.1:{port}")
-        try:
-            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1)
-            return r.status == health_pb2.HealthCheckResponse.SERVING
-        finally:
-            ch.close()
+        return dis_healthy(port)
 
     try:
         wait_for(healthy, 60, 0.1, "DIS health")
