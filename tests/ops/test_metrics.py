@@ -10,7 +10,7 @@ from disd.binlog import LocationKey
 from disd.server.daemon import DisServer
 from disd.server.metrics import SERVER_SERIES
 from disd.tailer import Tailer, parse_tailer_config
-from support import append_rows, by_label, dis_config, log_name, scrape, start_dis_server, wait_for
+from support import append_rows, by_label, dis_config, log_name, running_dis, scrape, start_dis_server, wait_for
 
 
 def _feed(srv: DisServer, logs, ip: str, rows: int) -> None:
@@ -23,18 +23,11 @@ def _feed(srv: DisServer, logs, ip: str, rows: int) -> None:
 
 
 def test_two_servers_in_one_process_each_serve_their_own_series(tmp_path):
-    a = start_dis_server(tmp_path / "a" / "db")
-    try:
-        # used to fail: both registered the same gauges in the default registry
-        b = start_dis_server(tmp_path / "b" / "db")
-        try:
-            _feed(a, tmp_path / "logs-a", "ipA", 7)
-            _feed(b, tmp_path / "logs-b", "ipB", 5)
-            sa, sb = scrape(a.metrics_port), scrape(b.metrics_port)
-        finally:
-            b.stop(0.5)
-    finally:
-        a.stop(0.5)
+    # the second used to fail to start: both registered the same gauges in the default registry
+    with running_dis(tmp_path / "a" / "db") as a, running_dis(tmp_path / "b" / "db") as b:
+        _feed(a, tmp_path / "logs-a", "ipA", 7)
+        _feed(b, tmp_path / "logs-b", "ipB", 5)
+        sa, sb = scrape(a.metrics_port), scrape(b.metrics_port)
     assert by_label(sa, "dis_location_rows") == {"Market/Trade/ipA/2026-11-22": 7}
     assert by_label(sb, "dis_location_rows") == {"Market/Trade/ipB/2026-11-22": 5}
     for s in (sa, sb):
@@ -48,31 +41,21 @@ def test_two_servers_in_one_process_each_serve_their_own_series(tmp_path):
         assert [x.value for x in s["dis_location_in_error"]] == [0.0]
         assert s["dis_db_disk_total_bytes"][0].value >= s["dis_db_disk_free_bytes"][0].value > 0
     # stopped servers leave nothing behind: a third one in the same process starts and serves
-    c = start_dis_server(tmp_path / "a" / "db")
-    try:
+    with running_dis(tmp_path / "a" / "db") as c:
         sc = scrape(c.metrics_port)
         assert by_label(sc, "dis_location_rows") == {"Market/Trade/ipA/2026-11-22": 7}
         assert by_label(sc, "dis_location_checkpointed_rows") == {"Market/Trade/ipA/2026-11-22": 7}
-    finally:
-        c.stop(0.5)
 
 
 def test_state_gauges_are_per_server(tmp_path):
     """dis_locations, dis_partitions_in_error, dis_open_file_handles, dis_block_cache_bytes and
     dis_subscribers describe one server: two in one process each report their own."""
-    a = start_dis_server(tmp_path / "a" / "db")
-    try:
-        b = start_dis_server(tmp_path / "b" / "db")
-        try:
-            _feed(a, tmp_path / "logs-a1", "ipA1", 7)
-            _feed(a, tmp_path / "logs-a2", "ipA2", 3)
-            _feed(b, tmp_path / "logs-b", "ipB", 5)
-            sa, sb = scrape(a.metrics_port), scrape(b.metrics_port)
-            handles_a, handles_b = a.engine.file_handles.open_count, b.engine.file_handles.open_count
-        finally:
-            b.stop(0.5)
-    finally:
-        a.stop(0.5)
+    with running_dis(tmp_path / "a" / "db") as a, running_dis(tmp_path / "b" / "db") as b:
+        _feed(a, tmp_path / "logs-a1", "ipA1", 7)
+        _feed(a, tmp_path / "logs-a2", "ipA2", 3)
+        _feed(b, tmp_path / "logs-b", "ipB", 5)
+        sa, sb = scrape(a.metrics_port), scrape(b.metrics_port)
+        handles_a, handles_b = a.engine.file_handles.open_count, b.engine.file_handles.open_count
     assert (sa["dis_locations"][0].value, sb["dis_locations"][0].value) == (2, 1)
     assert (sa["dis_open_file_handles"][0].value, sb["dis_open_file_handles"][0].value) == (handles_a, handles_b)
     assert handles_a > handles_b > 0
