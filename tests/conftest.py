@@ -1,34 +1,26 @@
-import pathlib
 import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT / "config" / "schemas"
+from support import ALL_TYPES, TRADE, running_dis
 
 
 @pytest.fixture
 def trade_schema():
-    from disd.schema import load_schema
-
-    return load_schema(SCHEMAS / "Market.Trade.yaml")
+    return TRADE
 
 
 @pytest.fixture
 def all_types_schema():
-    from disd.schema import TableSchema
+    return ALL_TYPES
 
-    return TableSchema.from_dict(
-        {
-            "namespace": "Test",
-            "table": "AllTypes",
-            "columns": [
-                {"name": n, "type": n.lower()}
-                for n in ["Bool", "Byte", "Short", "Int", "Long", "Float", "Double", "Char", "String", "Timestamp"]
-            ]
-            + [{"name": "Other", "type": "string"}],
-        }
-    )
+
+@pytest.fixture
+def dis(tmp_path):
+    """A DIS in this process over an empty database (``tmp_path / "db"``), on ports the kernel
+    chose (``dis.port``, ``dis.metrics_port``)."""
+    with running_dis(tmp_path / "db") as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

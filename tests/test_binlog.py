@@ -21,6 +21,7 @@ from disd.binlog import (
 from disd.binlog.format import FRAME_HEADER_SIZE, decode_header
 from disd.binlog.io import split_points
 from disd.schema import TableSchema
+from support import write_log
 
 
 def all_types_table(n: int) -> pa.Table:
@@ -42,11 +43,6 @@ def all_types_table(n: int) -> pa.Table:
         "Other": pa.array(strs[rng.integers(0, len(strs), n)].tolist(), pa.string(), mask=nulls(10)),
     }
     return pa.table(cols)
-
-
-def write_log(path, schema, table, flags):
-    with BinlogWriter(path, schema) as w:
-        w.write_rows(normalize_columns(schema, table), np.asarray(flags, np.uint8))
 
 
 def test_round_trip_every_type_with_nulls_and_non_ascii(tmp_path, all_types_schema):

@@ -17,8 +17,7 @@ from disd.blocks import (
     read_location,
 )
 from disd.client import connect, table_from_blocks
-
-from spark.helpers import loaded_dis
+from support import loaded_dis
 
 LOCS = {
     LocationKey("Market", "Trade", "feed1", "2026-11-22"): (0, 70_000),

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from e2e_helpers import BIN, ROOT, free_port, start_dis, wait_for, write_dis_config
+from support import BIN, ROOT, free_port, start_dis_process, wait_for, write_dis_config
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_ls_status_verify_and_clean_shutdown(tmp_path):
 
     port = free_port()
     cfg = write_dis_config(tmp_path, port)
-    dis = start_dis(tmp_path, cfg)
+    dis = start_dis_process(tmp_path, cfg)
     try:
         # feed it through the ingest service directly, as a tailer would
         from disd.tailer import Tailer, parse_tailer_config
@@ -102,7 +102,7 @@ def test_verify_takes_what_it_needs_from_the_config_and_refuses_what_is_missing(
     r = verify("--config", str(bad_cfg))
     assert r.returncode == 2 and "storage.max_open_files" in r.stderr and "Traceback" not in r.stderr
 
-    dis = start_dis(tmp_path, cfg)
+    dis = start_dis_process(tmp_path, cfg)
     try:
         from disd.logger import IntradayLoggerBuilder
         from disd.tailer import Tailer, parse_tailer_config

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from disd.client import DisClientError, connect
-from e2e_helpers import ROOT, free_port, start_dis, wait_for, write_dis_config
+from support import ROOT, free_port, wait_for, write_dis_config
+from support import start_dis_process as start_dis
 
 
 def _feed(port: int, logs, n: int) -> None:  # noqa: ANN001

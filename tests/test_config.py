@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from disd.config import ConfigError, load_dis_config, parse_dis_config
 from disd.storage import StorageEngine
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from support import ROOT, start_dis_server
 
 
 def test_the_sample_config_loads_with_its_values():
@@ -21,15 +18,7 @@ def test_the_sample_config_loads_with_its_values():
 
 
 def test_io_retry_backoff_reaches_the_storage_engine(tmp_path):
-    from disd.server.daemon import DisServer
-
-    cfg = parse_dis_config({
-        "db_root": str(tmp_path / "db"), "schemas": str(ROOT / "config" / "schemas"),
-        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0},
-        "storage": {"io_retry_initial_ms": 250, "io_retry_max_ms": 4000},
-    }, "<test>")
-    srv = DisServer(cfg)
-    srv.start()
+    srv = start_dis_server(tmp_path / "db", storage={"io_retry_initial_ms": 250, "io_retry_max_ms": 4000})
     try:
         assert isinstance(srv.engine, StorageEngine)
         assert (srv.engine.storage.io_retry_initial_ms, srv.engine.storage.io_retry_max_ms) == (250, 4000)

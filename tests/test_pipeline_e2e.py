@@ -8,14 +8,12 @@ from __future__ import annotations
 import threading
 import time
 
-import numpy as np
-import pyarrow as pa
 import pytest
 
 from disd.client import connect
 from disd.logger import IntradayLoggerBuilder
-
-from e2e_helpers import ROOT, free_port, start_dis, start_tailer, wait_for, write_dis_config, write_tailer_config
+from support import (ROOT, free_port, start_dis_process, start_tailer, trade_rows, wait_for, write_dis_config,
+                     write_tailer_config)
 
 pytestmark = pytest.mark.slow
 SCHEMA = ROOT / "config" / "schemas" / "Market.Trade.yaml"
@@ -27,16 +25,6 @@ def make_logger(log_dir, partition="2026-11-22", suffix=None):
     if suffix:
         b = b.set_internal_partition_suffix(suffix)
     return b.build()
-
-
-def batch(start: int, n: int) -> pa.Table:
-    idx = np.arange(start, start + n)
-    return pa.table({
-        "Timestamp": pa.array(1_763_800_000_000_000_000 + idx * 1000).cast(pa.timestamp("ns", tz="UTC")),
-        "Sym": pa.array(np.array(["AAPL", "MSFT", "IBM"])[idx % 3]),
-        "Price": pa.array(idx * 0.25),
-        "Size": pa.array(idx.astype(np.int32)),
-    })
 
 
 class Writer(threading.Thread):
@@ -65,7 +53,7 @@ class Writer(threading.Thread):
                                          Timestamp=1_763_800_000_000_000_000)
                     self.committed += 3
                 else:
-                    self.log.log_batch(batch(self.committed, self.rows), atomic=(i % 2 == 0))
+                    self.log.log_batch(trade_rows(self.committed, self.rows), atomic=(i % 2 == 0))
                     self.committed += self.rows
                 time.sleep(self.pause_s)
         except BaseException as e:  # noqa: BLE001
@@ -86,7 +74,7 @@ def test_rows_logged_are_read_back(tmp_path):
     port = free_port()
     logs = tmp_path / "logs"
     logs.mkdir()
-    dis = start_dis(tmp_path, write_dis_config(tmp_path, port))
+    dis = start_dis_process(tmp_path, write_dis_config(tmp_path, port))
     tailer = start_tailer(tmp_path, write_tailer_config(tmp_path, port, logs))
     try:
         log = make_logger(logs)
@@ -112,7 +100,7 @@ def test_kill9_mid_stream_loses_and_duplicates_nothing(tmp_path, victim):
     logs.mkdir()
     dis_cfg = write_dis_config(tmp_path, port)
     tailer_cfg = write_tailer_config(tmp_path, port, logs)
-    dis = start_dis(tmp_path, dis_cfg)
+    dis = start_dis_process(tmp_path, dis_cfg)
     tailer = start_tailer(tmp_path, tailer_cfg)
     log = make_logger(logs)
     w = Writer(log, batches=60, rows=2000, pause_s=0.02)
@@ -123,7 +111,7 @@ def test_kill9_mid_stream_loses_and_duplicates_nothing(tmp_path, victim):
             if victim == "dis":
                 dis.kill9()
                 time.sleep(0.3)
-                dis = start_dis(tmp_path, dis_cfg)
+                dis = start_dis_process(tmp_path, dis_cfg)
             else:
                 tailer.kill9()
                 time.sleep(0.3)

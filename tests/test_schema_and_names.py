@@ -5,7 +5,7 @@ import pytest
 from disd.names import InvalidNameError, NameKind, legalize, validate_name
 from disd.schema import ColumnType, SchemaError, SchemaRegistry, TableSchema, column_differences, load_schema
 
-from conftest import SCHEMAS
+from support import SCHEMAS
 
 
 @pytest.mark.parametrize(

@@ -17,13 +17,11 @@ import grpc
 import pytest
 
 from disd.client import connect
-from disd.config import parse_dis_config
 from disd.server import daemon
 from disd.server.daemon import DisServer
 
-from e2e_helpers import free_port, start_tailer, wait_for, write_tailer_config
-from ops.helpers import append_rows, log_name, scrape
-from server.conftest import KEY, SCHEMAS, IngestStream, frames_of
+from server.conftest import KEY, IngestStream, frames_of
+from support import append_rows, log_name, running_dis, sample, scrape, start_tailer, wait_for, write_tailer_config
 
 from .disk import FaultyDisk
 
@@ -42,20 +40,8 @@ def faulty_dis(tmp_path, monkeypatch):
         return real(db_root, schemas, fast, *args, fs=disk, **kw)
 
     monkeypatch.setattr(daemon, "StorageEngine", engine)
-    cfg = parse_dis_config({
-        "db_root": str(tmp_path / "db"),
-        "schemas": str(SCHEMAS),
-        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0},
-        "import": {"default": {"flush_interval_ms": 20, "checkpoint_interval_ms": 200}},
-    }, "<faults test>")
-    srv = DisServer(cfg)
-    srv.start()
-    yield srv, disk
-    srv.stop(0.5)
-
-
-def sample(samples, name: str, **labels) -> float:
-    return sum(s.value for s in samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items()))
+    with running_dis(tmp_path / "db", checkpoint_ms=200) as srv:
+        yield srv, disk
 
 
 def fingerprint(srv: DisServer) -> str:

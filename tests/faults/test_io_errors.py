@@ -16,14 +16,13 @@ import random
 import time
 
 import pytest
-from prometheus_client import REGISTRY
 
 from disd.binlog import decode_frames
 from disd.storage import ImportConfig, Location, LocationError, StorageConfig, StorageEngine
 from disd.storage.checkpoint import read_record
 
-from e2e_helpers import wait_for
 from storage.util import KEY, SCHEMAS, TRADE, sub_run
+from support import sample, scrape, wait_for
 
 from .crashsim import CrashPolicy, materialize, replay
 from .disk import FaultyDisk
@@ -32,10 +31,6 @@ from .workload import Logs, mismatch
 
 STRICTEST = CrashPolicy(keep=0.0, sizes="none", dirs="none")
 RETRY = dict(io_retry_initial_ms=50, io_retry_max_ms=400)
-
-
-def sample(name: str, **labels) -> float:
-    return REGISTRY.get_sample_value(name, labels or None) or 0.0
 
 
 def start_engine(db, disk: FaultyDisk) -> StorageEngine:
@@ -102,10 +97,10 @@ def test_io_error_stops_the_location_then_it_recovers_by_itself(tmp_path, op, co
         loc.checkpoint()
         base = loc.checkpointed_rows
         assert base > 0
-        io_before = sample("dis_io_errors_total", op=op, errno=name)
+        io_before = sample(scrape(), "dis_io_errors_total", op=op, errno=name)
         gauge_before = eng.in_error_count()
-        failed_before = sample("dis_location_recoveries_total", result="failed")
-        reopened_before = sample("dis_location_recoveries_total", result="reopened")
+        failed_before = sample(scrape(), "dis_location_recoveries_total", result="failed")
+        reopened_before = sample(scrape(), "dis_location_recoveries_total", result="reopened")
 
         disk.inject(op, code, path_contains=None if op != "rename" else "table.size", **extra)
         send_all(loc, logs, start=(0, half))
@@ -117,7 +112,7 @@ def test_io_error_stops_the_location_then_it_recovers_by_itself(tmp_path, op, co
         with pytest.raises(LocationError) as ei:
             logs.send(loc, 1, 0, 1)
         assert ei.value.errno == code and name in str(ei.value)
-        assert sample("dis_io_errors_total", op=op, errno=name) > io_before
+        assert sample(scrape(), "dis_io_errors_total", op=op, errno=name) > io_before
         assert eng.in_error_count() == gauge_before + 1
         # what was published stays readable, and what was checkpointed stays on disk
         assert mismatch(loc, logs.expected[: loc.published_rows]) is None
@@ -128,7 +123,7 @@ def test_io_error_stops_the_location_then_it_recovers_by_itself(tmp_path, op, co
         time.sleep(1.0)
         attempts = loc.reopens
         assert loc.in_error and 2 <= attempts <= 6, attempts
-        assert sample("dis_location_recoveries_total", result="failed") >= failed_before + 2
+        assert sample(scrape(), "dis_location_recoveries_total", result="failed") >= failed_before + 2
         assert name in loc.error
 
         disk.heal()  # space is back
@@ -136,7 +131,7 @@ def test_io_error_stops_the_location_then_it_recovers_by_itself(tmp_path, op, co
         wait_for(lambda: not loc.in_error, 10, interval=0.005, what="the location reopened by itself")
         took = time.monotonic() - t0
         recovered = loc.committed_rows
-        assert sample("dis_location_recoveries_total", result="reopened") == reopened_before + 1
+        assert sample(scrape(), "dis_location_recoveries_total", result="reopened") == reopened_before + 1
         assert eng.in_error_count() == gauge_before
         assert loc.epoch == 1 and recovered == read_record(loc.path).rows == ckpt.rows
         sub, rows = _first_frame(logs, 1)

@@ -20,14 +20,11 @@ import time
 import pytest
 
 from disd.client import connect
-from disd.config import parse_dis_config
 from disd.server import daemon
-from disd.server.daemon import DisServer
 from disd.storage.checkpoint import read_record
 
-from e2e_helpers import start_tailer, wait_for, write_tailer_config
-from ops.helpers import append_rows, log_name, scrape
-from server.conftest import KEY, SCHEMAS
+from server.conftest import KEY
+from support import append_rows, log_name, sample, scrape, start_dis_server, start_tailer, wait_for, write_tailer_config
 
 MNT_DETACH = 2
 LOCATION = str(KEY)
@@ -67,7 +64,7 @@ def sizes(port: int) -> list[int]:
 
 
 def enospc_errors(port: int) -> float:
-    return sum(s.value for s in scrape(port).get("dis_io_errors_total", []) if s.labels["errno"] == "ENOSPC")
+    return sample(scrape(port), "dis_io_errors_total", errno="ENOSPC")
 
 
 def test_a_really_full_disk_stops_the_location_then_ingestion_resumes_by_itself(tmp_path, small_tmpfs, monkeypatch):
@@ -75,14 +72,7 @@ def test_a_really_full_disk_stops_the_location_then_ingestion_resumes_by_itself(
     monkeypatch.setattr(daemon, "StorageEngine", lambda root, schemas, storage, *a, **kw: real(
         root, schemas, dataclasses.replace(storage, io_retry_initial_ms=100, io_retry_max_ms=500), *a, **kw))
     db = small_tmpfs / "db"
-    cfg = parse_dis_config({
-        "db_root": str(db),
-        "schemas": str(SCHEMAS),
-        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0},
-        "import": {"default": {"flush_interval_ms": 20, "checkpoint_interval_ms": 100}},
-    }, "<real disk full test>")
-    srv = DisServer(cfg)
-    srv.start()
+    srv = start_dis_server(db, checkpoint_ms=100)
     logs = tmp_path / "logs"
     logs.mkdir()
     tailer = None

@@ -3,8 +3,8 @@
 The logs come from ``storage.test_crash.build_logs``: single rows, transactions spanning frames,
 calls and files, abandoned transactions, stray Ends and frames with a commit in the middle (resume
 points with ``skip_rows``), with a row-at-a-time reference model of the committed rows.  Row
-``i`` of the logs has Size ``i``, Sym ``S{i % 5}``, Price ``i / 2`` and Timestamp ``i * 1000`` ns,
-so a table is checked from its Size column alone plus the derived columns.
+``i`` of the logs is row ``i`` of ``support.trade_rows`` (Size ``i``) with Sym ``S{i % 5}``, so a
+table is checked from its Size column alone plus the derived columns.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from disd.storage import Location, LocationError, SourcePosition, StorageEngine
 
 from storage.test_crash import build_logs
 from storage.util import TRADE, frames, sub_run
+from support import trade_rows
 
 if TYPE_CHECKING:
     from .disk import FaultyDisk
@@ -138,7 +139,9 @@ def mismatch(loc: Location, expected: np.ndarray) -> str | None:
     price = t.column("Price").to_numpy(zero_copy_only=False)
     ts = t.column("Timestamp").cast("int64").to_numpy(zero_copy_only=False)
     syms = t.column("Sym").to_pylist()
-    if not np.array_equal(price, expected * 0.5) or not np.array_equal(ts, expected * 1000):
+    logged = trade_rows(0, int(expected.max(initial=-1)) + 1).take(expected)
+    if (not np.array_equal(price, logged.column("Price").to_numpy())
+            or not np.array_equal(ts, logged.column("Timestamp").cast("int64").to_numpy())):
         return "Price or Timestamp differ from the rows logged"
     if syms != [f"S{v % 5}" for v in expected.tolist()]:
         return "Sym differs from the rows logged"

@@ -12,18 +12,15 @@ import threading
 from dataclasses import dataclass, field
 
 import grpc
-import numpy as np
 import psutil
 
-from disd.binlog import BinlogWriter, LocationKey, decode_header, normalize_columns
+from disd.binlog import decode_header
 from disd.binlog.format import FRAME_HEADER, FRAME_HEADER_SIZE, crc32c
 from disd.rpc.channel import CHANNEL_OPTIONS
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaRegistry, TableSchema
-from e2e_helpers import Proc, free_port, start_dis, write_dis_config
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT / "config" / "schemas"
+from support import (SCHEMAS, Proc, dis_healthy, free_port, log_name, start_dis_process, trade_rows, write_dis_config,
+                     write_log)
 
 #: Every status a refused ingest stream may end with; anything else (UNKNOWN: an exception
 #: escaped the handler; DEADLINE_EXCEEDED: the DIS hung) is a defect.
@@ -41,26 +38,6 @@ def schemas() -> SchemaRegistry:
     return SchemaRegistry.load_dir(SCHEMAS)
 
 
-def trade_schema() -> TableSchema:
-    return schemas().get("Market", "Trade")
-
-
-def trade_rows(n: int, start: int = 0) -> dict:
-    i = np.arange(start, start + n)
-    return {"Timestamp": (1_763_800_000_000_000_000 + i * 1000).astype(np.int64),
-            "Sym": [f"S{k % 7}" for k in i.tolist()], "Price": i * 0.5, "Size": i.astype(np.int32)}
-
-
-def log_name(ip: str, cp: str = "2026-11-22", hhmmss: str = "090000") -> str:
-    return f"Market.Trade.System.{ip}.{cp}.bin.{cp}.{hhmmss}.000+0000"
-
-
-def write_log(path: pathlib.Path, schema: TableSchema, columns: dict, flags) -> int:
-    """Append rows as one frame; returns the file size after it."""
-    with BinlogWriter(path, schema) as w:
-        return w.write_rows(normalize_columns(schema, columns), np.asarray(flags, np.uint8))
-
-
 def valid_log(tmp: pathlib.Path, schema: TableSchema, batches=((5, 3), (4, None))) -> bytes:
     """A small log: a header, then one frame per batch (``n`` rows; flag 3 = single rows,
     None = a whole transaction)."""
@@ -70,7 +47,7 @@ def valid_log(tmp: pathlib.Path, schema: TableSchema, batches=((5, 3), (4, None)
     start = 0
     for n, flag in batches:
         flags = [flag] * n if flag is not None else [1] + [0] * (n - 2) + [2]
-        write_log(p, schema, trade_rows(n, start), flags)
+        write_log(p, schema, trade_rows(start, n), flags)
         start += n
     return p.read_bytes()
 
@@ -182,37 +159,17 @@ class DisProcess:
 
     def __init__(self, tmp: pathlib.Path, storage: dict | None = None, **server) -> None:
         self.tmp = tmp
-        self.port = free_port()
-        cfg = write_dis_config(tmp, self.port)
-        import yaml
-
-        data = yaml.safe_load(cfg.read_text())
-        data["server"].update(server)
-        if storage:
-            data["storage"] = storage
-        self.metrics_port = data["server"]["metrics_port"]
-        data["import"] = {"default": {"flush_interval_ms": 20, "checkpoint_interval_ms": 500}}
-        cfg.write_text(yaml.safe_dump(data))
-        self.config = cfg
-        self.proc: Proc = start_dis(tmp, cfg)
+        self.port, self.metrics_port = free_port(), free_port()
+        self.config = write_dis_config(tmp, self.port, self.metrics_port, storage=storage, **server)
+        self.proc: Proc = start_dis_process(tmp, self.config)
         self.ps = psutil.Process(self.proc.p.pid)
 
     def rss(self) -> int:
         return self.ps.memory_info().rss
 
     def healthy(self) -> bool:
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        ch = channel(self.port)
-        try:
-            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
-            return r.status == health_pb2.HealthCheckResponse.SERVING
-        finally:
-            ch.close()
+        return dis_healthy(self.port, timeout=5)
 
     def stop(self) -> None:
         if self.proc.alive():
             self.proc.terminate()
-
-
-KEY = LocationKey("Market", "Trade", "feed1", "2026-11-22")

@@ -20,17 +20,10 @@ from hypothesis import strategies as st
 from disd.binlog import CorruptLogError, decode_frames, decode_header, scan_frames
 from disd.binlog.format import encode_header, layout_for
 from disd.schema import TableSchema
+from support import ALL_TYPES, TRADE
 
-from .helpers import seal, split_frames, trade_schema, valid_log
+from .helpers import seal, split_frames, valid_log
 
-TRADE = trade_schema()
-#: every column type, and two string columns (the multi-string heap path)
-ALL_TYPES = TableSchema.from_dict({
-    "namespace": "Test", "table": "AllTypes",
-    "columns": [{"name": n, "type": n.lower()} for n in
-                ["Bool", "Byte", "Short", "Int", "Long", "Float", "Double", "Char", "String", "Timestamp"]]
-    + [{"name": "Other", "type": "string"}],
-})
 SCHEMAS = {"trade": TRADE, "all": ALL_TYPES}
 
 

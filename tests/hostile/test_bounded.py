@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 
 import grpc
 
 from disd.client import connect
+from support import TRADE, log_name, sample, scrape, trade_rows, write_log
 
-from .helpers import DisProcess, channel, chunk_msg, log_name, open_msg, run_stream, trade_rows, trade_schema, write_log
-
-TRADE = trade_schema()
+from .helpers import DisProcess, channel, chunk_msg, open_msg, run_stream
 
 
 def _metric(port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
-    assert m, name
-    return float(m.group(1))
+    samples = scrape(port)
+    assert name in samples, name
+    return sample(samples, name)
 
 
 def test_block_cache_never_holds_more_than_block_cache_bytes(tmp_path):
@@ -29,7 +25,7 @@ def test_block_cache_never_holds_more_than_block_cache_bytes(tmp_path):
     metrics_port = d.metrics_port
     try:
         p = tmp_path / log_name("cache")
-        write_log(p, TRADE, trade_rows(120_000), [3] * 120_000)
+        write_log(p, TRADE, trade_rows(0, 120_000), [3] * 120_000)
         ch = channel(d.port)
         r = run_stream(ch, [open_msg("cache", TRADE.fingerprint), chunk_msg(p.name, 0, p.read_bytes())])
         ch.close()

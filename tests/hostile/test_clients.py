@@ -16,42 +16,17 @@ import numpy as np
 import pytest
 
 from disd.client import connect
-from server.conftest import make_config
+from support import TRADE, log_name, running_dis, trade_rows, wait_for, write_log
 
-from .helpers import (
-    HeldStream,
-    channel,
-    chunk_msg,
-    log_name,
-    open_msg,
-    split_frames,
-    trade_rows,
-    trade_schema,
-    write_log,
-)
+from .helpers import HeldStream, channel, chunk_msg, open_msg, split_frames
 
-TRADE = trade_schema()
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture
 def dis(tmp_path):
-    from disd.server.daemon import DisServer
-
-    srv = DisServer(make_config(tmp_path, idle_timeout_s=1.0, max_workers=128))
-    srv.start()
-    yield srv
-    srv.stop(0.5)
-
-
-def wait_for(pred, timeout=15.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"{what} not met within {timeout} s")
+    with running_dis(tmp_path / "db", idle_timeout_s=1.0, max_workers=128) as srv:
+        yield srv
 
 
 def published(port: int, ip: str) -> int:
@@ -96,8 +71,8 @@ def test_client_killed_mid_transaction_is_rolled_back_never_published_and_resume
     acknowledged, then dies (SIGKILL).  The 4 rows are truncated away and were never published;
     the next client resumes after row 5 and its resent transaction commits once."""
     path = tmp_path / log_name("vanish")
-    committed_end = write_log(path, TRADE, trade_rows(5), [3] * 5)
-    write_log(path, TRADE, trade_rows(4, 5), [1, 0, 0, 0])
+    committed_end = write_log(path, TRADE, trade_rows(0, 5), [3] * 5)
+    write_log(path, TRADE, trade_rows(5, 4), [1, 0, 0, 0])
     watcher = Watcher(dis.port)
     child = subprocess.Popen([sys.executable, os.path.join(HERE, "vanishing_client.py"), str(dis.port), str(path),
                               TRADE.fingerprint], stdout=subprocess.PIPE, text=True)
@@ -120,7 +95,7 @@ def test_client_killed_mid_transaction_is_rolled_back_never_published_and_resume
     # every count ever published was seen by the subscriber: the open transaction (9) never was
     assert watcher.max_rows["vanish"] == 5
     # the writer comes back and ends the transaction; a new client resumes where the DIS says
-    write_log(path, TRADE, trade_rows(1, 9), [2])
+    write_log(path, TRADE, trade_rows(9, 1), [2])
     s = HeldStream(channel(dis.port))
     r = s.send(open_msg("vanish", TRADE.fingerprint))
     assert (r.resume.file_name, r.resume.offset) == (path.name, committed_end)
@@ -179,7 +154,7 @@ def test_fifty_concurrent_streams_to_distinct_locations(dis, tmp_path):
         ip = f"many{k:02d}"
         p = tmp_path / log_name(ip)
         for f in range(frames):
-            write_log(p, TRADE, trade_rows(rows_per_frame, f * rows_per_frame), [3] * rows_per_frame)
+            write_log(p, TRADE, trade_rows(f * rows_per_frame, rows_per_frame), [3] * rows_per_frame)
         logs[ip] = p
     results: dict = {}
     threads = [threading.Thread(target=_send_log, args=(dis.port, ip, p.read_bytes(), p.name, results))
@@ -200,7 +175,7 @@ def test_fifty_concurrent_streams_to_distinct_locations(dis, tmp_path):
 
 def test_a_second_stream_for_a_location_takes_it_over_and_the_first_is_told_why(dis, tmp_path):
     path = tmp_path / log_name("shared")
-    write_log(path, TRADE, trade_rows(10), [3] * 10)
+    write_log(path, TRADE, trade_rows(0, 10), [3] * 10)
     write_log(path, TRADE, trade_rows(10, 10), [3] * 10)
     data = path.read_bytes()
     header, frames = split_frames(data)
@@ -227,11 +202,11 @@ def test_streams_racing_for_one_location_never_duplicate_or_lose_rows(dis, tmp_p
     n = 0
     for k in range(40):
         if k % 3 == 2:  # a transaction over two frames
-            write_log(path, TRADE, trade_rows(5, n), [1, 0, 0, 0, 0])
-            write_log(path, TRADE, trade_rows(5, n + 5), [0, 0, 0, 0, 2])
+            write_log(path, TRADE, trade_rows(n, 5), [1, 0, 0, 0, 0])
+            write_log(path, TRADE, trade_rows(n + 5, 5), [0, 0, 0, 0, 2])
             n += 10
         else:
-            write_log(path, TRADE, trade_rows(7, n), [3] * 7)
+            write_log(path, TRADE, trade_rows(n, 7), [3] * 7)
             n += 7
     data = path.read_bytes()
     header, frames = split_frames(data)

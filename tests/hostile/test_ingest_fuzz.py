@@ -23,25 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import (
-    CLEAR_REFUSALS,
-    SCHEMAS,
-    DisProcess,
-    HeldStream,
-    channel,
-    chunk_msg,
-    log_name,
-    open_msg,
-    schemas,
-    seal,
-    split_frames,
-    trade_rows,
-    trade_schema,
-    write_log,
-)
+from support import SCHEMAS, TRADE, log_name, trade_rows, write_log
+
+from .helpers import (CLEAR_REFUSALS, DisProcess, HeldStream, channel, chunk_msg, open_msg, schemas, seal,
+                      split_frames)
 from .test_binlog_fuzz import _op, mutate
 
-TRADE = trade_schema()
 QUOTE = schemas().get("Market", "Quote")
 IPS = ["fz0", "fz1", "fz2"]
 MiB = 1 << 20
@@ -65,11 +52,11 @@ def logs(tmp_path_factory):
         n = 0
         for k in range(12):
             if k % 4 == 1:
-                write_log(p, TRADE, trade_rows(6, n), [1, 0, 0, 0, 0, 0])
+                write_log(p, TRADE, trade_rows(n, 6), [1, 0, 0, 0, 0, 0])
             elif k % 4 == 2:
-                write_log(p, TRADE, trade_rows(6, n), [0, 0, 0, 0, 0, 2])
+                write_log(p, TRADE, trade_rows(n, 6), [0, 0, 0, 0, 0, 2])
             else:
-                write_log(p, TRADE, trade_rows(9, n), [3] * 9)
+                write_log(p, TRADE, trade_rows(n, 9), [3] * 9)
             n += 9 if k % 4 in (0, 3) else 6
         data = p.read_bytes()
         header, frames = split_frames(data)
@@ -227,7 +214,7 @@ def test_large_hostile_chunks_do_not_grow_memory(tmp_path):
     d = DisProcess(tmp_path, max_workers=16)
     try:
         p = tmp_path / log_name("mem")
-        write_log(p, TRADE, trade_rows(3), [3] * 3)
+        write_log(p, TRADE, trade_rows(0, 3), [3] * 3)
         header, frames = split_frames(p.read_bytes())
         payload = b"\x07" * (30 * MiB)
         good = seal(payload, 0)

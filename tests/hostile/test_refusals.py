@@ -12,22 +12,10 @@ import pytest
 
 from disd.rpc.channel import MAX_MESSAGE_BYTES
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from server.conftest import make_config
+from support import TRADE, log_name, trade_rows, write_log
 
-from .helpers import (
-    channel,
-    chunk_msg,
-    log_name,
-    open_msg,
-    run_stream,
-    schemas,
-    split_frames,
-    trade_rows,
-    trade_schema,
-    write_log,
-)
+from .helpers import channel, chunk_msg, open_msg, run_stream, schemas, split_frames
 
-TRADE = trade_schema()
 QUOTE = schemas().get("Market", "Quote")
 BAD_NAMES = {
     "dotdot": "..",
@@ -39,16 +27,6 @@ BAD_NAMES = {
     "too-long": "x" * 129,
     "empty": "",
 }
-
-
-@pytest.fixture
-def dis(tmp_path):
-    from disd.server.daemon import DisServer
-
-    srv = DisServer(make_config(tmp_path))
-    srv.start()
-    yield srv
-    srv.stop(0.5)
 
 
 @pytest.fixture
@@ -87,7 +65,7 @@ def test_bad_names_in_ingest_open_are_invalid_argument_and_touch_no_disk(dis, ch
 @pytest.mark.parametrize("bad", ["dotdot", "slash", "nul", "too-long"])
 def test_bad_names_in_chunk_file_names_are_invalid_argument(dis, ch, tmp_path, bad):
     p = tmp_path / log_name("names")
-    write_log(p, TRADE, trade_rows(3), [3] * 3)
+    write_log(p, TRADE, trade_rows(0, 3), [3] * 3)
     name = p.name.replace("names", BAD_NAMES[bad], 1)
     r = run_stream(ch, [open_msg("names", TRADE.fingerprint), chunk_msg(name, 0, p.read_bytes())], timeout=10)
     assert r.code == grpc.StatusCode.INVALID_ARGUMENT, r
@@ -97,7 +75,7 @@ def test_bad_names_in_chunk_file_names_are_invalid_argument(dis, ch, tmp_path, b
 
 def test_chunk_of_another_location_is_invalid_argument(dis, ch, tmp_path):
     p = tmp_path / log_name("other")
-    write_log(p, TRADE, trade_rows(3), [3] * 3)
+    write_log(p, TRADE, trade_rows(0, 3), [3] * 3)
     r = run_stream(ch, [open_msg("mine", TRADE.fingerprint), chunk_msg(p.name, 0, p.read_bytes())], timeout=10)
     assert r.code == grpc.StatusCode.INVALID_ARGUMENT and "is not of location" in r.details, r
 
@@ -128,7 +106,7 @@ def test_bad_names_in_reads_are_refused_and_never_reach_the_disk(dis, ch, tmp_pa
 
 def test_file_names_in_reads_cannot_escape_the_location(dis, ch, tmp_path):
     p = tmp_path / log_name("files")
-    write_log(p, TRADE, trade_rows(10), [3] * 10)
+    write_log(p, TRADE, trade_rows(0, 10), [3] * 10)
     r = run_stream(ch, [open_msg("files", TRADE.fingerprint), chunk_msg(p.name, 0, p.read_bytes())], timeout=10)
     assert r.code == grpc.StatusCode.OK and r.responses[-1].ack.committed_rows == 10
     (tmp_path / "secret").write_text("secret")
@@ -189,7 +167,7 @@ def test_message_over_the_size_limit_is_resource_exhausted_and_the_location_carr
     big = grpc.insecure_channel(f"127.0.0.1:{dis.port}",
                                 options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES * 2)])
     p = tmp_path / log_name("big")
-    write_log(p, TRADE, trade_rows(3), [3] * 3)
+    write_log(p, TRADE, trade_rows(0, 3), [3] * 3)
     huge = p.read_bytes() + b"\x00" * (MAX_MESSAGE_BYTES + 1024)
     r = run_stream(big, [open_msg("big", TRADE.fingerprint), chunk_msg(p.name, 0, huge)], timeout=30)
     big.close()
@@ -210,7 +188,7 @@ def test_frame_declaring_more_than_the_frame_limit_is_data_loss(dis, ch, tmp_pat
     from disd.binlog.format import crc32c
 
     p = tmp_path / log_name("claim")
-    write_log(p, TRADE, trade_rows(3), [3] * 3)
+    write_log(p, TRADE, trade_rows(0, 3), [3] * 3)
     header, frames = split_frames(p.read_bytes())
     head = struct.pack("<III", 1 << 30, 1, 0)
     bogus = head + struct.pack("<I", crc32c(head)) + b"\x01" * 1000

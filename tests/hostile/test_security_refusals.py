@@ -16,16 +16,16 @@ import time
 import grpc
 import pytest
 
-from disd.config import parse_dis_config
 from disd.rpc.channel import ClientSecurity, open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from server.test_security import make_pki
+from support import (TRADE, log_name, start_dis_server, start_tailer, trade_rows, wait_for, write_log,
+                     write_tailer_config)
 
-from .helpers import SCHEMAS, chunk_msg, key_msg, log_name, open_msg, run_stream, trade_rows, trade_schema, write_log
+from .helpers import chunk_msg, key_msg, open_msg, run_stream
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
-TRADE = trade_schema()
 TOKEN = "s3cret-token"
 
 
@@ -35,18 +35,13 @@ def pki(tmp_path_factory):
 
 
 def start(tmp_path, tls: dict | None, token: bool):
-    from disd.server.daemon import DisServer
-
-    server = {"host": "127.0.0.1", "port": 0, "metrics_port": None}
+    server = {}
     if token:
         (tmp_path / "token").write_text(TOKEN + "\n")
         server["token_file"] = str(tmp_path / "token")
     if tls:
         server["tls"] = tls
-    srv = DisServer(parse_dis_config({"db_root": str(tmp_path / "db"), "schemas": str(SCHEMAS), "server": server},
-                                     "<test>"))
-    srv.start()
-    return srv
+    return start_dis_server(tmp_path / "db", **server)
 
 
 def good(pki) -> dict:
@@ -60,7 +55,7 @@ def secure_dis(tmp_path, pki):
     srv = start(tmp_path, {"cert": str(pki / "server.pem"), "key": str(pki / "server.key"),
                            "client_ca": str(pki / "ca.pem")}, token=True)
     p = tmp_path / log_name("sec")
-    write_log(p, TRADE, trade_rows(10), [3] * 10)
+    write_log(p, TRADE, trade_rows(0, 10), [3] * 10)
     ch = open_channel(f"127.0.0.1:{srv.port}", ClientSecurity(**good(pki)))
     r = run_stream(ch, [open_msg("sec", TRADE.fingerprint), chunk_msg(p.name, 0, p.read_bytes())])
     assert r.code == grpc.StatusCode.OK and r.responses[-1].ack.committed_rows == 10, r
@@ -107,7 +102,7 @@ def _ingest_chunks(ch):
 
     with tempfile.TemporaryDirectory() as d:
         p = pathlib.Path(d) / log_name("intruder")
-        write_log(p, TRADE, trade_rows(5), [3] * 5)
+        write_log(p, TRADE, trade_rows(0, 5), [3] * 5)
         r = run_stream(ch, [open_msg("intruder", TRADE.fingerprint), chunk_msg(p.name, 0, p.read_bytes())])
     if r.code != grpc.StatusCode.OK:
         raise _Refused(r.code, r.details)
@@ -228,28 +223,19 @@ def test_health_stays_open_but_tells_nothing_about_tables(secure_dis, pki):
 def test_tailer_with_a_wrong_token_ingests_nothing(tmp_path, pki):
     """The real dis-tailer, TLS with a client certificate but the wrong token: refused, the
     DIS holds no location, and the tailer keeps running (it retries; it does not crash)."""
-    import yaml
-
-    from e2e_helpers import BIN, Proc
-
     srv = start(tmp_path, {"cert": str(pki / "server.pem"), "key": str(pki / "server.key"),
                            "client_ca": str(pki / "ca.pem")}, token=True)
     logs = tmp_path / "logs"
     logs.mkdir()
-    write_log(logs / log_name("tail"), TRADE, trade_rows(20), [3] * 20)
+    write_log(logs / log_name("tail"), TRADE, trade_rows(0, 20), [3] * 20)
     (tmp_path / "bad-token").write_text("guess\n")
-    cfg = tmp_path / "tailer.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)], "state_dir": str(tmp_path / "state"),
-        "token_file": str(tmp_path / "bad-token"), "poll_interval_ms": 50,
-        "tls": {"ca": str(pki / "ca.pem"), "cert": str(pki / "client.pem"), "key": str(pki / "client.key"),
-                "server_name": "localhost"},
-    }))
-    tailer = Proc([str(BIN / "dis-tailer"), "--config", str(cfg)], tmp_path / "tailer.log").start()
+    cfg = write_tailer_config(
+        tmp_path, srv.port, logs, token_file=str(tmp_path / "bad-token"), poll_interval_ms=50,
+        tls={"ca": str(pki / "ca.pem"), "cert": str(pki / "client.pem"), "key": str(pki / "client.key"),
+             "server_name": "localhost"})
+    tailer = start_tailer(tmp_path, cfg)
     try:
-        end = time.monotonic() + 20
-        while time.monotonic() < end and "UNAUTHENTICATED" not in tailer.log_text():
-            time.sleep(0.1)
+        wait_for(lambda: "UNAUTHENTICATED" in tailer.log_text(), 20, what="the tailer refused")
         assert "UNAUTHENTICATED" in tailer.log_text(), tailer.log_text()[-2000:]
         assert tailer.alive()
         assert srv.engine.locations() == []

@@ -9,9 +9,9 @@ import pytest
 
 from spark.conftest import pytest_generate_tests, spark, spark_session  # noqa: F401 - the shared local
 # session fixture, run once per reader of format("dis") (dis_reader: jvm, python)
-from spark.helpers import start_dis
+from support import Feeder, start_dis_server, trade_rows
 
-from .helpers import LOCS, Feeder, trade_rows
+from .helpers import LOCS
 
 
 class Dis:
@@ -19,7 +19,7 @@ class Dis:
 
     def __init__(self, db_root) -> None:  # noqa: ANN001
         self.db_root = db_root
-        self.server = start_dis(db_root)
+        self.server = start_dis_server(db_root)
         self.feeder = Feeder(self.server)
         self.address = f"127.0.0.1:{self.server.port}"
 
@@ -39,7 +39,7 @@ class Dis:
         try:
             yield
         finally:
-            self.server = start_dis(self.db_root)
+            self.server = start_dis_server(self.db_root)
             self.feeder = Feeder(self.server)
             self.address = f"127.0.0.1:{self.server.port}"
 

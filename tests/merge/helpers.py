@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 import types
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import disd
 from disd.binlog import LocationKey
 from disd.schema import SchemaRegistry
 from disd.storage import StorageEngine
+from support import SCHEMAS as SCHEMAS_DIR, Feeder, trade_rows
 
-from spark.helpers import Feeder, trade_rows  # noqa: F401 - re-exported for the merge tests
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
-SCHEMAS_DIR = ROOT / "config" / "schemas"
 SCHEMAS = SchemaRegistry.load_dir(SCHEMAS_DIR)
-TRADE = SCHEMAS.get("Market", "Trade")
 #: Two dates in the past whenever the tests run (a merge of today's date is refused).
 D1, D2 = "2026-11-19", "2026-11-20"
 #: (first Size, rows) per location: two internal partitions per date.
@@ -57,19 +50,6 @@ class IntradayDb:
 def fill(db: IntradayDb, locs=LOCS) -> None:  # noqa: ANN001
     for key, (start, n) in locs.items():
         db.append(key, trade_rows(start, n, nulls=True))
-
-
-def subprocess_env() -> dict:
-    """Environment for child processes: the same ``disd``, the tests on the path, this Python
-    for Spark's workers."""
-    import sys
-
-    src = str(pathlib.Path(disd.__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([src, str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    return env
 
 
 def location_table(path: pathlib.Path) -> pa.Table:

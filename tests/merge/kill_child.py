@@ -20,7 +20,7 @@ from disd.historical import merge as m
 from disd.historical.intraday import checkpointed_locations
 from disd.storage.columns import decode_table
 
-from merge.helpers import SCHEMAS_DIR
+from support import SCHEMAS as SCHEMAS_DIR
 
 
 def main() -> None:

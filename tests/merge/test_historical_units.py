@@ -30,8 +30,9 @@ from disd.historical.liveness import LivePartitionError, check_not_live, live_re
 from disd.historical.merge import MergeError, choose_partition
 from disd.historical.publish import finalize, publish_location
 from disd.schema import Column, ColumnType
+from support import TRADE, trade_rows
 
-from .helpers import D1, D2, LOCS, TRADE, IntradayDb, fill, rows_of, trade_rows
+from .helpers import D1, D2, LOCS, IntradayDb, fill, rows_of
 
 
 def spark_like_output(staging: pathlib.Path, tables: list[pa.Table], row_group: int = 1000) -> None:

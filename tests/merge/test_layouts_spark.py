@@ -17,8 +17,9 @@ from disd.historical.index import read_index
 from disd.historical.layout import Layout, NamespaceRoot, NamespaceType
 from disd.schema import Column, ColumnType
 from disd.spark.usertables import UserTableError
+from support import TRADE, trade_rows
 
-from .helpers import D1, D2, TRADE, location_table, trade_rows
+from .helpers import D1, D2, location_table
 
 pytestmark = pytest.mark.spark
 

@@ -25,8 +25,9 @@ from disd.historical.definitions import DefinitionError, find_definition
 from disd.historical.discover import table_files
 from disd.historical.index import read_index, read_manifest
 from disd.historical.layout import NamespaceRoot
+from support import subprocess_env
 
-from .helpers import D1, LOCS, IntradayDb, fill, rows_of, subprocess_env
+from .helpers import D1, LOCS, IntradayDb, fill, rows_of
 
 CHILD = pathlib.Path(__file__).with_name("kill_child.py")
 STEPS = ["locked", "writing", "written", "finalized", "sealed", "renamed", "linked", "indexed"]

@@ -23,8 +23,9 @@ from disd.historical.layout import NamespaceRoot
 from disd.historical.liveness import LivePartitionError
 from disd.historical.merge import IntradaySource, MergeError, MergeRequest, MergeSettings, merge
 from disd.historical.parquet import ParquetSettings
+from support import SCHEMAS as SCHEMAS_DIR, trade_rows
 
-from .helpers import D1, D2, LOCS, SCHEMAS_DIR, location_table, rows_of, trade_rows
+from .helpers import D1, D2, LOCS, location_table, rows_of
 
 pytestmark = pytest.mark.spark
 

@@ -19,12 +19,12 @@ import time
 import pytest
 
 from disd.binlog import LocationKey
+from support import ROOT, SCHEMAS as SCHEMAS_DIR, subprocess_env, trade_rows
 
-from .helpers import SCHEMAS_DIR, IntradayDb, subprocess_env, trade_rows
+from .helpers import IntradayDb
 from .test_merge_kill import visible_sizes
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATE = "2026-11-18"
 SIZES = {"feed1": (0, 80_000), "feed2": (80_000, 40_000)}
 

@@ -9,11 +9,10 @@ import subprocess
 import time
 
 import pytest
-import yaml
 
 from disd.historical.merge import IntradaySource, MergeError, MergeRequest, merge
 from disd.storage.dblock import DatabaseLockedError, lock_database, read_holder
-from e2e_helpers import BIN, ROOT, free_port, start_dis, write_dis_config
+from support import BIN, ROOT, free_port, start_dis_process, write_dis_config
 
 
 def test_a_second_lock_on_one_root_is_refused_naming_the_holder(tmp_path):
@@ -30,13 +29,11 @@ def test_a_second_lock_on_one_root_is_refused_naming_the_holder(tmp_path):
 
 
 def test_a_second_dis_serve_on_one_root_exits_at_once_and_kill_9_frees_the_root(tmp_path):
-    first = start_dis(tmp_path, write_dis_config(tmp_path, free_port()))
+    first = start_dis_process(tmp_path, write_dis_config(tmp_path, free_port()))
     try:
         other = tmp_path / "other"
         other.mkdir()
-        cfg2 = yaml.safe_load((tmp_path / "dis.yaml").read_text())
-        cfg2["server"]["port"], cfg2["server"]["metrics_port"] = free_port(), free_port()
-        (other / "dis.yaml").write_text(yaml.safe_dump(cfg2))
+        write_dis_config(other, free_port(), db_root=tmp_path / "db")  # the same database root
         t0 = time.monotonic()
         r = subprocess.run([str(BIN / "dis"), "serve", "--config", str(other / "dis.yaml")],
                            capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -45,7 +42,7 @@ def test_a_second_dis_serve_on_one_root_exits_at_once_and_kill_9_frees_the_root(
         assert str(tmp_path / "db") in r.stderr and f"pid {first.p.pid}" in r.stderr, r.stderr
         assert socket.gethostname() in r.stderr and "Traceback" not in r.stderr
         first.kill9()  # the kernel drops the flock with the process
-        second = start_dis(other, other / "dis.yaml")
+        second = start_dis_process(other, other / "dis.yaml")
         assert read_holder(str(tmp_path / "db")).pid == second.p.pid
         assert second.terminate() == 0
     finally:
@@ -54,7 +51,7 @@ def test_a_second_dis_serve_on_one_root_exits_at_once_and_kill_9_frees_the_root(
 
 
 def test_merge_from_column_files_is_refused_while_a_dis_owns_the_root(tmp_path):
-    dis = start_dis(tmp_path, write_dis_config(tmp_path, free_port()))
+    dis = start_dis_process(tmp_path, write_dis_config(tmp_path, free_port()))
     try:
         req = MergeRequest("Market", "Trade", "2026-11-21", str(tmp_path / "db"),
                            IntradaySource(schemas=str(ROOT / "config" / "schemas")), quiet_s=0)

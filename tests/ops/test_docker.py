@@ -18,8 +18,7 @@ import yaml
 
 from disd.config import load_dis_config
 from disd.tailer.config import load_tailer_config
-
-from .helpers import ROOT
+from support import ROOT
 
 DOCKER = ROOT / "docker"
 

@@ -5,16 +5,12 @@ from __future__ import annotations
 import json
 
 from disd.cli import main
-from disd.server.daemon import DisServer
-from e2e_helpers import free_port
-
-from .helpers import server_config
+from support import free_port, start_dis_server
 
 
 def test_serving_dis_is_healthy(tmp_path, capsys):
     (tmp_path / "token").write_text("s3cret\n")
-    srv = DisServer(server_config(tmp_path, token_file=str(tmp_path / "token")))
-    srv.start()
+    srv = start_dis_server(tmp_path / "db", token_file=str(tmp_path / "token"))
     try:
         # the health service needs no token: a probe holds no secret
         assert main(["health", "--address", f"127.0.0.1:{srv.port}"]) == 0

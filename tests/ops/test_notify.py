@@ -9,7 +9,7 @@ import time
 import pytest
 
 from disd.notify import Notifier, watchdog_interval_s
-from e2e_helpers import BIN, Proc, free_port, write_dis_config
+from support import BIN, Proc, dis_healthy, free_port, write_dis_config
 
 
 def _bind(tmp_path, abstract: bool) -> tuple[socket.socket, str]:
@@ -28,19 +28,6 @@ def _recv(sock: socket.socket) -> list[str]:
     return sock.recv(4096).decode().splitlines()
 
 
-def _healthy(port: int) -> bool:
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    from disd.rpc.channel import open_channel
-
-    ch = open_channel(f"127.0.0.1:{port}")
-    try:
-        r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2)
-        return r.status == health_pb2.HealthCheckResponse.SERVING
-    finally:
-        ch.close()
-
-
 @pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
 def test_ready_watchdog_status_stopping(tmp_path, abstract):
     sock, addr = _bind(tmp_path, abstract)
@@ -53,7 +40,7 @@ def test_ready_watchdog_status_stopping(tmp_path, abstract):
         assert "READY=1" in first, first
         assert any(f.startswith("STATUS=serving on 127.0.0.1:") for f in first)
         # READY=1 comes once the port answers: systemd starts what comes after only then
-        assert _healthy(port)
+        assert dis_healthy(port, timeout=2)
         pings, statuses = 0, []
         end = time.monotonic() + 1.5
         while time.monotonic() < end:

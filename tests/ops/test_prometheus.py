@@ -23,9 +23,8 @@ from disd.binlog import RowFlag
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server.daemon import DisServer
 from disd.tailer import Tailer, parse_tailer_config
-from e2e_helpers import Proc, free_port, start_tailer, wait_for, write_tailer_config
-
-from .helpers import ROOT, TRADE, append_rows, log_name, scrape, server_config, trade_rows
+from support import (ROOT, TRADE, Proc, append_rows, free_port, log_name, scrape, start_dis_server, start_tailer,
+                     trade_rows, wait_for, write_tailer_config)
 
 PROM = ROOT / "config" / "prometheus"
 DASHBOARD = ROOT / "config" / "grafana" / "dis-dashboard.json"
@@ -127,8 +126,7 @@ def _provoke_every_series(srv: DisServer, tmp_path) -> None:
 
 
 def test_every_series_of_rules_and_dashboard_exists_on_a_running_dis(tmp_path):
-    srv = DisServer(server_config(tmp_path))
-    srv.start()
+    srv = start_dis_server(tmp_path / "db")
     try:
         _provoke_every_series(srv, tmp_path)
         scraped = set(scrape(srv.metrics_port))
@@ -153,8 +151,7 @@ def _provoke_tailer_series(logs) -> int:
 
 
 def test_every_series_of_the_tailer_rules_exists_on_a_running_tailer(tmp_path):
-    srv = DisServer(server_config(tmp_path))
-    srv.start()
+    srv = start_dis_server(tmp_path / "db")
     logs = tmp_path / "logs"
     logs.mkdir()
     _provoke_tailer_series(logs)
@@ -185,8 +182,7 @@ def test_a_real_prometheus_scrapes_a_running_dis(tmp_path):
     bad = tmp_path / "db/Intraday/Market/Trade/bad/2026-11-22/Trade"
     bad.mkdir(parents=True)
     (bad / "table.size").write_bytes(b"damaged")
-    srv = DisServer(server_config(tmp_path))
-    srv.start()
+    srv = start_dis_server(tmp_path / "db")
     prom_port = free_port()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(yaml.safe_dump({
@@ -239,8 +235,7 @@ def test_a_real_prometheus_scrapes_a_running_tailer(tmp_path):
     arrives, every rule evaluates, the skipped file and the DIS's view of the tailer's problem are
     queryable."""
     prometheus = _tool("prometheus")
-    srv = DisServer(server_config(tmp_path))
-    srv.start()
+    srv = start_dis_server(tmp_path / "db")
     logs = tmp_path / "logs"
     logs.mkdir()
     _provoke_tailer_series(logs)

@@ -10,22 +10,14 @@ import time
 
 import numpy as np
 import pytest
-import yaml
 
 from disd.client import connect
-from e2e_helpers import free_port, start_dis, start_tailer, wait_for, write_dis_config, write_tailer_config
-
-from .helpers import append_rows, log_name
+from support import (append_rows, free_port, log_name, start_dis_process, start_tailer, wait_for, write_dis_config,
+                     write_tailer_config)
 
 pytestmark = pytest.mark.slow
 
 F = [log_name("ip1", hhmmss=f"{h:02d}0000") for h in range(9, 15)]
-
-
-def _set_checkpoint_ms(cfg, ms: int) -> None:
-    data = yaml.safe_load(cfg.read_text())
-    data["import"]["default"]["checkpoint_interval_ms"] = ms
-    cfg.write_text(yaml.safe_dump(data))
 
 
 def _rows(port: int) -> int:
@@ -38,14 +30,14 @@ def _listing(logs) -> list[str]:
 
 
 def test_retention_across_kill9_and_restart(tmp_path):
-    port = free_port()
-    cfg = write_dis_config(tmp_path, port)
-    _set_checkpoint_ms(cfg, 3_600_000)  # first life: ingests, never checkpoints
+    port, metrics_port = free_port(), free_port()
+    # first life: ingests, never checkpoints
+    cfg = write_dis_config(tmp_path, port, metrics_port, checkpoint_ms=3_600_000)
     logs = tmp_path / "logs"
     logs.mkdir()
     tcfg = write_tailer_config(tmp_path, port, logs, poll_interval_ms=50, max_backoff_ms=300,
                                retention={"mode": "delete", "interval_ms": 100})
-    dis = start_dis(tmp_path, cfg)
+    dis = start_dis_process(tmp_path, cfg)
     tailer = start_tailer(tmp_path, tcfg)
     try:
         append_rows(logs / F[0], 0, 100, frames=4)
@@ -59,8 +51,8 @@ def test_retention_across_kill9_and_restart(tmp_path):
 
         dis.kill9()
         assert _listing(logs) == F[:3]
-        _set_checkpoint_ms(cfg, 200)
-        dis = start_dis(tmp_path, cfg)  # recovers to the empty checkpoint: asks for F[0] again
+        write_dis_config(tmp_path, port, metrics_port, checkpoint_ms=200)
+        dis = start_dis_process(tmp_path, cfg)  # recovers to the empty checkpoint: asks for F[0] again
         wait_for(lambda: _rows(port) == 250, 30, what="250 rows after the restart")
         wait_for(lambda: _listing(logs) == F[2:3], 30, what="F0 and F1 removed")
 
@@ -74,7 +66,7 @@ def test_retention_across_kill9_and_restart(tmp_path):
         append_rows(logs / F[5], 520, 10)
         dis.kill9()
         assert set(_listing(logs)) >= {F[4], F[5]}  # uncheckpointed: still there
-        dis = start_dis(tmp_path, cfg)
+        dis = start_dis_process(tmp_path, cfg)
         wait_for(lambda: _rows(port) == 530, 30, what="530 rows after the second kill")
         wait_for(lambda: _listing(logs) == F[5:6], 30, what="all but the newest removed")
         with connect(f"127.0.0.1:{port}") as c:

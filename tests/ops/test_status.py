@@ -7,11 +7,8 @@ import json
 from disd.cli import main
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.server.daemon import DisServer
 from disd.tailer import Tailer, parse_tailer_config
-from e2e_helpers import wait_for
-
-from .helpers import append_rows, log_name, server_config
+from support import append_rows, free_port, log_name, start_dis_server, wait_for
 
 BAD = "Market/Trade/bad/2026-11-22"
 
@@ -27,8 +24,7 @@ def test_status_shows_rows_ages_checkpoint_tailer_and_errors(tmp_path, capsys):
     bad = tmp_path / "db/Intraday/Market/Trade/bad/2026-11-22/Trade"
     bad.mkdir(parents=True)
     (bad / "table.size").write_bytes(b"not a checkpoint")
-    srv = DisServer(server_config(tmp_path, checkpoint_ms=100))
-    srv.start()
+    srv = start_dis_server(tmp_path / "db", checkpoint_ms=100)
     logs = tmp_path / "logs"
     size = append_rows(logs / log_name("ip1"), 0, 9, frames=3)
     cfg = parse_tailer_config({"dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)], "poll_interval_ms": 50})
@@ -76,8 +72,7 @@ def test_status_shows_rows_ages_checkpoint_tailer_and_errors(tmp_path, capsys):
 
 
 def test_status_filters(tmp_path):
-    srv = DisServer(server_config(tmp_path, checkpoint_ms=100))
-    srv.start()
+    srv = start_dis_server(tmp_path / "db", checkpoint_ms=100)
     logs = tmp_path / "logs"
     for ip in ("ip1", "ip2"):
         append_rows(logs / log_name(ip), 0, 3)
@@ -100,7 +95,5 @@ def test_status_filters(tmp_path):
 
 
 def test_unreachable_dis(capsys):
-    from e2e_helpers import free_port
-
     assert main(["status", "--address", f"127.0.0.1:{free_port()}"]) == 1
     assert "unreachable" in capsys.readouterr().err

@@ -13,8 +13,7 @@ import pytest
 
 from disd.config import load_dis_config
 from disd.tailer.config import load_tailer_config
-
-from .helpers import ROOT
+from support import ROOT
 
 SYSTEMD = ROOT / "config" / "systemd"
 UNITS = ("dis.service", "dis-tailer.service")

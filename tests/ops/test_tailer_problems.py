@@ -11,9 +11,8 @@ import subprocess
 
 import pytest
 
-from e2e_helpers import BIN, ROOT, free_port, start_dis, start_tailer, wait_for, write_dis_config, write_tailer_config
-
-from .helpers import append_rows, log_name, scrape
+from support import (BIN, ROOT, append_rows, by_label, free_port, log_name, scrape, start_dis_process, start_tailer,
+                     wait_for, write_dis_config, write_tailer_config)
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +27,10 @@ def _status(port: int) -> dict:
     return json.loads(r.stdout)
 
 
-def _by_location(samples: dict, series: str) -> dict:
-    return {s.labels["location"]: s.value for s in samples.get(series, [])}
-
-
 def test_tailer_problems_reach_dis_status_the_metrics_and_the_logs(tmp_path):
     port, dis_metrics, tailer_metrics = free_port(), free_port(), free_port()
     cfg = write_dis_config(tmp_path, port, dis_metrics)
-    dis = start_dis(tmp_path, cfg)
+    dis = start_dis_process(tmp_path, cfg)
     logs = tmp_path / "logs"
     logs.mkdir()
     good = logs / log_name("ip1")
@@ -73,12 +68,12 @@ def test_tailer_problems_reach_dis_status_the_metrics_and_the_logs(tmp_path):
         lines = r.stdout.splitlines()
         assert any(line.split() == ["Market.Trade", "1", "9", "0/1", "1"] for line in lines), r.stdout
         assert expected[0] in next(line for line in lines if line.startswith("Market.Trade/ip1/2026-11-22"))
-        assert _by_location(scrape(dis_metrics), "dis_location_tailer_problem") == {LOC: 1.0}
+        assert by_label(scrape(dis_metrics), "dis_location_tailer_problem") == {LOC: 1.0}
         # the tailer's own endpoint
         s = scrape(tailer_metrics)
-        assert _by_location(s, "dis_tailer_corrupt_frames_total") == {LOC: 1.0}
-        assert _by_location(s, "dis_tailer_acked_bytes_total") == {LOC: size}
-        assert _by_location(s, "dis_tailer_bytes_behind") == {LOC: len(GARBAGE)}
+        assert by_label(s, "dis_tailer_corrupt_frames_total") == {LOC: 1.0}
+        assert by_label(s, "dis_tailer_acked_bytes_total") == {LOC: size}
+        assert by_label(s, "dis_tailer_bytes_behind") == {LOC: len(GARBAGE)}
         assert {x.labels["reason"]: x.value for x in s["dis_tailer_files_skipped"]} == {
             "namespace_kind": 1, "month": 1, "suffix": 1}
         # its log: each skipped file at warning with the wrong part, the corruption at error with its offset
@@ -93,9 +88,9 @@ def test_tailer_problems_reach_dis_status_the_metrics_and_the_logs(tmp_path):
 
         # the DIS restarts: the tailer counts the failed streams, and tells the new DIS again
         assert dis.terminate() == 0
-        wait_for(lambda: _by_location(scrape(tailer_metrics), "dis_tailer_reconnects_total").get(LOC, 0) >= 1, 30,
+        wait_for(lambda: by_label(scrape(tailer_metrics), "dis_tailer_reconnects_total").get(LOC, 0) >= 1, 30,
                  0.2, "a reconnect counted")
-        dis = start_dis(tmp_path, cfg)
+        dis = start_dis_process(tmp_path, cfg)
         wait_for(problem_shown, 30, 0.2, "the problem told to the restarted DIS")
 
         # repaired: the garbage cut off, the typo renamed, the other two removed
@@ -108,8 +103,8 @@ def test_tailer_problems_reach_dis_status_the_metrics_and_the_logs(tmp_path):
                                 and r["locations"][0]["rows"] == 12 else None)(_status(port)), 30, 0.2,
                        "the problem resolved and the renamed file's rows ingested")
         assert rep["tables"][0]["errors"] == 0 and rep["tables"][0]["tailer_problems"] == 0
-        assert _by_location(scrape(dis_metrics), "dis_location_tailer_problem") == {LOC: 0.0}
-        s = wait_for(lambda: (lambda s: s if _by_location(s, "dis_tailer_bytes_behind") == {LOC: 0} else None)(
+        assert by_label(scrape(dis_metrics), "dis_location_tailer_problem") == {LOC: 0.0}
+        s = wait_for(lambda: (lambda s: s if by_label(s, "dis_tailer_bytes_behind") == {LOC: 0} else None)(
             scrape(tailer_metrics)), 30, 0.2, "nothing behind")
         assert "dis_tailer_files_skipped" not in s
     finally:

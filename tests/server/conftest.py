@@ -1,50 +1,21 @@
-"""A real DIS on loopback (port 0) over a temporary database, and helpers to feed it logs."""
+"""Feeding a real DIS (the ``dis`` fixture of tests/conftest.py) by hand: log files sent frame by
+frame on an Ingest stream driven one message at a time."""
 
 from __future__ import annotations
 
 import pathlib
 import queue
-import threading
 
 import grpc
-import numpy as np
-import pytest
 
-from disd.binlog import BinlogWriter, LocationKey, decode_header, normalize_columns, scan_frames
-from disd.config import parse_dis_config
+from disd.binlog import LocationKey, decode_header, scan_frames
 from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from support import log_name
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT / "config" / "schemas"
 KEY = LocationKey("Market", "Trade", "feed1", "2026-11-22")
-FILE1 = "Market.Trade.System.feed1.2026-11-22.bin.2026-11-22.090000.000+0000"
-FILE2 = "Market.Trade.System.feed1.2026-11-22.bin.2026-11-22.100000.000+0000"
-
-
-def make_config(tmp_path, **server):
-    data = {
-        "db_root": str(tmp_path / "db"),
-        "schemas": str(SCHEMAS),
-        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, **server},
-        "import": {"default": {"flush_interval_ms": 20, "checkpoint_interval_ms": 500}},
-    }
-    return parse_dis_config(data, "<test>")
-
-
-@pytest.fixture
-def dis(tmp_path):
-    from disd.server.daemon import DisServer
-
-    srv = DisServer(make_config(tmp_path))
-    srv.start()
-    yield srv
-    srv.stop(0.5)
-
-
-def write_log(path, schema, columns: dict, flags) -> int:
-    with BinlogWriter(path, schema) as w:
-        return w.write_rows(normalize_columns(schema, columns), np.asarray(flags, np.uint8))
+FILE1 = log_name("feed1")
+FILE2 = log_name("feed1", hhmmss="100000")
 
 
 def key_msg(key=KEY):
@@ -96,15 +67,3 @@ def send_file(stream: IngestStream, path, schema, start: int = 0):
     for off, data in frames_of(path, schema, start):
         last = stream.chunk(pathlib.Path(path).name, off, data)
     return last
-
-
-def wait_for(pred, timeout=10.0, interval=0.02):
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")

@@ -9,25 +9,20 @@ import pytest
 
 from disd.client import DisClientError, connect
 from disd.rpc.v1 import dis_pb2
-from disd.schema import SchemaRegistry
+from support import TRADE, running_dis, trade_rows, wait_for, write_log
 
-from .conftest import FILE1, FILE2, KEY, SCHEMAS, IngestStream, send_file, wait_for, write_log
+from .conftest import FILE1, FILE2, KEY, IngestStream, send_file
 
 
 @pytest.fixture
 def trade():
-    return SchemaRegistry.load_dir(SCHEMAS).get("Market", "Trade")
-
-
-def rows(n, start=0):
-    return {"Sym": [f"S{i % 7}" for i in range(start, start + n)], "Price": [i * 0.5 for i in range(start, start + n)],
-            "Size": list(range(start, start + n))}
+    return TRADE
 
 
 def test_ingest_then_read_back(dis, tmp_path, trade):
     p1, p2 = tmp_path / FILE1, tmp_path / FILE2
-    write_log(p1, trade, rows(100), [3] * 100)
-    write_log(p2, trade, rows(50, 100), [1] + [0] * 48 + [2])
+    write_log(p1, trade, trade_rows(0, 100), [3] * 100)
+    write_log(p2, trade, trade_rows(100, 50), [1] + [0] * 48 + [2])
     s = IngestStream(dis.port)
     resume = s.open(fingerprint=trade.fingerprint)
     assert resume.WhichOneof("body") == "resume" and resume.resume.file_name == ""
@@ -85,8 +80,8 @@ def test_open_refusals(dis, trade, key, fp, code):
 
 def test_corrupt_frame_is_data_loss_and_loses_nothing(dis, tmp_path, trade):
     p1 = tmp_path / FILE1
-    off = write_log(p1, trade, rows(10), [3] * 10)
-    write_log(p1, trade, rows(10, 10), [3] * 10)
+    off = write_log(p1, trade, trade_rows(0, 10), [3] * 10)
+    write_log(p1, trade, trade_rows(10, 10), [3] * 10)
     data = bytearray(p1.read_bytes())
     s = IngestStream(dis.port)
     s.open(fingerprint=trade.fingerprint)
@@ -104,7 +99,7 @@ def test_corrupt_frame_is_data_loss_and_loses_nothing(dis, tmp_path, trade):
 
 def test_partial_frame_and_offset_gap_are_refused(dis, tmp_path, trade):
     p1 = tmp_path / FILE1
-    off = write_log(p1, trade, rows(10), [3] * 10)
+    off = write_log(p1, trade, trade_rows(0, 10), [3] * 10)
     data = p1.read_bytes()
     s = IngestStream(dis.port)
     s.open(fingerprint=trade.fingerprint)
@@ -120,9 +115,9 @@ def test_partial_frame_and_offset_gap_are_refused(dis, tmp_path, trade):
 
 def test_client_gone_mid_transaction_rolls_back(dis, tmp_path, trade):
     p1 = tmp_path / FILE1
-    write_log(p1, trade, rows(5), [3] * 5)
+    write_log(p1, trade, trade_rows(0, 5), [3] * 5)
     off = p1.stat().st_size
-    write_log(p1, trade, rows(5, 5), [1, 0, 0, 0, 0])  # transaction without its End
+    write_log(p1, trade, trade_rows(5, 5), [1, 0, 0, 0, 0])  # transaction without its End
     s = IngestStream(dis.port)
     s.open(fingerprint=trade.fingerprint)
     ack = send_file(s, p1, trade)
@@ -132,7 +127,7 @@ def test_client_gone_mid_transaction_rolls_back(dis, tmp_path, trade):
     r = s.open(fingerprint=trade.fingerprint)
     assert (r.resume.file_name, r.resume.offset) == (FILE1, off)
     # the writer comes back and finishes the transaction properly
-    write_log(p1, trade, rows(1, 10), [2])
+    write_log(p1, trade, trade_rows(10, 1), [2])
     ack = send_file(s, p1, trade, start=off)
     # the unfinished transaction's rows were rolled back: its Start is resent and now ends
     assert ack.ack.committed_rows == 11
@@ -144,7 +139,7 @@ def test_client_gone_mid_transaction_rolls_back(dis, tmp_path, trade):
 
 def test_read_block_bounds_and_errors(dis, tmp_path, trade):
     p1 = tmp_path / FILE1
-    write_log(p1, trade, rows(1000), [3] * 1000)
+    write_log(p1, trade, trade_rows(0, 1000), [3] * 1000)
     s = IngestStream(dis.port)
     s.open(fingerprint=trade.fingerprint)
     send_file(s, p1, trade)
@@ -190,19 +185,10 @@ def test_health_reflection_and_metrics(dis):
 
 
 def test_idle_stream_is_closed(tmp_path, trade):
-    from disd.server.daemon import DisServer
-
-    from .conftest import make_config
-
-    cfg = make_config(tmp_path, idle_timeout_s=0.5)
-    srv = DisServer(cfg)
-    srv.start()
-    try:
+    with running_dis(tmp_path / "db", idle_timeout_s=0.5) as srv:
         s = IngestStream(srv.port)
         s.open(fingerprint=trade.fingerprint)
         with pytest.raises(grpc.RpcError) as ei:
             next(s.responses)  # send nothing: the DIS ends the stream
         assert ei.value.code() == grpc.StatusCode.CANCELLED
         s.close()
-    finally:
-        srv.stop(0.5)

@@ -11,8 +11,9 @@ from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server.blockcache import BlockCache
 from disd.server.tabledata import TableDataService
 
-from .conftest import FILE1, KEY, IngestStream, key_msg, send_file, wait_for, write_log
-from .test_ingest_service import rows
+from support import trade_rows, wait_for, write_log
+
+from .conftest import FILE1, KEY, IngestStream, key_msg, send_file
 
 N = 150_000  # Timestamp alone is 1.2 MB: more than one ReadBlocks message, the last block partial
 
@@ -20,7 +21,7 @@ N = 150_000  # Timestamp alone is 1.2 MB: more than one ReadBlocks message, the 
 @pytest.fixture
 def loaded(dis, tmp_path, trade_schema):
     p1 = tmp_path / FILE1
-    write_log(p1, trade_schema, rows(N), [3] * N)
+    write_log(p1, trade_schema, trade_rows(0, N), [3] * N)
     s = IngestStream(dis.port)
     s.open(fingerprint=trade_schema.fingerprint)
     send_file(s, p1, trade_schema)

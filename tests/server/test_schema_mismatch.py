@@ -9,11 +9,11 @@ import pytest
 import structlog
 
 from disd.rpc.v1 import dis_pb2
-from disd.schema import SchemaRegistry, TableSchema
+from disd.schema import TableSchema
+from support import TRADE, wait_for, write_log
 
-from .conftest import FILE1, KEY, SCHEMAS, IngestStream, key_msg, wait_for, write_log
+from .conftest import FILE1, KEY, IngestStream, key_msg
 
-TRADE = SchemaRegistry.load_dir(SCHEMAS).get("Market", "Trade")
 #: Market.Trade with a Venue column more and Size a long instead of an int
 TRADE2 = TableSchema.from_dict({
     "namespace": "Market", "table": "Trade",

@@ -9,11 +9,9 @@ import grpc
 import pytest
 
 from disd.client import DisClientError, connect
-from disd.config import parse_dis_config
 from disd.rpc.channel import ClientSecurity, open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-
-from .conftest import SCHEMAS
+from support import running_dis
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
@@ -45,19 +43,11 @@ def pki(tmp_path_factory):
 
 @pytest.fixture
 def secure_dis(tmp_path, pki):
-    from disd.server.daemon import DisServer
-
     (tmp_path / "token").write_text("s3cret-token\n")
-    cfg = parse_dis_config({
-        "db_root": str(tmp_path / "db"), "schemas": str(SCHEMAS),
-        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": None, "token_file": str(tmp_path / "token"),
-                   "tls": {"cert": str(pki / "server.pem"), "key": str(pki / "server.key"),
-                           "client_ca": str(pki / "ca.pem")}},
-    }, "<test>")
-    srv = DisServer(cfg)
-    srv.start()
-    yield srv
-    srv.stop(0.5)
+    with running_dis(tmp_path / "db", token_file=str(tmp_path / "token"),
+                     tls={"cert": str(pki / "server.pem"), "key": str(pki / "server.key"),
+                          "client_ca": str(pki / "ca.pem")}) as srv:
+        yield srv
 
 
 def _ingest_open(channel):

@@ -11,12 +11,10 @@ import structlog
 from disd.cli import main
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.schema import SchemaRegistry
-from e2e_helpers import scrape
+from support import TRADE, by_label, scrape, wait_for, write_log
 
-from .conftest import FILE1, KEY, SCHEMAS, IngestStream, send_file, wait_for, write_log
+from .conftest import FILE1, KEY, IngestStream, send_file
 
-TRADE = SchemaRegistry.load_dir(SCHEMAS).get("Market", "Trade")
 PROBLEM = f"corrupt binary log {FILE1} at byte 373: frame header checksum mismatch"
 
 
@@ -33,8 +31,7 @@ def _report(s: IngestStream, problem: str) -> None:
 
 
 def _problem_gauge(dis) -> float:
-    samples = scrape(dis.metrics_port)["dis_location_tailer_problem"]
-    return next(x.value for x in samples if x.labels["location"] == str(KEY))
+    return by_label(scrape(dis.metrics_port), "dis_location_tailer_problem")[str(KEY)]
 
 
 def test_a_reported_problem_is_shown_until_resolved(dis, tmp_path, capsys):

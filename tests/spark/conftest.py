@@ -19,7 +19,7 @@ import pytest
 
 from disd.binlog import LocationKey
 
-from .helpers import ROOT, Feeder, loaded_dis, start_dis, trade_rows
+from support import ROOT, Feeder, loaded_dis, start_dis_server
 
 # Rows of the shared DIS (fixture ``trade_dis``): two feeds on 2026-11-22, one on 2026-11-23.
 LOCS = {
@@ -99,6 +99,6 @@ def trade_address(trade_dis) -> str:
 @pytest.fixture
 def fresh_dis(tmp_path):
     """An empty DIS of its own (for tests that append rows)."""
-    srv = start_dis(tmp_path / "db")
+    srv = start_dis_server(tmp_path / "db")
     yield srv, Feeder(srv)
     srv.stop(0.5)

@@ -10,9 +10,9 @@ from pyspark.sql import functions as F
 
 from disd.binlog import LocationKey
 from disd.client import connect
+from support import SCHEMAS, Feeder, start_dis_server, trade_rows
 
 from .conftest import LOCS, TOTAL
-from .helpers import SCHEMAS, Feeder, start_dis, trade_rows
 from .test_units import all_types_table
 
 pytestmark = pytest.mark.spark
@@ -157,7 +157,7 @@ def test_all_column_types(spark, tmp_path):
         "namespace: Test\ntable: AllTypes\npartition_column: Day\ncolumns:\n"
         + "".join(f"  - {{name: {n}, type: {n.lower()}}}\n" for n in
                   ["Bool", "Byte", "Short", "Int", "Long", "Float", "Double", "Char", "String", "Timestamp"]))
-    srv = start_dis(tmp_path / "db", schemas)
+    srv = start_dis_server(tmp_path / "db", schemas=schemas)
     try:
         t = all_types_table(3000)
         Feeder(srv).append(LocationKey("Test", "AllTypes", "p", "2026-11-22"), t)
@@ -179,8 +179,8 @@ def test_all_column_types(spark, tmp_path):
 
 
 def test_sharded_dis_reads_each_table_from_its_owner(spark, tmp_path):
-    a = start_dis(tmp_path / "a")
-    b = start_dis(tmp_path / "b")
+    a = start_dis_server(tmp_path / "a")
+    b = start_dis_server(tmp_path / "b")
     try:
         routing = tmp_path / "routing.yaml"
         routing.write_text(
@@ -220,7 +220,7 @@ def test_reusing_a_dataframe_after_a_pruned_query(spark, trade_address):
 def test_token_protected_dis(spark, tmp_path):
     token = tmp_path / "token"
     token.write_text("t0ken-for-tests\n")
-    srv = start_dis(tmp_path / "db", token_file=str(token))
+    srv = start_dis_server(tmp_path / "db", token_file=str(token))
     try:
         Feeder(srv).append(LocationKey("Market", "Trade", "feed1", "2026-11-22"), trade_rows(0, 100))
         address = f"127.0.0.1:{srv.port}"

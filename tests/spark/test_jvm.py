@@ -22,7 +22,8 @@ from pyspark.sql import functions as F
 from disd.binlog import LocationKey
 
 from .conftest import LOCS, TOTAL
-from .helpers import ROOT, SCHEMAS, Feeder, dis_config, start_dis, trade_rows
+from support import ROOT, SCHEMAS, Feeder, dis_config, trade_rows
+from support import start_dis_server as start_dis
 
 K1 = LocationKey("Market", "Trade", "feed1", "2026-11-22")
 
@@ -341,7 +342,7 @@ def test_a_running_stream_rides_through_a_dis_restart(spark_session, tmp_path):
             with lock:
                 return len(received)
 
-        from e2e_helpers import wait_for
+        from support import wait_for
 
         wait_for(lambda: count() >= 3000, 120, 0.2, "the first rows")
         srv.stop(0.5)  # flushes and checkpoints: no published row is lost

@@ -22,7 +22,7 @@ from disd.spark.options import parse_options
 from disd.spark.plan import Range, ReadSpec, plan_partitions
 from disd.spark.source import admit
 
-from .helpers import ROOT
+from support import ROOT
 
 
 @pytest.fixture(scope="module")

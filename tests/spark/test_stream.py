@@ -20,8 +20,9 @@ from disd.binlog import LocationKey
 from disd.spark.options import parse_options
 from disd.spark.read import read_partition
 from disd.spark.source import DisDataSource, DisStreamReader
+from support import (ROOT, free_port, start_dis_process, start_tailer, trade_rows, wait_for, write_dis_config,
+                     write_tailer_config)
 
-from .helpers import ROOT, trade_rows
 
 K1 = LocationKey("Market", "Trade", "feed1", "2026-11-22")
 K2 = LocationKey("Market", "Trade", "feed2", "2026-11-23")
@@ -125,12 +126,10 @@ def test_streaming_query_receives_exactly_the_rows_logged_while_logging(spark, t
     """Logger -> binary logs -> dis-tailer -> dis serve -> Spark streaming query, all live."""
     from disd.logger import IntradayLoggerBuilder
 
-    from e2e_helpers import free_port, start_dis, start_tailer, wait_for, write_dis_config, write_tailer_config
-
     port = free_port()
     logs = tmp_path / "logs"
     logs.mkdir()
-    dis = start_dis(tmp_path, write_dis_config(tmp_path, port))
+    dis = start_dis_process(tmp_path, write_dis_config(tmp_path, port))
     tailer = start_tailer(tmp_path, write_tailer_config(tmp_path, port, logs))
     loggers = [
         (IntradayLoggerBuilder(str(ROOT / "config" / "schemas" / "Market.Trade.yaml")).set_process_name("feed")
@@ -204,7 +203,8 @@ def test_streaming_query_rides_out_a_dis_kill_and_restart(spark, tmp_path):
     restarted (and while it is down), and reads every logged row exactly once."""
     from disd.logger import IntradayLoggerBuilder
 
-    from e2e_helpers import free_port, start_dis, start_tailer, wait_for, write_dis_config, write_tailer_config
+    from support import free_port, start_tailer, wait_for, write_dis_config, write_tailer_config
+    from support import start_dis_process as start_dis
 
     port = free_port()
     logs = tmp_path / "logs"

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from disd.schema import Column, ColumnType, SchemaRegistry
 from disd.storage import StorageEngine, decode_column, decode_table
 from disd.storage import columns as colfmt
+from support import ALL_TYPES, write_log
 
-from .util import ALL_KEY, ALL_LOG, ALL_TYPES, all_types_table, ingest_file, write_log
+from .util import ALL_KEY, ALL_LOG, all_types_table, ingest_file
 
 N = 5000
 

@@ -21,19 +21,22 @@ import pytest
 from disd.binlog import BinlogWriter, RowFlag, normalize_columns
 from disd.binlog.format import encode_frame, encode_rows
 from disd.storage import StorageEngine
+from support import TESTS, subprocess_env, trade_rows
 
-from .util import KEY, SCHEMAS, TRADE, subprocess_env, trade_rows
+from .util import KEY, SCHEMAS, TRADE
 
 CHILD = pathlib.Path(__file__).with_name("crash_child.py")
-TESTS = pathlib.Path(__file__).resolve().parents[1]
+#: the Sym values of the logs of ``build_logs``: row i has Sym S{i % 5}
+LOGGED_SYMS = tuple(f"S{k}" for k in range(5))
 S, START, END, NONE = RowFlag.SINGLE_ROW, RowFlag.START_TRANSACTION, RowFlag.END_TRANSACTION, RowFlag.NONE
 
 
 def build_logs(log_dir: pathlib.Path, seed: int = 3, files: int = 3, batches: int = 700):
     """Logs of single rows, transactions spanning frames, calls and files, abandoned transactions,
     stray Ends, and hand-made frames with a commit in the middle (so resume points with
-    ``skip_rows`` occur).  Returns (committed Size values in order, the committed row counts at
-    which a commit completes), by a row-at-a-time reference model."""
+    ``skip_rows`` occur); row i is row i of ``trade_rows`` with Sym S{i % 5}.  Returns (committed
+    Size values in order, the committed row counts at which a commit completes), by a
+    row-at-a-time reference model."""
     rng = random.Random(seed)
     committed: list[int] = []
     boundaries = {0}
@@ -60,7 +63,7 @@ def build_logs(log_dir: pathlib.Path, seed: int = 3, files: int = 3, batches: in
                     k = rng.randint(1, 5)
                     flags = [S] * k + [START] + [NONE] * (n - 1)
                     single_frame = True
-                cols = normalize_columns(TRADE, trade_rows(row, len(flags)))
+                cols = normalize_columns(TRADE, trade_rows(row, len(flags), syms=LOGGED_SYMS))
                 fl = np.array(flags, np.uint8)
                 if single_frame:
                     payload, cnt = encode_rows(TRADE, cols, fl)
@@ -143,7 +146,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
 
 RSS_CHILD = r"""
 import resource, sys, tempfile, pathlib, numpy as np
-from storage.util import KEY, SCHEMAS, TRADE, trade_rows
+from storage.util import KEY, SCHEMAS, TRADE
+from support import trade_rows
 from disd.binlog import BinlogWriter, normalize_columns, scan_frames, decode_frames, decode_header
 from disd.storage import StorageEngine
 mode, n = sys.argv[1], int(sys.argv[2])

@@ -17,8 +17,9 @@ from disd.schema import SchemaRegistry, TableSchema
 from disd.storage import FileIdentityError, StorageConfig, StorageEngine, TrackedFileHandleFactory
 from disd.storage import filehandles as fh
 from disd.storage.fsio import OsFileSystem
+from support import trade_rows, wait_for, write_log
 
-from .util import KEY, LOG, SCHEMAS, TRADE, fds_under, ingest_file, trade_rows, write_log
+from .util import KEY, LOG, SCHEMAS, TRADE, fds_under, ingest_file
 
 
 def make_files(tmp_path, n: int) -> list[str]:
@@ -174,15 +175,11 @@ def test_background_cleanup_runs_on_its_interval(tmp_path):
     handles[8].close()
     assert f.open_count == 8  # close() already releases
     f.start(interval_s=0.05)
-    deadline = time.monotonic() + 3
-    while f.cleanups == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: f.cleanups >= 1, 3, what="a cleanup pass")
     assert f.cleanups >= 1 and f.open_count == 8  # under 90%: nothing to reclaim
     for p in make_files(tmp_path, 10)[8:]:
         handles.append(f.open(p))  # back at 10 = capacity
-    deadline = time.monotonic() + 3
-    while f.open_count >= 9 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: f.open_count < 9, 3, what="handles reclaimed")
     assert f.open_count == 8 and f.reclaimed_total == 2
     f.close_all()
     assert fds_under(tmp_path) == 0

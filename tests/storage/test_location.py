@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-from prometheus_client import REGISTRY
 
 from disd.binlog import LocationKey, decode_frames
 from disd.schema import SchemaRegistry
@@ -26,8 +25,9 @@ from disd.storage import (
 from disd.storage.checkpoint import FILE_NAME, TEMP_NAME, read_record
 from disd.storage.fsio import OsFileSystem
 from disd.storage.transactions import plan_transactions
+from support import sample, scrape, trade_rows, wait_for, write_log
 
-from .util import KEY, LOG, SCHEMAS, TRADE, frames, ingest_file, sub_run, trade_rows, write_log
+from .util import KEY, LOG, SCHEMAS, TRADE, frames, ingest_file, sub_run
 
 KEY2 = LocationKey("Market", "Trade", "ip2", "2026-11-22")
 LOG2 = "Market.Trade.System.ip2.2026-11-22.bin.2026-11-22.090000.000+0000"
@@ -51,10 +51,6 @@ def sizes_col(loc) -> list[int]:
     return loc.read_table(["Size"]).column(0).to_pylist()
 
 
-def sample(name: str, **labels) -> float:
-    return REGISTRY.get_sample_value(name, labels or None) or 0.0
-
-
 # -- writing and flushing ----------------------------------------------------------------------
 
 
@@ -69,8 +65,8 @@ def test_writes_are_at_most_one_block_and_aligned(engine, tmp_path, monkeypatch)
         return orig(self, data, off)
 
     monkeypatch.setattr(TrackedFile, "pwrite", spy)
-    count0 = sample("dis_write_size_bytes_count")
-    le_block0 = sample("dis_write_size_bytes_bucket", le="65536.0")
+    count0 = sample(scrape(), "dis_write_size_bytes_count")
+    le_block0 = sample(scrape(), "dis_write_size_bytes_bucket", le="65536.0")
     write_log(tmp_path / LOG, TRADE, trade_rows(0, 50000), [3] * 50000)
     loc = engine.location(KEY)
     ingest_file(loc, tmp_path / LOG, frames_per_call=1)
@@ -87,8 +83,8 @@ def test_writes_are_at_most_one_block_and_aligned(engine, tmp_path, monkeypatch)
         assert all(a + n == b for (a, n), (b, _) in zip(ws, ws[1:])), name
         assert ws[-1][0] + ws[-1][1] == os.path.getsize(loc.path / name)
     # the histogram saw every write, none above the block size
-    assert sample("dis_write_size_bytes_count") - count0 == len(writes)
-    assert sample("dis_write_size_bytes_bucket", le="65536.0") - le_block0 == len(writes)
+    assert sample(scrape(), "dis_write_size_bytes_count") - count0 == len(writes)
+    assert sample(scrape(), "dis_write_size_bytes_bucket", le="65536.0") - le_block0 == len(writes)
     assert sizes_col(loc) == list(range(50000)) * 2
 
 
@@ -130,9 +126,7 @@ def test_the_flush_clock_publishes_within_the_interval_and_notifies(tmp_path):
     assert got.wait(2.0)
     assert time.monotonic() - t0 < 1.0
     assert loc.published_rows == 500
-    deadline = time.monotonic() + 3
-    while (read_record(loc.path).rows != 500) and time.monotonic() < deadline:  # the checkpoint clock
-        time.sleep(0.02)
+    wait_for(lambda: read_record(loc.path).rows == 500, 3, what="the checkpoint clock")
     assert read_record(loc.path).rows == 500
     unsubscribe()
     n = len(seen)
@@ -603,9 +597,7 @@ def test_one_location_in_error_others_keep_ingesting(tmp_path):
     with pytest.raises(LocationError):
         ingest_file(bad, p1)
     ingest_file(good, p2, frames_per_call=1)
-    deadline = time.monotonic() + 3
-    while read_record(good.path).rows < 20000 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: read_record(good.path).rows >= 20000, 3, what="the good location checkpointed")
     assert good.published_rows == 20000 and read_record(good.path).rows == 20000 and not good.in_error
     eng.close()
     assert eng.in_error_count() == before

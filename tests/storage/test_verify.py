@@ -7,8 +7,9 @@ import os
 from disd.storage import StorageEngine
 from disd.storage.checkpoint import FILE_NAME
 from disd.storage.verify import verify_db
+from support import ROOT, trade_rows, write_log
 
-from .util import KEY, LOG, ROOT, SCHEMAS, TRADE, ingest_file, trade_rows, write_log
+from .util import KEY, LOG, SCHEMAS, TRADE, ingest_file
 
 
 def test_verify_reports_good_and_damaged_locations(tmp_path):

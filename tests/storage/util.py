@@ -8,40 +8,18 @@ import pathlib
 import numpy as np
 import pyarrow as pa
 
-import disd
-from disd.binlog import BinlogWriter, FrameRun, LocationKey, decode_frames, decode_header, normalize_columns, scan_frames
-from disd.binlog.format import encode_frame, encode_rows
+from disd.binlog import FrameRun, LocationKey, decode_frames, decode_header, scan_frames
 from disd.schema import SchemaRegistry, TableSchema
+from support import SCHEMAS as SCHEMAS_DIR, log_name
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
-SCHEMAS = SchemaRegistry.load_dir(ROOT / "config" / "schemas")
+SCHEMAS = SchemaRegistry.load_dir(SCHEMAS_DIR)
 TRADE = SCHEMAS.get("Market", "Trade")
 KEY = LocationKey("Market", "Trade", "ip1", "2026-11-22")
-LOG = "Market.Trade.System.ip1.2026-11-22.bin.2026-11-22.090000.000+0000"
+LOG = log_name("ip1")
 
-ALL_TYPES = TableSchema.from_dict(
-    {
-        "namespace": "Test",
-        "table": "AllTypes",
-        "columns": [
-            {"name": n, "type": n.lower()}
-            for n in ["Bool", "Byte", "Short", "Int", "Long", "Float", "Double", "Char", "String", "Timestamp"]
-        ]
-        + [{"name": "Other", "type": "string"}],
-    }
-)
 ALL_KEY = LocationKey("Test", "AllTypes", "ip", "2026-11-22")
 ALL_LOG = "Test.AllTypes.System.ip.2026-11-22.bin.2026-11-22.000000.000+0000"
 STRINGS = ["AAPL", "", "żółć", "日本語", "x" * 300, "MSFT", "emoji 🚀 ✓", "tab\tnew\nline", "\u0000nul"]
-
-
-def subprocess_env() -> dict:
-    """Environment for child processes: import the same ``disd`` as this process does."""
-    src = str(pathlib.Path(disd.__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([src, str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
 
 
 def all_types_table(n: int, seed: int = 7, null_fraction: float = 0.2) -> pa.Table:
@@ -75,26 +53,6 @@ def all_types_table(n: int, seed: int = 7, null_fraction: float = 0.2) -> pa.Tab
         "Other": pa.array(strs[rng.integers(0, len(strs), n)].tolist(), pa.string(), mask=mask()),
     }
     return pa.table(cols)
-
-
-def trade_rows(start: int, n: int) -> dict:
-    idx = np.arange(start, start + n)
-    return {"Timestamp": idx * 1000, "Sym": [f"S{i % 5}" for i in idx], "Price": idx * 0.5,
-            "Size": idx.astype(np.int32)}
-
-
-def write_log(path, schema: TableSchema, columns, flags, single_frame: bool = False) -> int:
-    """Append rows; returns the offset after them.  ``single_frame`` writes them as one frame
-    even across transaction starts (as a foreign writer might)."""
-    flags = np.asarray(flags, np.uint8)
-    if not single_frame:
-        with BinlogWriter(path, schema) as w:
-            return w.write_rows(normalize_columns(schema, columns), flags)
-    with BinlogWriter(path, schema) as w:
-        payload, n = encode_rows(schema, normalize_columns(schema, columns), flags)
-        data = encode_frame(payload, n)
-        w._file.write(data)
-        return w.offset + len(data)
 
 
 def sub_run(run: FrameRun, i: int, j: int) -> FrameRun:

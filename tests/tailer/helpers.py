@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import pathlib
-import time
-
 import numpy as np
 
 from disd.binlog import BinlogWriter, normalize_columns
-from disd.schema import SchemaRegistry, TableSchema
+from disd.schema import TableSchema
 from disd.tailer import parse_tailer_config
+from support import TRADE
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT / "config" / "schemas"
-TRADE = SchemaRegistry.load_dir(SCHEMAS).get("Market", "Trade")
 TRADE2 = TableSchema.from_dict({
     "namespace": "Market", "table": "Trade",
     "columns": [{"name": c.name, "type": c.type.value} for c in TRADE.columns] + [{"name": "Venue", "type": "string"}],
@@ -36,16 +31,6 @@ def config(address: str, log_dir, **extra):
             "retry_refused_ms": 300, "torn_tail_grace_ms": 300}
     data.update(extra)
     return parse_tailer_config(data, "tailer.yaml")
-
-
-def wait_until(pred, timeout: float = 20.0, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"{what} not met within {timeout}s")
 
 
 def sizes_from_rows(data: bytes) -> list[int]:

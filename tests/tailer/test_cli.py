@@ -11,8 +11,10 @@ import sys
 
 import yaml
 
+from support import wait_for
+
 from .fakedis import FakeDis
-from .helpers import name, wait_until, write
+from .helpers import name, write
 
 BIN = os.path.join(os.path.dirname(sys.executable), "dis-tailer")
 
@@ -41,7 +43,7 @@ def test_runs_notifies_systemd_and_stops_cleanly_on_sigterm(tmp_path):
     try:
         msg = sock.recv(4096).decode()
         assert "READY=1" in msg.splitlines()
-        wait_until(lambda: dis.log_of("ip1").offset == (logs / name()).stat().st_size, 30, "streamed")
+        wait_for(lambda: dis.log_of("ip1").offset == (logs / name()).stat().st_size, 30, what="streamed")
         proc.send_signal(signal.SIGTERM)
         assert "STOPPING=1" in sock.recv(4096).decode().splitlines()
         assert proc.wait(30) == 0

@@ -7,7 +7,7 @@ import pytest
 from disd.config import ConfigError
 from disd.tailer import load_tailer_config, parse_tailer_config
 
-from .helpers import ROOT, SCHEMAS
+from support import ROOT, SCHEMAS
 
 
 @pytest.mark.parametrize(

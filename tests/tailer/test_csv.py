@@ -12,9 +12,10 @@ from disd.binlog import read_file
 from disd.tailer import Tailer
 from disd.tailer.csvfeed import CsvError, CsvTranscoder, parse_header, parse_lines
 from disd.schema import SchemaRegistry
+from support import SCHEMAS, wait_for
 
 from .fakedis import FakeDis
-from .helpers import SCHEMAS, config, wait_until
+from .helpers import config
 
 QUOTE = SchemaRegistry.load_dir(SCHEMAS).get("Market", "Quote")
 CSV = "Market.Quote.System.feed1.2026-11-22.csv.2026-11-22.090000.000+0000"
@@ -197,7 +198,7 @@ def test_next_csv_file_after_the_last_line_settles(tmp_path):
     (logs / CSV2).write_bytes(HEADER + line(2))
     t = transcoder(tmp_path, grace_s=0.1)
     feed(t, tmp_path)
-    wait_until(lambda: (feed(t, tmp_path), t.status()[str(logs / CSV)]["finished"])[1], 5, "first file done")
+    wait_for(lambda: (feed(t, tmp_path), t.status()[str(logs / CSV)]["finished"])[1], 5, what="first file done")
     feed(t, tmp_path)
     assert spool_sizes(tmp_path) == [0, 1]
     assert spool_sizes(tmp_path, BIN2) == [2]

@@ -15,17 +15,13 @@ import pytest
 from disd.binlog import BinlogWriter
 from disd.tailer import Tailer
 from disd.tailer.metrics import SERIES
-from e2e_helpers import scrape
+from support import TRADE, by_label, scrape, wait_for
 
 from .fakedis import FakeDis
-from .helpers import TRADE, config, name, wait_until, write
+from .helpers import config, name, write
 
 GARBAGE = b"\xde\xad\xbe\xef" * 25
 BIN = os.path.join(os.path.dirname(sys.executable), "dis-tailer")
-
-
-def by(samples: dict, series: str, label: str = "location") -> dict:
-    return {s.labels[label]: s.value for s in samples.get(series, [])}
 
 
 def loc(ip: str) -> str:
@@ -50,24 +46,24 @@ def test_the_endpoint_serves_every_series_with_its_values(tmp_path):
 
             def settled():
                 s = scrape(t.metrics_port)
-                done = (by(s, "dis_tailer_acked_bytes_total").get(loc("ip1")) == ok
-                        and by(s, "dis_tailer_corrupt_frames_total").get(loc("bad")) == 1
-                        and by(s, "dis_tailer_refusals_total").get(loc("ref"), 0) >= 1)
+                done = (by_label(s, "dis_tailer_acked_bytes_total").get(loc("ip1")) == ok
+                        and by_label(s, "dis_tailer_corrupt_frames_total").get(loc("bad")) == 1
+                        and by_label(s, "dis_tailer_refusals_total").get(loc("ref"), 0) >= 1)
                 return s if done else None
 
-            s = wait_until(settled, 20, "every location settled")
+            s = wait_for(settled, 20, what="every location settled")
         for series in SERIES:
             assert series in s, series
-        assert by(s, "dis_tailer_files_watched", "kind") == {"binlog": 4, "csv": 0}
-        assert by(s, "dis_tailer_files_skipped", "reason") == {"namespace_kind": 1, "suffix": 1, "fields": 1}
+        assert by_label(s, "dis_tailer_files_watched", "kind") == {"binlog": 4, "csv": 0}
+        assert by_label(s, "dis_tailer_files_skipped", "reason") == {"namespace_kind": 1, "suffix": 1, "fields": 1}
         assert [x.value for x in s["dis_tailer_locations"]] == [3]
         header = (tmp_path / name(hour=10)).stat().st_size
-        assert by(s, "dis_tailer_bytes_behind") == {loc("ip1"): 0, loc("bad"): len(GARBAGE),
+        assert by_label(s, "dis_tailer_bytes_behind") == {loc("ip1"): 0, loc("bad"): len(GARBAGE),
                                                     loc("ref"): ref_end - header}
-        assert by(s, "dis_tailer_acked_bytes_total") == {loc("ip1"): ok, loc("bad"): bad_end, loc("ref"): 0}
-        assert by(s, "dis_tailer_corrupt_frames_total") == {loc("ip1"): 0, loc("bad"): 1, loc("ref"): 0}
+        assert by_label(s, "dis_tailer_acked_bytes_total") == {loc("ip1"): ok, loc("bad"): bad_end, loc("ref"): 0}
+        assert by_label(s, "dis_tailer_corrupt_frames_total") == {loc("ip1"): 0, loc("bad"): 1, loc("ref"): 0}
         assert {x.labels["code"] for x in s["dis_tailer_refusals_total"]} == {"FAILED_PRECONDITION"}
-        assert by(s, "dis_tailer_reconnects_total") == {loc("ip1"): 0, loc("bad"): 0, loc("ref"): 0}
+        assert by_label(s, "dis_tailer_reconnects_total") == {loc("ip1"): 0, loc("bad"): 0, loc("ref"): 0}
         assert {x.labels["table"] for x in s["dis_tailer_bytes_behind"]} == {"Market.Trade"}
         assert "process_cpu_seconds_total" in s
     finally:
@@ -84,8 +80,8 @@ def test_two_tailers_in_one_process_serve_their_own_series(tmp_path):
                 Tailer(config(dis.address, tmp_path / "b", metrics_port=0)) as b:
             assert a.wait_idle(20) and b.wait_idle(20)
             sa, sb = scrape(a.metrics_port), scrape(b.metrics_port)
-        assert set(by(sa, "dis_tailer_bytes_behind")) == {loc("ipA")}
-        assert set(by(sb, "dis_tailer_bytes_behind")) == {loc("ipB")}
+        assert set(by_label(sa, "dis_tailer_bytes_behind")) == {loc("ipA")}
+        assert set(by_label(sb, "dis_tailer_bytes_behind")) == {loc("ipB")}
         with pytest.raises(OSError):  # stopped: the endpoint is gone
             scrape(a.metrics_port)
     finally:

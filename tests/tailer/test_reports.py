@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from disd.tailer import Tailer
+from support import wait_for
 
 from .fakedis import FakeDis
-from .helpers import config, name, wait_until, write
+from .helpers import config, name, write
 
 LOC = "Market/Trade/ip1/2026-11-22"
 GARBAGE = b"\xde\xad\xbe\xef" * 25
@@ -33,20 +34,20 @@ def test_a_corrupt_frame_is_reported_and_resolved_once_repaired(tmp_path, dis):
     with open(p, "ab") as f:
         f.write(GARBAGE)
     with Tailer(config(dis.address, tmp_path)) as t:
-        report = wait_until(lambda: (lambda r: r if r and "corrupt" in r else None)(_last_report(dis)), 20,
-                            "the corruption reported")
+        report = wait_for(lambda: (lambda r: r if r and "corrupt" in r else None)(_last_report(dis)), 20,
+                            what="the corruption reported")
         assert report == (f"corrupt binary log {name()} at byte {end}: frame header checksum mismatch; "
                           "the location stops there until the file is repaired")
         assert t.status()[LOC]["problem"] == report
         assert dis.log_of("ip1").offset == end  # the good frames went first
         # the location is looked at again: the DIS hears of it again (it may have restarted)
         n = len(dis.log_of("ip1").reports)
-        wait_until(lambda: len(dis.log_of("ip1").reports) > n, 20, "reported again")
+        wait_for(lambda: len(dis.log_of("ip1").reports) > n, 20, what="reported again")
         with open(p, "r+b") as f:  # the operator cuts the garbage off; the writer goes on
             f.truncate(end)
         write(p, 3, 5)
         assert t.wait_idle(20)
-        wait_until(lambda: _last_report(dis) == "", 20, "the problem resolved")
+        wait_for(lambda: _last_report(dis) == "", 20, what="the problem resolved")
         assert t.status()[LOC]["problem"] is None
     assert t.status()[LOC]["state"] == "stopped"
     assert not dis.errors
@@ -59,15 +60,15 @@ def test_files_meant_for_a_location_whose_names_do_not_parse_are_reported(tmp_pa
     write(tmp_path / (name(hour=11) + ".bak"), 1)
     with Tailer(config(dis.address, tmp_path)) as t:
         assert t.wait_idle(20)
-        report = wait_until(lambda: (lambda r: r if r and "Sytem" in r else None)(_last_report(dis)), 20,
-                            "the skipped files reported")
+        report = wait_for(lambda: (lambda r: r if r and "Sytem" in r else None)(_last_report(dis)), 20,
+                            what="the skipped files reported")
         assert report == (f"file {name(hour=11)}.bak is not streamed: unexpected suffix '.bak'; "
                           f"file {bad_kind.name} is not streamed: namespace kind 'Sytem' is not 'System' or 'User'")
         bad_kind.rename(tmp_path / name(hour=10))  # the typo fixed: its rows go, one problem left
-        wait_until(lambda: _last_report(dis) == f"file {name(hour=11)}.bak is not streamed: unexpected suffix '.bak'",
-                   20, "one skipped file left")
+        wait_for(lambda: _last_report(dis) == f"file {name(hour=11)}.bak is not streamed: unexpected suffix '.bak'",
+                   20, what="one skipped file left")
         (tmp_path / (name(hour=11) + ".bak")).unlink()
-        wait_until(lambda: _last_report(dis) == "", 20, "no problem left")
+        wait_for(lambda: _last_report(dis) == "", 20, what="no problem left")
         assert t.wait_idle(20)
     assert dis.log_of("ip1").file_name == name(hour=10) and not dis.errors
 
@@ -81,9 +82,9 @@ def test_an_older_dis_is_sent_no_report(tmp_path):
             f.write(GARBAGE)
         write(tmp_path / (name(hour=11) + ".bak"), 1)
         with Tailer(config(old.address, tmp_path)) as t:
-            wait_until(lambda: t.status()[LOC]["state"] == "corrupt", 20, "corruption seen")
+            wait_for(lambda: t.status()[LOC]["state"] == "corrupt", 20, what="corruption seen")
             assert "corrupt binary log" in t.status()[LOC]["problem"]
-            wait_until(lambda: len(old.log_of("ip1").opens) >= 2, 20, "looked at again")
+            wait_for(lambda: len(old.log_of("ip1").opens) >= 2, 20, what="looked at again")
         assert old.log_of("ip1").offset == end
         assert old.log_of("ip1").reports == [] and old.errors == []  # an older DIS would refuse a report
     finally:

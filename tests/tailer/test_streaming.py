@@ -9,9 +9,10 @@ import grpc
 import pytest
 
 from disd.tailer import Tailer
+from support import TRADE, wait_for
 
 from .fakedis import FakeDis, LocationLog
-from .helpers import TRADE, TRADE2, config, name, sizes_from_rows, wait_until, write
+from .helpers import TRADE2, config, name, sizes_from_rows, write
 
 
 @pytest.fixture
@@ -92,7 +93,7 @@ def test_a_torn_tail_with_a_newer_file_is_left_after_the_grace_period(tmp_path, 
     write(tmp_path / name(hour=10), 2, 6)  # ...and a new one started a new file
     with Tailer(config(dis.address, tmp_path, torn_tail_grace_ms=300)) as t:
         t0 = time.monotonic()
-        wait_until(lambda: dis.log_of("ip1").file_name == name(hour=10), 20, "moved to the newer file")
+        wait_for(lambda: dis.log_of("ip1").file_name == name(hour=10), 20, what="moved to the newer file")
         assert time.monotonic() - t0 >= 0.25
         assert t.wait_idle(20)
     st = dis.log_of("ip1")
@@ -148,12 +149,12 @@ def test_refused_location_is_retried_and_does_not_stop_the_others(tmp_path, dis)
     write(tmp_path / name(ip="bad"), 5)
     dis.refuse["bad"] = (grpc.StatusCode.NOT_FOUND, "unknown table Market.Trade")
     with Tailer(config(dis.address, tmp_path, retry_refused_ms=200)) as t:
-        wait_until(lambda: dis.log_of("ip1").offset == (tmp_path / name()).stat().st_size, 20, "ip1 ingested")
-        s = wait_until(lambda: (lambda s: s if s["state"] == "refused" else None)(
-            t.status()["Market/Trade/bad/2026-11-22"]), 20, "refusal seen")
+        wait_for(lambda: dis.log_of("ip1").offset == (tmp_path / name()).stat().st_size, 20, what="ip1 ingested")
+        s = wait_for(lambda: (lambda s: s if s["state"] == "refused" else None)(
+            t.status()["Market/Trade/bad/2026-11-22"]), 20, what="refusal seen")
         assert "NOT_FOUND" in s["error"] and "unknown table" in s["error"]
         assert not t.wait_idle(0.3)  # the refused location's rows are not acknowledged
-        wait_until(lambda: len(dis.log_of("bad").opens) >= 2, 20, "retried")
+        wait_for(lambda: len(dis.log_of("bad").opens) >= 2, 20, what="retried")
         del dis.refuse["bad"]  # the DIS learns the table: the next retry succeeds
         assert t.wait_idle(20)
     assert rows_received(dis.log_of("bad")) == list(range(5))
@@ -170,7 +171,7 @@ def test_reconnects_with_backoff_after_the_dis_restarts(tmp_path):
         assert t.wait_idle(20)
         dis.stop()
         write(p, 5, 5)
-        wait_until(lambda: t.status()["Market/Trade/ip1/2026-11-22"]["state"] == "reconnecting", 20, "stream failed")
+        wait_for(lambda: t.status()["Market/Trade/ip1/2026-11-22"]["state"] == "reconnecting", 20, what="stream failed")
         time.sleep(0.5)
         dis2 = FakeDis(store=store).start(port)  # same state: it resumes where the old one was
         try:
@@ -193,7 +194,7 @@ def test_a_dis_that_lost_everything_gets_everything_again(tmp_path):
         dis.stop()
         dis2 = FakeDis().start(port)  # empty: resume from the start
         try:
-            wait_until(lambda: dis2.log_of("ip1").chunks, 20, "resent")
+            wait_for(lambda: dis2.log_of("ip1").chunks, 20, what="resent")
             assert t.wait_idle(20)
             assert dis2.log_of("ip1").chunks[0][:2] == (name(), 0)
             assert rows_received(dis2.log_of("ip1")) == list(range(5))
@@ -212,10 +213,10 @@ def test_a_corrupt_file_stops_only_its_location(tmp_path, dis):
     bad.write_bytes(bytes(data))
     write(tmp_path / name(), 5)
     with Tailer(config(dis.address, tmp_path)) as t:
-        s = wait_until(lambda: (lambda s: s if s["state"] == "corrupt" else None)(
-            t.status()["Market/Trade/bad/2026-11-22"]), 20, "corruption seen")
+        s = wait_for(lambda: (lambda s: s if s["state"] == "corrupt" else None)(
+            t.status()["Market/Trade/bad/2026-11-22"]), 20, what="corruption seen")
         assert f"byte {end1}" in s["error"]
-        wait_until(lambda: dis.log_of("ip1").offset == (tmp_path / name()).stat().st_size, 20, "ip1 ingested")
+        wait_for(lambda: dis.log_of("ip1").offset == (tmp_path / name()).stat().st_size, 20, what="ip1 ingested")
         assert dis.log_of("bad").offset == end1  # the frames before the corruption went through
         assert not t.wait_idle(0.3)
         bad.write_bytes(bytes(data[:end1]))  # the operator cuts the bad frame off
@@ -237,7 +238,7 @@ def test_polling_without_inotify_finds_new_files_and_growth(tmp_path, dis):
     with Tailer(config(dis.address, tmp_path), use_inotify=False) as t:
         assert not t.watcher.inotify
         write(tmp_path / name(), 3, 0)
-        wait_until(lambda: t.status(), 10, "location found")
+        wait_for(lambda: t.status(), 10, what="location found")
         assert t.wait_idle(20)
         write(tmp_path / name(), 3, 3)
         assert t.wait_idle(20)
@@ -250,14 +251,14 @@ def test_log_dir_created_after_start(tmp_path, dis):
         assert t.wait_idle(5)
         logs.mkdir()
         write(logs / name(), 3, 0)
-        wait_until(lambda: dis.log_of("ip1").chunks, 20, "streamed")
+        wait_for(lambda: dis.log_of("ip1").chunks, 20, what="streamed")
         assert t.wait_idle(20)
 
 
 def test_stop_is_prompt_while_the_dis_is_down(tmp_path):
     write(tmp_path / name(), 3)
     t = Tailer(config("127.0.0.1:1", tmp_path)).start()  # nothing listens there
-    wait_until(lambda: t.status().get("Market/Trade/ip1/2026-11-22", {}).get("state") == "reconnecting", 20, "failing")
+    wait_for(lambda: t.status().get("Market/Trade/ip1/2026-11-22", {}).get("state") == "reconnecting", 20, what="failing")
     t0 = time.monotonic()
     t.stop()
     assert time.monotonic() - t0 < 3
