@@ -12,7 +12,6 @@ import threading
 import time
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -120,6 +119,27 @@ def test_available_now_with_max_rows_and_restart_from_checkpoint(spark, fresh_di
     assert run() == []
 
 
+class SizeSink:
+    """A ``foreachBatch`` sink that keeps the Size column of every micro-batch."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.parts: list[np.ndarray] = []
+
+    def __call__(self, batch_df, batch_id) -> None:  # noqa: ANN001
+        t = batch_df.select("Size").toArrow()
+        with self.lock:
+            self.parts.append(np.asarray(t.column("Size")))
+
+    def count(self) -> int:
+        with self.lock:
+            return sum(len(a) for a in self.parts)
+
+    def sizes(self) -> np.ndarray:
+        with self.lock:
+            return np.sort(np.concatenate(self.parts))
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_streaming_query_receives_exactly_the_rows_logged_while_logging(spark, tmp_path):
@@ -154,14 +174,7 @@ def test_streaming_query_receives_exactly_the_rows_logged_while_logging(spark, t
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    received: list[np.ndarray] = []
-    lock = threading.Lock()
-
-    def sink(batch_df, batch_id) -> None:
-        t = batch_df.select("Size", "Date").toArrow()
-        with lock:
-            received.append(np.asarray(t.column("Size")))
-
+    sink = SizeSink()
     writer = threading.Thread(target=write, daemon=True)
     q = None
     try:
@@ -175,16 +188,10 @@ def test_streaming_query_receives_exactly_the_rows_logged_while_logging(spark, t
             lg.close()
         assert not errors, errors
         total = len(logged)
-
-        def got() -> int:
-            with lock:
-                return sum(len(a) for a in received)
-
-        wait_for(lambda: got() >= total, 120, 0.2, f"{total} rows in the sink")
+        wait_for(lambda: sink.count() >= total, 120, 0.2, f"{total} rows in the sink")
         time.sleep(1.0)  # any duplicate would arrive now
         assert q.exception() is None
-        with lock:
-            sizes = np.sort(np.concatenate(received))
+        sizes = sink.sizes()
         assert len(sizes) == total  # no duplicates
         assert (sizes == np.arange(total)).all()  # no gaps: every logged row, once
         assert sum(1 for p in q.recentProgress if p["numInputRows"]) >= 2  # arrived over several batches
@@ -215,18 +222,7 @@ def test_streaming_query_rides_out_a_dis_kill_and_restart(spark, tmp_path):
     logger = (IntradayLoggerBuilder(str(ROOT / "config" / "schemas" / "Market.Trade.yaml")).set_process_name("feed")
               .set_log_dir(str(logs)).set_column_partition_value("2026-11-22").set_internal_partition("feed1")
               .build())
-    received: list[np.ndarray] = []
-    lock = threading.Lock()
-
-    def sink(batch_df, batch_id) -> None:
-        t = batch_df.select("Size").toArrow()
-        with lock:
-            received.append(np.asarray(t.column("Size")))
-
-    def got() -> int:
-        with lock:
-            return sum(len(a) for a in received)
-
+    sink = SizeSink()
     q = None
     n = 0
     try:
@@ -241,17 +237,16 @@ def test_streaming_query_rides_out_a_dis_kill_and_restart(spark, tmp_path):
                 n += rows.num_rows
                 time.sleep(0.05)
             logger.flush()
-            wait_for(lambda: got() > n // 2, 60, 0.1, "the query reading")
+            wait_for(lambda: sink.count() > n // 2, 60, 0.1, "the query reading")
             procs[-1].kill9()  # published rows not yet checkpointed are lost until the tailer resends them
             time.sleep(1.5)    # the query keeps asking a DIS that is down
             assert q.isActive and q.exception() is None
             procs.append(start_dis(tmp_path, cfg))
         logger.close()
-        wait_for(lambda: got() >= n, 120, 0.2, f"{n} rows in the sink")
+        wait_for(lambda: sink.count() >= n, 120, 0.2, f"{n} rows in the sink")
         time.sleep(1.0)  # any duplicate would arrive now
         assert q.exception() is None
-        with lock:
-            sizes = np.sort(np.concatenate(received))
+        sizes = sink.sizes()
         assert len(sizes) == n  # no duplicates
         assert (sizes == np.arange(n)).all()  # no gaps
     finally:
