@@ -1,4 +1,6 @@
-"""Spark reads live DIS partitions: the ``dis`` PySpark data source (batch and streaming).
+"""Spark reads live DIS partitions: the ``dis`` data source (batch and streaming), the JVM reader
+(``jvm/``, put on the classpath by ``disd.spark.jvm``) when its jar is there, else this package's
+Python reader (``disd.spark.source``).
 
     import disd.spark
     spark = disd.spark.session()          # local[*] with the settings below; or bring your own

@@ -53,6 +53,18 @@ final class DisOptions implements Serializable {
     final String dbRoot;
 
     private DisOptions(Map<String, String> o) {
+        String source = o.get("source");
+        if (source != null && !source.trim().isEmpty()) {
+            String v = source.trim().toLowerCase(Locale.ROOT);
+            if (!v.equals("intraday") && !v.equals("historical") && !v.equals("all")) {
+                throw new DisSourceError("option 'source' must be one of intraday, historical, all; got '" + source
+                    + "'");
+            }
+        }
+        if (str(o, "schemas") != null) {
+            throw new DisSourceError("option 'schemas' is for reading column files without a DIS; the DIS at "
+                + "'address'/'routing' knows the schema");
+        }
         Set<String> unknown = new TreeSet<>(o.keySet());
         unknown.removeAll(KNOWN);
         if (!unknown.isEmpty()) {
