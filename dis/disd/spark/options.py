@@ -161,7 +161,7 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
     if unknown:
         raise DisSourceError(
             f"unknown option {unknown[0]!r}; the options are: address, routing, namespace, table, columns, "
-            "partitions, rowsPerPartition, minPartitions, batchRows, timeout, ca, cert, key, token, tokenFile, "
+            "partitions, rowsPerPartition, minPartitions, batchRows, timeout, retrySeconds, ca, cert, key, token, tokenFile, "
             "serverName, maxRowsPerTrigger, startingOffsets, dbRoot, source, reader, httpAddress")
     reader = str(opts.get("reader") or "jvm").strip().lower()
     if reader not in ("jvm", "python"):

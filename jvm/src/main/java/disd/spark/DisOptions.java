@@ -32,7 +32,7 @@ final class DisOptions implements Serializable {
 
     static final Set<String> KNOWN = new TreeSet<>(Arrays.asList(
         "address", "routing", "namespace", "table", "path", "columns", "partitions",
-        "rowsperpartition", "minpartitions", "batchrows", "timeout",
+        "rowsperpartition", "minpartitions", "batchrows", "timeout", "retryseconds",
         "ca", "cert", "key", "token", "tokenfile", "servername",
         "maxrowspertrigger", "startingoffsets", "dbroot", "source", "reader", "httpaddress"));
 
@@ -47,6 +47,8 @@ final class DisOptions implements Serializable {
     final int minPartitions;
     final int batchRows;
     final double timeoutS;
+    /** How long streaming offsets and planning ride out an unreachable DIS (option retrySeconds). */
+    final double retryS;
     final Security security;
     final Long maxRowsPerTrigger;
     final String startingOffsets;
@@ -70,7 +72,7 @@ final class DisOptions implements Serializable {
         if (!unknown.isEmpty()) {
             throw new DisSourceError("unknown option '" + unknown.iterator().next() + "'; the options are: address, "
                 + "routing, namespace, table, columns, partitions, rowsPerPartition, minPartitions, batchRows, "
-                + "timeout, ca, cert, key, token, tokenFile, serverName, maxRowsPerTrigger, startingOffsets, "
+                + "timeout, retrySeconds, ca, cert, key, token, tokenFile, serverName, maxRowsPerTrigger, startingOffsets, "
                 + "dbRoot, source, reader, httpAddress");
         }
         String addr = str(o, "address");
@@ -164,6 +166,21 @@ final class DisOptions implements Serializable {
             }
         }
         timeoutS = ts;
+
+        String r = str(o, "retryseconds");
+        double rs = 60.0;
+        if (r != null) {
+            String v = r.endsWith("s") ? r.substring(0, r.length() - 1) : r;
+            try {
+                rs = Double.parseDouble(v);
+            } catch (NumberFormatException e) {
+                throw new DisSourceError("option 'retrySeconds' must be seconds, got '" + r + "'");
+            }
+            if (!(rs >= 0)) {
+                throw new DisSourceError("option 'retrySeconds' must be 0 or more, got '" + r + "'");
+            }
+        }
+        retryS = rs;
 
         String token = nonEmpty(o.get("token"));
         String tokenFile = nonEmpty(o.get("tokenfile"));

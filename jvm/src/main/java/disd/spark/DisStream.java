@@ -68,9 +68,9 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         this.offHeap = offHeap;
     }
 
-    /** The listing; while the DIS cannot be reached (a restart), tried again for up to 'timeout'. */
+    /** The listing; while the DIS cannot be reached (a restart), tried again for up to 'retrySeconds'. */
     private List<Dis.Location> listing() {
-        long deadline = System.nanoTime() + (long) (options.timeoutS * 1e9);
+        long deadline = System.nanoTime() + (long) (options.retryS * 1e9);
         while (true) {
             try {
                 return new Dis(options).locations();
@@ -242,7 +242,7 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         if (wanted.isEmpty()) {
             return new InputPartition[0];
         }
-        long deadline = System.nanoTime() + (long) (options.timeoutS * 1e9);
+        long deadline = System.nanoTime() + (long) (Math.max(options.timeoutS, options.retryS) * 1e9);
         Map<String, Dis.Location> snaps;
         while (true) {
             snaps = snapshots();
@@ -265,7 +265,7 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
             if (System.nanoTime() > deadline) {
                 throw new DisSourceError("location " + options.namespace + "." + options.table + " " + shortKey
                     + " has " + have + " published rows but the offset being read needs " + need + " (did the DIS "
-                    + "lose unflushed rows and not yet re-ingest them?); waited the 'timeout' option's time");
+                    + "lose unflushed rows and not yet re-ingest them?); waited as long as options 'retrySeconds' and 'timeout' allow");
             }
             try {
                 Thread.sleep(200);
