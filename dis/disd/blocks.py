@@ -151,6 +151,20 @@ def explain(e: grpc.RpcError, address: str) -> DisClientError:
     return DisClientError(f"DIS at {address}: {code.name if code else 'error'}: {details}")
 
 
+#: Words of an UNAVAILABLE status that a restart never causes: the TLS handshake failed (a
+#: refused client certificate, an untrusted server).  Retrying those would only delay the error.
+_NOT_A_RESTART = ("handshake", "ssl", "certificate", "tls")
+
+
+def restarting(e: grpc.RpcError) -> bool:
+    """Whether a failed call looks like its DIS being down or restarting (retry it), rather than
+    a refusal that stays (answer at once)."""
+    if e.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    details = (e.details() if hasattr(e, "details") else str(e)) or ""
+    return not any(w in details.lower() for w in _NOT_A_RESTART)
+
+
 class _NotYetPublished(Exception):
     """A DIS served fewer bytes than a snapshot pins: it restarted and has not yet re-ingested
     rows it had published (a crash loses what was not checkpointed until the tailer resends it)."""
@@ -207,7 +221,7 @@ class GrpcBlocks:
             try:
                 return attempt()
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                if not restarting(e):
                     raise explain(e, address) from None
                 failure: BlockSourceError = explain(e, address)
             except _NotYetPublished as e:

@@ -28,6 +28,7 @@ from disd.blocks import (
     LocationSnapshot,
     explain,
     read_location,
+    restarting,
 )
 from disd.routing import Routing, resolve
 from disd.rpc.v1 import dis_pb2
@@ -85,7 +86,7 @@ class Client(GrpcBlocks):
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.CANCELLED:
                     return
-                if e.code() != grpc.StatusCode.UNAVAILABLE or self.retry_s <= 0:
+                if not restarting(e) or self.retry_s <= 0:
                     raise explain(e, address) from None
 
     def status(self, address: str | None = None) -> dis_pb2.StatusResponse:
