@@ -120,10 +120,9 @@ def test_column_pruning_by_option_and_by_schema(spark, trade_address):
     assert reader(spark, trade_address, columns="Date").load().count() == TOTAL
 
 
-def test_errors_name_the_cause(spark, trade_address):
+def test_errors_name_the_cause(spark, trade_address, dis_reader):
     cases = [
         (lambda: reader(spark, "127.0.0.1:1", retrySeconds="0").load(), "DIS at 127.0.0.1:1 is unreachable"),
-        (lambda: reader(spark, "127.0.0.1:1", retrySeconds="1").load(), "(tried for 1 s)"),
         (lambda: reader(spark, trade_address, retrySeconds="soon").load(), "option 'retrySeconds' must be seconds"),
         (lambda: reader(spark, trade_address).option("table", "Nope").load(), "unknown table Market.Nope"),
         (lambda: reader(spark, trade_address, colums="Sym").load(), "unknown option 'colums'"),
@@ -131,6 +130,8 @@ def test_errors_name_the_cause(spark, trade_address):
         (lambda: reader(spark, trade_address).schema("Nope string").load().collect(), "is not a column"),
         (lambda: spark.read.format("dis").option("table", "Market.Trade").load(), "option 'address'"),
     ]
+    if dis_reader == "python":  # the JVM reader's batch planning does not retry yet (docs/spark.md)
+        cases.append((lambda: reader(spark, "127.0.0.1:1", retrySeconds="1").load(), "(tried for 1 s)"))
     for run, words in cases:
         with pytest.raises(Exception) as e:
             run()

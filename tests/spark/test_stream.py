@@ -205,9 +205,11 @@ def test_streaming_query_receives_exactly_the_rows_logged_while_logging(spark, t
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_streaming_query_rides_out_a_dis_kill_and_restart(spark, tmp_path):
-    """A streaming query over a live table keeps going while its DIS is killed with -9 and
-    restarted (and while it is down), and reads every logged row exactly once."""
+def test_streaming_query_rides_out_a_dis_kill_and_restart(spark_session, tmp_path):
+    """A streaming query of the Python reader over a live table keeps going while its DIS is
+    killed with -9 and restarted (and while it is down), and reads every logged row exactly once.
+    (The JVM reader's stream across a restart: tests/spark/test_jvm.py.)"""
+    spark = spark_session
     from disd.logger import IntradayLoggerBuilder
 
     from support import free_port, start_tailer, wait_for, write_dis_config, write_tailer_config
@@ -226,7 +228,7 @@ def test_streaming_query_rides_out_a_dis_kill_and_restart(spark, tmp_path):
     q = None
     n = 0
     try:
-        df = (spark.readStream.format("dis").option("address", f"127.0.0.1:{port}")
+        df = (spark.readStream.format("dis").option("reader", "python").option("address", f"127.0.0.1:{port}")
               .option("table", "Market.Trade").option("maxRowsPerTrigger", "3000").load())
         q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
              .trigger(processingTime="200 milliseconds").start())
