@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 from pyspark.sql.datasource import InputPartition
 
 from disd.binlog import LocationKey
-from disd.blocks import LocationSnapshot
+from disd.blocks import DEFAULT_RETRY_S, LocationSnapshot
 from disd.historical.scan import split_size
 from disd.security import ClientSecurity
 from disd.spark.arrow import Projection
@@ -53,7 +53,7 @@ class ReadSpec:
     timeout_s: float
     batch_rows: int
     db_root: str | None = None  # read the column files under it (disd.blocks.open_block_source)
-    retry_s: float = 60.0  # ride out an unreachable DIS this long (option retrySeconds)
+    retry_s: float = DEFAULT_RETRY_S  # ride out an unreachable DIS this long (option retrySeconds)
 
 
 class DisInputPartition(InputPartition):
