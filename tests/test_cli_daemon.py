@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -127,3 +128,15 @@ def test_verify_takes_what_it_needs_from_the_config_and_refuses_what_is_missing(
     off.write_bytes(bytes(raw))
     r = verify("--config", str(cfg))
     assert r.returncode == 1 and "offset of row 1" in r.stdout and "points past Sym.dat" in r.stdout
+
+
+def test_demo_needs_nothing_but_the_project(tmp_path):
+    """``make run`` installs the project without its extras: the demo must not need pandas."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "pandas.py").write_text("raise ImportError('pandas is not installed (make run)')\n")
+    env = dict(os.environ, PYTHONPATH=str(blocker))
+    r = subprocess.run([str(BIN / "dis"), "demo", "--workdir", str(tmp_path / "demo"), "--rows", "2000"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "equal to what was logged: True" in r.stdout and "Traceback" not in r.stderr
