@@ -66,7 +66,7 @@ def test_installed_pandas_is_one_pyspark_supports():
 
 
 def test_make_run_installs_the_project_without_the_test_extra(tmp_path):
-    out = subprocess.run(["make", "-n", "-B", "run", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+    out = subprocess.run(["make", "--no-print-directory", "-n", "-B", "run", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     installs = [line for line in out.splitlines() if "pip install" in line and "--upgrade pip" not in line]
     assert installs and all("[test]" not in line for line in installs), out
