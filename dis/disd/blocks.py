@@ -74,11 +74,13 @@ class LocationSnapshot:
     files: dict[str, int] = field(hash=False)
     block_size: int
     address: str
+    # The schema version the location's files are written in (0: not said, the table's newest).
+    schema_version: int = 0
 
     @classmethod
     def from_msg(cls, m: dis_pb2.LocationInfo, address: str) -> LocationSnapshot:
         return cls(key_from_proto(m.key), int(m.rows), {f.name: int(f.size) for f in m.files},
-                   int(m.block_size) or DEFAULT_BLOCK_SIZE_BYTES, address)
+                   int(m.block_size) or DEFAULT_BLOCK_SIZE_BYTES, address, int(m.schema_version))
 
 
 class BlockSourceError(DisError):

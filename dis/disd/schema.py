@@ -17,6 +17,7 @@ both formats, the decoders and the readers share: width, numpy dtype, Arrow type
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import pathlib
@@ -113,6 +114,9 @@ _SENTINEL: dict[ColumnType, Any] = {
 class Column:
     name: str
     type: ColumnType
+    # The column's name in the previous version of its table, when this version renames it
+    # (see disd.schemaversions); not part of equality or of the fingerprint.
+    renamed_from: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -122,8 +126,16 @@ class TableSchema:
     columns: tuple[Column, ...]
     partition_column: str = "Date"
     source: str | None = field(default=None, compare=False)
+    # The schema version this is (``version:`` in the YAML, 1 when absent).  Versions of one
+    # table differ in columns; a reader of a table presents its newest version.
+    version: int = field(default=1, compare=False)
+    # Every earlier version of the table that is known (stored by the database, or carried by a
+    # log header), oldest first; empty for a schema read from one YAML file or one log header.
+    history: tuple["TableSchema", ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise ValueError(f"schema version must be a positive integer, not {self.version!r}")
         validate_name(NameKind.NAMESPACE, self.namespace)
         validate_name(NameKind.TABLE, self.table)
         validate_name(NameKind.COLUMN, self.partition_column)
@@ -158,12 +170,52 @@ class TableSchema:
         return pa.schema([pa.field(c.name, c.type.arrow_type, nullable=True) for c in self.columns])
 
     def canonical(self) -> dict[str, Any]:
+        """The schema as JSON-able data: what a log header and the DIS's TableInfo carry (not the
+        history, which the DIS sends separately)."""
         return {
             "namespace": self.namespace,
             "table": self.table,
             "partition_column": self.partition_column,
-            "columns": [{"name": c.name, "type": c.type.value} for c in self.columns],
+            "version": self.version,
+            "columns": [{"name": c.name, "type": c.type.value}
+                        | ({"renamed_from": c.renamed_from} if c.renamed_from else {}) for c in self.columns],
         }
+
+    @property
+    def versions(self) -> dict[int, "TableSchema"]:
+        """Every known version of the table by number, this one included."""
+        out = {s.version: s for s in self.history}
+        out[self.version] = self
+        return dict(sorted(out.items()))
+
+    def at_version(self, version: int) -> "TableSchema":
+        """The table's schema in ``version``: a SchemaError naming the known versions otherwise."""
+        found = self.versions.get(version)
+        if found is None:
+            known = ", ".join(str(v) for v in self.versions)
+            raise SchemaError(self.source or "<schema>", "version",
+                              f"{self.key} has no version {version} (known versions: {known})")
+        return found
+
+    def with_history(self, earlier: Iterable["TableSchema"]) -> "TableSchema":
+        """This schema carrying ``earlier`` versions (each without its own history)."""
+        olds = tuple(sorted((dataclasses.replace(s, history=()) for s in earlier if s.version != self.version),
+                            key=lambda s: s.version))
+        return dataclasses.replace(self, history=olds)
+
+    def history_json(self) -> str:
+        """Every version of the table, oldest first, as one JSON list of ``canonical()`` objects."""
+        return json.dumps([s.canonical() for s in self.versions.values()], separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_history_json(cls, text: str, source: str = "<json>") -> "TableSchema":
+        """The newest version of a ``history_json()`` list, carrying the others."""
+        data = json.loads(text)
+        if not isinstance(data, list) or not data:
+            raise SchemaError(source, "<history>", "must be a non-empty list of schemas")
+        schemas = [_parse_schema(d, source) for d in data]
+        newest = max(schemas, key=lambda s: s.version)
+        return newest.with_history(schemas)
 
     def to_json(self) -> str:
         return json.dumps(self.canonical(), separators=(",", ":"), sort_keys=True)
@@ -226,7 +278,7 @@ class SchemaError(DisError, ValueError):
 def _parse_schema(data: Any, source: str) -> TableSchema:
     if not isinstance(data, dict):
         raise SchemaError(source, "<top>", "must be a mapping with namespace, table and columns")
-    unknown = set(data) - {"namespace", "table", "partition_column", "columns"}
+    unknown = set(data) - {"namespace", "table", "partition_column", "columns", "version"}
     if unknown:
         raise SchemaError(source, sorted(unknown)[0], "unknown key")
 
@@ -243,6 +295,9 @@ def _parse_schema(data: Any, source: str) -> TableSchema:
     namespace = name("namespace", NameKind.NAMESPACE)
     table = name("table", NameKind.TABLE)
     partition_column = name("partition_column", NameKind.COLUMN, "Date")
+    version = data.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise SchemaError(source, "version", f"must be a positive integer, not {version!r}")
     raw_cols = data.get("columns")
     if raw_cols is None:
         raise SchemaError(source, "columns", "missing")
@@ -255,7 +310,7 @@ def _parse_schema(data: Any, source: str) -> TableSchema:
         where = f"columns[{i}]"
         if not isinstance(rc, dict):
             raise SchemaError(source, where, "must be a mapping {name: ..., type: ...}")
-        extra = set(rc) - {"name", "type"}
+        extra = set(rc) - {"name", "type", "renamed_from"}
         if extra:
             raise SchemaError(source, f"{where}.{sorted(extra)[0]}", "unknown key")
         if "name" not in rc:
@@ -277,8 +332,21 @@ def _parse_schema(data: Any, source: str) -> TableSchema:
             raise SchemaError(
                 source, f"{where}.type", f"unknown type {rc['type']!r} (one of {valid_types})"
             ) from None
-        cols.append(Column(cname, ctype))
-    return TableSchema(namespace, table, tuple(cols), partition_column, source=source)
+        renamed_from = rc.get("renamed_from")
+        if renamed_from is not None:
+            try:
+                renamed_from = validate_name(NameKind.COLUMN, renamed_from)
+            except InvalidNameError as e:
+                raise SchemaError(source, f"{where}.renamed_from", e.reason) from None
+            if renamed_from == cname:
+                raise SchemaError(source, f"{where}.renamed_from", "names the column itself")
+        cols.append(Column(cname, ctype, renamed_from))
+    renames = [c.renamed_from for c in cols if c.renamed_from]
+    for i, c in enumerate(cols):
+        if c.renamed_from and renames.count(c.renamed_from) > 1:
+            raise SchemaError(source, f"columns[{i}].renamed_from",
+                              f"{c.renamed_from!r} is renamed into more than one column")
+    return TableSchema(namespace, table, tuple(cols), partition_column, source=source, version=version)
 
 
 def load_schema(path: str | pathlib.Path) -> TableSchema:

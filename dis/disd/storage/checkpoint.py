@@ -9,7 +9,7 @@ A small text file, readable by people and other programs (three lines, each endi
 Line 1 is the magic word and the format version.  Line 2 is one JSON object: the committed row
 count, each column file's size at that count, the source record (log file name and byte offset
 just past the last committed row, plus ``skip_rows`` when that row is inside a frame), the schema
-fingerprint, the import state (counters carried across restarts) and the time.  Line 3 is the
+fingerprint and version (``schema_version``, absent in records older than schema versions), the import state (counters carried across restarts) and the time.  Line 3 is the
 CRC32C of line 2 in 8 hex digits, so a torn or damaged record is detected rather than trusted.
 
 Writing follows the order that makes a crash at any point safe: the column files were fsynced
@@ -64,6 +64,10 @@ class CheckpointRecord:
     import_state: dict[str, int] = field(default_factory=dict)
     time: float = field(default_factory=time.time)
     version: int = VERSION
+    # The table's schema version the location is written in; never changes for a location.
+    # 0 in a record written before schema versions existed: the version whose fingerprint
+    # matches ``fingerprint`` (docs/schema-versions.md).
+    schema_version: int = 0
 
     def body(self) -> dict[str, Any]:
         return {
@@ -74,7 +78,7 @@ class CheckpointRecord:
             "fingerprint": self.fingerprint,
             "import_state": self.import_state,
             "time": self.time,
-        }
+        } | ({"schema_version": self.schema_version} if self.schema_version else {})
 
     def to_bytes(self) -> bytes:
         return RECORD.encode(self.body())
@@ -91,10 +95,11 @@ class CheckpointRecord:
                 fingerprint=str(d["fingerprint"]),
                 import_state={str(k): int(v) for k, v in (d.get("import_state") or {}).items()},
                 time=float(d["time"]),
+                schema_version=int(d.get("schema_version", 0)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"{path}: checkpoint record unreadable: {e}") from None
-        if rec.rows < 0 or rec.source.offset < 0 or rec.source.skip_rows < 0 or any(v < 0 for v in rec.files.values()):
+        if rec.schema_version < 0 or rec.rows < 0 or rec.source.offset < 0 or rec.source.skip_rows < 0 or any(v < 0 for v in rec.files.values()):
             raise CheckpointError(f"{path}: checkpoint record has a negative count")
         return rec
 
