@@ -190,6 +190,12 @@ class BinlogWriter:
                 if header.fingerprint != schema.fingerprint:
                     self._file.close()
                     raise SchemaMismatchError(f"{self.path}: existing log has another schema")
+                if header.schema.version != schema.version:
+                    # a file holds rows of one schema version (its header's): same columns or not
+                    self._file.close()
+                    raise SchemaMismatchError(
+                        f"{self.path}: existing log is written in version {header.schema.version} of "
+                        f"{schema.key}, not version {schema.version}")
                 run = scan_frames(data, 0, schema, start=header.size, path=str(self.path))
                 self.offset = run.end_offset
                 if run.end_offset != size:
