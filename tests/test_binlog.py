@@ -335,13 +335,13 @@ def test_header_written_before_versions_reads_as_version_1(tmp_path):
     import json
     import struct
 
-    from disd.binlog.format import _HEADER_FIXED, MAGIC, crc32c, encode_frame, encode_rows
+    from disd.binlog.format import HEADER_FIXED, MAGIC, crc32c, encode_frame, encode_rows
 
     s = _versioned(1)
     old = {k: v for k, v in s.canonical().items() if k != "version"}
     body = json.dumps(old, separators=(",", ":"), sort_keys=True).encode()
     assert b"version" not in body
-    head = _HEADER_FIXED.pack(MAGIC, 1, 0, len(body), bytes.fromhex(s.fingerprint)) + body
+    head = HEADER_FIXED.pack(MAGIC, 1, 0, len(body), bytes.fromhex(s.fingerprint)) + body
     payload, n = encode_rows(s, normalize_columns(s, {"Size": [7]}), np.array([3], np.uint8))
     p = tmp_path / "old.bin"
     p.write_bytes(head + struct.pack("<I", crc32c(head)) + encode_frame(payload, n))

@@ -11,7 +11,9 @@ import numpy as np
 import pyarrow as pa
 
 from disd.binlog.format import (
+    HEADER_FIXED,
     MAX_FRAME_PAYLOAD,
+    MAX_SCHEMA_JSON,
     CorruptLogError,
     FrameRun,
     LogHeader,
@@ -108,6 +110,18 @@ def _before_undecodable(data: bytes, run: FrameRun, schema: TableSchema, first: 
             good = FrameRun(0, run.starts[:k], run.ends[:k], run.row_counts[:k], s if k else first)
             return good, CorruptLogError(err.offset, err.problem, path)
     return run, None  # pragma: no cover - a run that fails whole fails in one of its frames
+
+
+def read_header(path: str | os.PathLike[str]) -> LogHeader | None:
+    """The header of the log at ``path`` without reading its frames; None while the header is
+    incomplete (a file just created).  CorruptLogError for a header that is wrong."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_FIXED.size)
+        if len(head) < HEADER_FIXED.size:
+            return decode_header(head, str(path))
+        schema_len = HEADER_FIXED.unpack_from(head, 0)[3]
+        rest = f.read(min(schema_len, MAX_SCHEMA_JSON + 1) + 4)
+    return decode_header(head + rest, str(path))
 
 
 def split_points(flags: np.ndarray, max_rows: int = MAX_ROWS_PER_FRAME) -> list[int]:
