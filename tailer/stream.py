@@ -304,16 +304,18 @@ class LocationWorker(threading.Thread):
             self._refused = (file, problem, not self._opened)
         if self._opened:
             return
-        prev = self._previous_header(self.files(), file)
-        if prev is not None:
-            try:
-                with FrameReader(self.files().find(file).path) as r:
-                    header = r.header()
-            except (CorruptLogError, OSError, AttributeError):
-                header = None
-            if header is not None and _schema_of(header) != _schema_of(prev[1]):
-                self._report_refusal_of = file
-                self._hint = prev[0]
+        lf = self.files()
+        refused, prev = lf.find(file), self._previous_header(lf, file)
+        if refused is None or prev is None:
+            return  # no earlier file: the problem shows in this tailer's status and log only
+        try:
+            with FrameReader(refused.path) as r:
+                header = r.header()
+        except (CorruptLogError, OSError):
+            return
+        if header is not None and _schema_of(header) != _schema_of(prev[1]):
+            self._report_refusal_of = file
+            self._hint = prev[0]
 
     def _forget_missing_files(self) -> None:
         """A problem about a file that is gone from the log directories is over."""

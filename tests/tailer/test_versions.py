@@ -124,3 +124,34 @@ def test_a_version_the_dis_refuses_keeps_its_rows_and_the_refusal_is_the_locatio
         assert not dis.errors
     finally:
         dis.stop()
+
+
+def test_the_real_dis_shows_its_refusal_of_a_newer_version_as_the_tailer_problem(tmp_path, capsys):
+    """A real DIS that holds Market.Trade version 1 only refuses a version 2 log with
+    FAILED_PRECONDITION: ``dis status`` shows the refusal as the location's TAILER PROBLEM, the
+    version 1 rows are in, and the version 2 file is left as it was."""
+    import json
+
+    from disd.cli import main
+    from support import running_dis
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    f1, f2 = name(hour=9), name(hour=10)
+    write(logs / f1, 3, 0, schema=V1)
+    write(logs / f2, 2, 3, schema=trade(2, venue=True))
+    before = (logs / f2).read_bytes()
+    with running_dis(tmp_path / "db") as srv, Tailer(config(f"127.0.0.1:{srv.port}", logs)) as t:
+        def shown():
+            capsys.readouterr()
+            assert main(["status", "--address", f"127.0.0.1:{srv.port}", "--json"]) == 0
+            loc = json.loads(capsys.readouterr().out)["locations"][0]
+            return loc if loc["tailer_problem"] and loc["rows"] == 3 else None
+
+        loc = wait_for(shown, 30, what="the refusal shown by dis status")
+        problem = loc["tailer_problem"]["problem"]
+        assert problem.startswith(f"the DIS refuses the stream of {f2}: "), problem
+        assert "Venue" in problem and problem.endswith("its rows stay in the log and are sent once the DIS takes them")
+        assert t.status()[LOC]["problem"] == problem
+        assert not t.wait_idle(0.5)  # the version 2 rows wait in their file
+    assert (logs / f2).read_bytes() == before
