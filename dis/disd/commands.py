@@ -33,12 +33,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from disd.schema import SchemaError
     from disd.server.daemon import serve
     from disd.storage.dblock import DatabaseLockedError
+    from disd.storage.versionstore import VersionStoreError
 
     configure_logging(json=True if args.json_logs else None)
     try:
         cfg = load_dis_config(args.config)
         return serve(cfg)
-    except (ConfigError, SchemaError) as e:
+    except (ConfigError, SchemaError, VersionStoreError) as e:  # a schema change the rules refuse, ...
         print(f"dis serve: {e}", file=sys.stderr)
         return 2
     except DatabaseLockedError as e:

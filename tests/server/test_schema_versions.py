@@ -240,3 +240,12 @@ def test_dis_serve_refuses_a_schema_change_the_rules_do_not_allow(tmp_path, v1_d
     with running_dis(db, schemas=tmp_path / "schemas-v1") as srv:
         loc = srv.engine.location(key("old"), create=False)
         assert not loc.in_error and loc.published_rows == N_OLD
+
+
+def test_dis_serve_refuses_a_damaged_record_of_versions(tmp_path, v1_db):
+    db, _logs = v1_db
+    record = db / "Intraday" / "Market" / "Trade" / "schema.versions"
+    record.write_bytes(record.read_bytes().replace(b'"Size"', b'"Sizf"'))
+    r = _serve_exit(tmp_path, tmp_path / "schemas-v1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{record}: schema versions record checksum mismatch" in r.stderr, r.stderr

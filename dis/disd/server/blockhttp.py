@@ -6,9 +6,11 @@ the same facts as the TableData service on a second port (``server.http_port``),
 TLS (and client certificates) and the same bearer token:
 
 ==========================================  ===================================================
-``GET /v1/tables``                          JSON: every table this DIS serves, with its schema
-``GET /v1/locations?namespace=&table=``     JSON: each location's published rows and the sizes
-                                            of its column files at that count (as ListLocations)
+``GET /v1/tables``                          JSON: every table this DIS serves, with its newest
+                                            schema and every version (``versions_json``)
+``GET /v1/locations?namespace=&table=``     JSON: each location's published rows, the sizes
+                                            of its column files at that count and the schema
+                                            version it is written in (as ListLocations)
 ``GET /v1/read?namespace=&table=&``         the bytes ``[start, stop)`` of one column file, as
 ``internal_partition=&column_partition=&``  one response body (``Content-Length``); refused
 ``file=&start=&stop=``                      (416) when ``stop`` is past the published size
