@@ -3,16 +3,15 @@
 The protocol is in proto/disd/rpc/v1/dis.proto.  This module validates every message (names,
 schema version and fingerprint, file order, offsets, frame boundaries, checksums) before the
 storage engine sees a byte, so hostile or broken input gets a precise gRPC status and loses
-nothing.
+nothing.  When a stream ends for any reason, the location's open transaction is rolled back: its
+rows were never published, and the tailer resends them from the resume point.
 
 Schema versions (docs/schema-versions.md): a stream's logs are in one version of the table, named
 by the header schema of its ``open``.  The DIS takes every version it holds, admits an older one
 it has not stored when the rules allow it, and refuses a newer one than the YAML declares.  A
 location is written in one version for ever: a stream of another version than its location is
 refused before anything is written, naming the remedy (a log-format suffix on the internal
-partition, so each version has its own locations).  When a
-stream ends for any reason, the location's open transaction is rolled back: its rows were never
-published, and the tailer resends them from the resume point.
+partition, so each version has its own locations).
 """
 
 from __future__ import annotations

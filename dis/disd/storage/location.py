@@ -9,6 +9,13 @@ A location holds three row counts, always ``published <= committed <= written``:
 Checkpoints record the committed count, the file sizes at that count and the source record, and
 recovery truncates every column file back to them.  Everything is in docs/storage-format.md.
 
+Schema versions.  A location is written in exactly one version of its table, for ever: the one
+its ``table.size`` names (``schema_version``; in a record older than versions, the version whose
+fingerprint is the record's), or for a new location the version of the log that creates it.
+``schema`` is that version (its columns are the location's column files), ``table`` the table's
+newest schema carrying every version the database holds.  A record naming a version the
+database does not hold is damage: its files cannot be read with confidence.
+
 Errors.  Any failure of a write, truncate, flush or checkpoint puts the location in error state:
 its buffers and counts may now disagree with its files, so it accepts nothing until it is reopened
 from its last checkpoint.  A failure the OS reported with an errno (ENOSPC, EIO, ...) is retried:
