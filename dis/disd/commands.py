@@ -98,7 +98,8 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             "tables": [s.canonical() | {"fingerprint": s.fingerprint} for s in tables],
             "locations": [
                 {"namespace": l.key.namespace, "table": l.key.table, "internal_partition": l.key.internal_partition,
-                 "column_partition": l.key.column_partition, "rows": l.rows, "files": l.files, "dis": l.address}
+                 "column_partition": l.key.column_partition, "schema_version": l.schema_version or None,
+                 "rows": l.rows, "files": l.files, "dis": l.address}
                 for l in locs
             ],
         }))
@@ -108,15 +109,16 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         print(f"{s.key}  ({len(mine)} locations, {sum(l.rows for l in mine)} rows)  "
               f"{', '.join(f'{c.name}:{c.type.value}' for c in s.columns)}")
         for l in mine:
+            version = f"  version={l.schema_version}" if l.schema_version else ""
             print(f"  {l.key.internal_partition}/{l.key.column_partition}  rows={l.rows}  "
-                  f"bytes={sum(l.files.values())}  dis={l.address}")
+                  f"bytes={sum(l.files.values())}  dis={l.address}{version}")
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     """One screen for an operator: per DIS its disk, per table a summary, per location its schema
-    version, rows, flush and checkpoint age, the checkpoint's source record, the connected tailer, errors and the
-    last problem its tailer reported."""
+    version, rows, flush and checkpoint age, the checkpoint's source record, the connected
+    tailer, errors and the last problem its tailer reported."""
     from disd.client import DisClientError
 
     try:
