@@ -18,8 +18,8 @@ from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaRegistry
 from disd.storage import StorageEngine
 from server.versions_support import V1, V2, V2_YAML, rows, schemas_dir
-from support import (BIN, free_port, log_name, start_dis_process, start_tailer, subprocess_env, wait_for,
-                     write_dis_config, write_tailer_config)
+from support import (BIN, free_port, free_port_pair, log_name, start_dis_process, start_tailer, subprocess_env,
+                     wait_for, write_dis_config, write_tailer_config)
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def _writer(path, schema, start: int, done: threading.Event) -> None:
 
 
 def test_kill9_mid_ingest_of_two_versions_recovers_each_location_in_its_version(tmp_path):
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_port_pair(), free_port()  # port + 1: the block endpoint
     logs = tmp_path / "logs"
     logs.mkdir()
     db = tmp_path / "db"
