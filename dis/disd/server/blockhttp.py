@@ -212,7 +212,7 @@ class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
     def tables(self) -> dict:
         return {"tables": [
             {"namespace": s.namespace, "table": s.table, "partition_column": s.partition_column,
-             "schema_json": s.to_json(), "fingerprint": s.fingerprint}
+             "schema_json": s.to_json(), "fingerprint": s.fingerprint, "versions_json": s.history_json()}
             for s in self.engine.schemas if self.routed(s.namespace, s.table)]}
 
     def locations(self, namespace: str, table: str) -> dict:
@@ -223,7 +223,8 @@ class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
                 continue
             rows, files = loc.snapshot()
             out.append({"namespace": k.namespace, "table": k.table, "internal_partition": k.internal_partition,
-                        "column_partition": k.column_partition, "rows": rows, "files": files})
+                        "column_partition": k.column_partition, "rows": rows, "files": files,
+                        "schema_version": getattr(loc, "schema_version", 0)})
         return {"block_size": self.block_size, "locations": out}
 
     # -- connections ------------------------------------------------------------------------------
