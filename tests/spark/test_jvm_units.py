@@ -136,3 +136,74 @@ def test_java_units_agree_with_the_python_reader(probe, tmp_path):
         ["2026-11-21", "2026-11-23", "2030-01-01"], values, ["2026-11-21", "2026-11-22", "2026-11-23"], values,
         values, [],
     ]
+
+
+def _random_chain(rnd: random.Random, n_versions: int) -> list:
+    """Canonical dicts of a table's versions 1..n: each step renames (a swap too, a rename into a
+    freed name, a stale ``renamed_from`` kept), adds, drops or widens columns at random."""
+    widen = {"byte": ["short", "int", "long"], "short": ["int", "long"], "int": ["long"], "float": ["double"]}
+    types = ["bool", "byte", "short", "int", "long", "float", "double", "char", "string", "timestamp"]
+    cols = [{"name": f"C{i}", "type": rnd.choice(types)} for i in range(rnd.randint(1, 6))]
+    fresh = iter(range(100, 10_000))
+    out = [{"namespace": "M", "table": "T", "partition_column": "Date", "version": 1, "columns": cols}]
+    for v in range(2, n_versions + 1):
+        prev = [c["name"] for c in cols]
+        new = []
+        for c in cols:
+            c = {"name": c["name"], "type": c["type"]} | (
+                {"renamed_from": c["renamed_from"]} if "renamed_from" in c and rnd.random() < 0.3 else {})
+            r = rnd.random()
+            if r < 0.15 and len(cols) > 1:
+                continue  # dropped
+            if r < 0.35:
+                c["renamed_from"], c["name"] = c["name"], rnd.choice([f"N{next(fresh)}", f"C{rnd.randint(0, 8)}"])
+            if rnd.random() < 0.3 and c["type"] in widen:
+                c["type"] = rnd.choice(widen[c["type"]])
+            new.append(c)
+        if len(new) >= 2 and rnd.random() < 0.2:  # a swap of two names: two renames
+            a, b = rnd.sample(range(len(new)), 2)
+            if new[a]["name"] in prev and new[b]["name"] in prev:
+                new[a]["name"], new[b]["name"] = new[b]["name"], new[a]["name"]
+                new[a]["renamed_from"], new[b]["renamed_from"] = new[b]["name"], new[a]["name"]
+        for _ in range(rnd.randint(0, 2)):
+            new.insert(rnd.randint(0, len(new)), {"name": rnd.choice([f"A{next(fresh)}", rnd.choice(prev)]),
+                                                  "type": rnd.choice(types)})
+        names = [c["name"] for c in new]
+        if len(set(names)) != len(names):
+            continue
+        cols = new
+        out.append({"namespace": "M", "table": "T", "partition_column": "Date", "version": v, "columns": cols})
+    return out
+
+
+def test_schema_versions_compose_as_the_python_rules(probe):
+    """The JVM reader's SchemaVersions (origins of every newest column in every version, and the
+    columns' fingerprint a pre-versions table.size is matched by) equals disd.schemaversions /
+    disd.schema on random valid chains of renames, swaps, adds, drops and widenings."""
+    from disd.schema import SchemaError, TableSchema
+    from disd.schemaversions import check_chain, origins
+
+    rnd = random.Random(14)
+    cases, newest = [], []
+    while len(cases) < 150:
+        chain = _random_chain(rnd, rnd.randint(1, 5))
+        try:
+            schemas = [TableSchema.from_dict(d) for d in chain]
+            check_chain(schemas)
+        except SchemaError:
+            continue
+        n = TableSchema.from_history_json(json.dumps(chain))
+        cases.append(n.history_json())
+        newest.append(n)
+    renamed = sum(1 for n in newest for v in n.versions if v != n.version and origins(n, v) != {
+        c: c if c in n.at_version(v).column_names else None for c in n.column_names})
+    assert renamed > 30, "the random chains must exercise renames, adds and drops"
+    odd = TableSchema.from_dict({"namespace": "M", "table": "T", "columns": [{"name": "a-b+c_1", "type": "int"}]})
+    cases.append(odd.history_json())
+    newest.append(odd)
+    got = probe({"plan": [], "admit": [], "options": [], "glob": [], "filters": [], "keys": [], "versions": cases})
+    for n, answer in zip(newest, got["versions"]):
+        assert "error" not in answer, (n.history_json(), answer)
+        for v, s in n.versions.items():
+            assert answer[str(v)]["origins"] == origins(n, v), (n.history_json(), v)
+            assert answer[str(v)]["fingerprint"] == s.fingerprint, (n.history_json(), v)

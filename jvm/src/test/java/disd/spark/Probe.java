@@ -47,6 +47,9 @@ public final class Probe {
             }
         }
         out.set("keys", keys);
+        if (req.has("versions")) {
+            out.set("versions", versions(req.get("versions")));
+        }
         System.out.println(DisHttp.JSON.writeValueAsString(out));
     }
 
@@ -69,6 +72,28 @@ public final class Probe {
                 parts.add(slices);
             }
             res.add(parts);
+        }
+        return res;
+    }
+
+    /** Each case: a {@code history_json()} -> for each version, {"origins": {...}, "fingerprint": "..."},
+     *  or the error's message. */
+    static ArrayNode versions(JsonNode cases) {
+        ArrayNode res = DisHttp.JSON.createArrayNode();
+        for (JsonNode c : cases) {
+            ObjectNode r = DisHttp.JSON.createObjectNode();
+            try {
+                TableSchema newest = TableSchema.fromHistoryJson(c.asText(), "(case)");
+                for (TableSchema s : newest.versions.values()) {
+                    ObjectNode v = DisHttp.JSON.createObjectNode();
+                    v.set("origins", DisHttp.JSON.valueToTree(SchemaVersions.origins(newest, s.version)));
+                    v.put("fingerprint", SchemaVersions.fingerprint(s));
+                    r.set(String.valueOf(s.version), v);
+                }
+            } catch (DisSourceError e) {
+                r.put("error", e.getMessage());
+            }
+            res.add(r);
         }
         return res;
     }
