@@ -207,3 +207,53 @@ def test_schema_versions_compose_as_the_python_rules(probe):
         for v, s in n.versions.items():
             assert answer[str(v)]["origins"] == origins(n, v), (n.history_json(), v)
             assert answer[str(v)]["fingerprint"] == s.fingerprint, (n.history_json(), v)
+
+
+def test_dbroot_versions_come_from_the_column_files(probe, tmp_path):
+    """With option dbRoot the reader takes the table's versions from ``schema.versions`` (a DIS
+    that sends no history) and a location's version from its ``table.size``: ``schema_version``,
+    else the newest version whose fingerprint the record holds; damage and unknown fingerprints
+    are errors that name the file."""
+    import dataclasses
+
+    from disd.schema import TableSchema
+    from disd.storage import checkpoint, versionstore
+
+    v1 = TableSchema.from_dict({"namespace": "M", "table": "T", "version": 1,
+                                "columns": [{"name": "A", "type": "int"}, {"name": "B", "type": "string"}]})
+    v2 = TableSchema.from_dict({"namespace": "M", "table": "T", "version": 2,
+                                "columns": [{"name": "A", "type": "long"}, {"name": "C", "type": "string",
+                                                                          "renamed_from": "B"}]})
+    # version 3 has version 2's columns (a renamed_from cleared): the same fingerprint
+    v3 = TableSchema.from_dict({"namespace": "M", "table": "T", "version": 3,
+                                "columns": [{"name": "A", "type": "long"}, {"name": "C", "type": "string"}]})
+    root = tmp_path / "db"
+    (root / "Intraday").mkdir(parents=True)
+    base = checkpoint.CheckpointRecord(1, {}, checkpoint.SourcePosition(None, 0, 0), v1.fingerprint, {})
+    records = {
+        "said": dataclasses.replace(base, fingerprint=v2.fingerprint, schema_version=1),
+        "fp1": base,
+        "fp3": dataclasses.replace(base, fingerprint=v3.fingerprint),
+        "unknown": dataclasses.replace(base, fingerprint="00" * 16),
+    }
+    for ip, rec in records.items():
+        d = root / "Intraday" / "M" / "T" / ip / "2026-11-20" / "T"
+        d.mkdir(parents=True)
+        checkpoint.write_record(d, rec)
+    damaged = root / "Intraday" / "M" / "T" / "damaged" / "2026-11-20" / "T"
+    damaged.mkdir(parents=True)
+    (damaged / "table.size").write_bytes(base.to_bytes().replace(b'"rows":1', b'"rows":2'))
+    locs = [[ip, "2026-11-20"] for ip in [*records, "damaged", "absent"]]
+    case = {"dbRoot": str(root), "schema_json": v3.to_json(), "locations": locs}
+    before = probe({"plan": [], "admit": [], "options": [], "glob": [], "filters": [], "keys": [], "stored": [case]})
+    versionstore.save(str(root), [v1, v2, v3])
+    after = probe({"plan": [], "admit": [], "options": [], "glob": [], "filters": [], "keys": [], "stored": [case]})
+
+    assert before["stored"][0]["versions"] == [3]
+    assert after["stored"][0]["versions"] == [1, 2, 3]
+    got = after["stored"][0]["locations"]
+    assert got[:3] == [1, 1, 3]
+    assert got[3].startswith("error: ") and "00000000" in got[3] and "which no known version" in got[3], got[3]
+    assert got[4].startswith("error: ") and "damaged/2026-11-20/T/table.size" in got[4] and "checksum" in got[4]
+    assert got[5] == 0
+    assert before["stored"][0]["locations"][1].startswith("error: ")  # version 1 unknown without the record

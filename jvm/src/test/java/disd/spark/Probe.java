@@ -50,6 +50,9 @@ public final class Probe {
         if (req.has("versions")) {
             out.set("versions", versions(req.get("versions")));
         }
+        if (req.has("stored")) {
+            out.set("stored", stored(req.get("stored")));
+        }
         System.out.println(DisHttp.JSON.writeValueAsString(out));
     }
 
@@ -90,6 +93,36 @@ public final class Probe {
                     v.put("fingerprint", SchemaVersions.fingerprint(s));
                     r.set(String.valueOf(s.version), v);
                 }
+            } catch (DisSourceError e) {
+                r.put("error", e.getMessage());
+            }
+            res.add(r);
+        }
+        return res;
+    }
+
+    /** Each case: {"dbRoot", "schema_json" (what a DIS without versions sends), "locations": [[ip, cp]]}
+     *  -> {"versions": [the versions known with the database's record], "locations": [version, or
+     *  "error: ..."]}, or {"error": ...}. */
+    static ArrayNode stored(JsonNode cases) {
+        ArrayNode res = DisHttp.JSON.createArrayNode();
+        for (JsonNode c : cases) {
+            ObjectNode r = DisHttp.JSON.createObjectNode();
+            try {
+                String root = c.get("dbRoot").asText();
+                TableSchema newest = SchemaVersions.withStoredHistory(root,
+                    TableSchema.fromJson(c.get("schema_json").asText()));
+                r.set("versions", DisHttp.JSON.valueToTree(newest.versions.keySet()));
+                ArrayNode locs = DisHttp.JSON.createArrayNode();
+                for (JsonNode l : c.get("locations")) {
+                    try {
+                        locs.add(SchemaVersions.locationVersion(root, newest,
+                            new Dis.Location(l.get(0).asText(), l.get(1).asText(), 1, new TreeMap<>())));
+                    } catch (DisSourceError e) {
+                        locs.add("error: " + e.getMessage());
+                    }
+                }
+                r.set("locations", locs);
             } catch (DisSourceError e) {
                 r.put("error", e.getMessage());
             }
