@@ -14,7 +14,6 @@ The expected rows are the Python rules' own projection (``schemaversions.project
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import types
 import urllib.request
@@ -138,32 +137,6 @@ def _write_old_locations(db_root) -> None:
     versionstore.save(str(db_root), [V1, V2])
 
 
-def _engine_opens_older_versions() -> bool:
-    import disd.storage.location as location_module
-
-    return "schema_version" in inspect.getsource(location_module)
-
-
-def _open_old_locations_in_their_version(srv) -> None:
-    """What the DIS does once its storage engine opens each location in its own version (the
-    storage side of schema versions), for a build whose engine does not yet: the table's schema
-    carries its history (``VersionStore.declare``) and each version 1 location is opened with
-    version 1's columns.  Never used once the engine does it itself (see the caller)."""
-    from disd.storage.location import Location
-
-    srv.schemas._by_key[(NS, TABLE)] = NEWEST
-    eng = srv.engine
-    for key in (OLD_FP, OLD_VERSIONED):
-        with eng._lock:
-            eng._locs.pop(key).close()
-            loc = Location(key, V1, location_path(eng.db_root, key), eng.file_handles,
-                           eng.storage.block_size_bytes, eng.import_config(V1.key), on_publish=eng._published,
-                           io_retry=eng.io_retry)
-            loc.schema_version = 1
-            eng._locs[key] = loc
-        eng._published(loc)
-
-
 @pytest.fixture(scope="module")
 def versioned(tmp_path_factory):
     """A DIS serving Versioned.Quote: version 1 locations written before it started, a version 2
@@ -175,10 +148,9 @@ def versioned(tmp_path_factory):
     _write_old_locations(db)
     srv = start_dis_server(db, schemas=schemas)
     try:
-        old = srv.engine.location(OLD_FP, create=False)
-        if old.in_error:
-            assert not _engine_opens_older_versions(), f"the DIS did not open a version 1 location: {old}"
-            _open_old_locations_in_their_version(srv)
+        for key in (OLD_FP, OLD_VERSIONED):
+            old = srv.engine.location(key, create=False)
+            assert not old.in_error and old.schema_version == 1, f"the DIS did not open a version 1 location: {old}"
         Feeder(srv).append(NEW, v2_rows(*ROWS[NEW]))
         yield srv, db
     finally:
@@ -223,7 +195,7 @@ def test_block_endpoint_says_versions(versioned):
     assert [s["version"] for s in json.loads(t["versions_json"])] == [1, 2]
     locs = json.load(urllib.request.urlopen(f"{base}/v1/locations?namespace={NS}&table={TABLE}"))["locations"]
     # 0: not said, the newest (a location the engine created before it recorded versions)
-    got = {(x["internal_partition"], x["column_partition"]): (x["schema_version"] or V2.version, x["rows"])
+    got = {(x["internal_partition"], x["column_partition"]): (x["schema_version"], x["rows"])
            for x in locs}
     assert got == {("feed1", "2026-11-20"): (1, 3000), ("feed2", "2026-11-20"): (1, 1000),
                    ("feed1", "2026-11-21"): (2, 2000)}
