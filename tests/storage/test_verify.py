@@ -71,3 +71,27 @@ def test_verify_checks_each_location_in_its_own_version(tmp_path):
     res = verify_db(str(db), str(schemas))
     bad = [r for r in res["locations"] if not r["ok"]]
     assert len(bad) == 1 and "schema version 5 of Market.Trade" in bad[0]["problems"][0], res
+
+
+def test_verify_refuses_a_schema_change_the_dis_would_refuse(tmp_path):
+    """`dis verify` checks an edited YAML against the versions the database holds before any DIS
+    runs it: a narrowing is refused with status 2, naming the table, the versions and the column."""
+    import shutil
+    import subprocess
+    import sys
+
+    db = tmp_path / "db"
+    StorageEngine(str(db), SCHEMAS).close()  # the DIS's start stores version 1 of every table
+    schemas = tmp_path / "schemas"
+    shutil.copytree(ROOT / "config" / "schemas", schemas)
+    cols = TRADE.canonical()["columns"]
+    narrowed = [c if c["type"] not in ("double", "long") else {**c, "type": "float" if c["type"] == "double" else "int"}
+                for c in cols]
+    changed = next(a["name"] for a, b in zip(cols, narrowed) if a != b)
+    (schemas / "Market.Trade.yaml").write_text(
+        "namespace: Market\ntable: Trade\nversion: 2\ncolumns:\n"
+        + "".join(f"  - {{name: {c['name']}, type: {c['type']}}}\n" for c in narrowed))
+    r = subprocess.run([sys.executable, "-m", "disd.cli", "verify", "--db-root", str(db), "--schemas", str(schemas)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r
+    assert "Market.Trade version 1 -> 2" in r.stderr and repr(changed) in r.stderr and "Traceback" not in r.stderr

@@ -21,6 +21,8 @@ from disd.schema import ColumnType, SchemaRegistry
 from disd.storage import columns as colfmt
 from disd.storage.checkpoint import CheckpointError, read_record
 from disd.storage.engine import location_path, subdirs
+from disd.schemaversions import declare
+from disd.storage import versionstore
 from disd.storage.versionstore import LocationVersionError, location_schema, with_stored_history
 
 
@@ -102,6 +104,10 @@ def verify_db(db_root: str, schemas_dir: str) -> dict[str, Any]:
     """Every location of ``db_root`` checked against its own version of its table: the declared
     schemas carrying the versions the database stores (read only, as the DIS may be running)."""
     declared = SchemaRegistry.load_dir(schemas_dir)
+    for s in declared:
+        # A YAML the DIS would refuse at start (a disallowed change, a reused or lower version
+        # number) is refused here first: SchemaError, naming the table, versions and column.
+        declare(versionstore.load(db_root, s.namespace, s.table), s)
     schemas = SchemaRegistry(with_stored_history(db_root, s) for s in declared)  # VersionStoreError: damaged
     base = os.path.join(db_root, "Intraday")
     results = []
