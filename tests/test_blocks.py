@@ -155,8 +155,8 @@ def test_an_older_reader_sees_newer_locations_in_its_own_version(evolved):
         t = read_location(files, v1, snap, None, 0, 10)
         assert t.schema == versioned_db.V1.arrow_schema()
         d = t.to_pydict()
-        assert d["Px"][:3] == [73_000 * 0.25, 73_001 * 0.25, None] and d["Id"][:2] == [73_000, 73_001]
-        assert d["Gone"] == [None] * 10 and d["Sym"][0] == "s" + str(73_000 % 7)
+        assert d["Px"][:3] == [78_000 * 0.25, 78_001 * 0.25, None] and d["Id"][:3] == [78_000, 78_001, None]
+        assert d["Gone"] == [None] * 10 and d["Sym"][0] == "s" + str(78_000 % 7)
 
 
 def test_versions_a_reader_cannot_place_are_refused_by_name(evolved, tmp_path):
@@ -178,7 +178,7 @@ def test_versions_a_reader_cannot_place_are_refused_by_name(evolved, tmp_path):
     # a checkpoint naming its version: that version, whose fingerprint it must carry
     loc = location_path(str(copy), LocationKey("Test", "Evolve", "feed1", versioned_db.DAY1))
     shutil.rmtree(os.path.join(table_dir(str(copy), "Test", "Evolve"), "feed1", versioned_db.DAY2))
-    shutil.rmtree(os.path.join(table_dir(str(copy), "Test", "Evolve"), "feed2-2"))
+    shutil.rmtree(os.path.join(table_dir(str(copy), "Test", "Evolve"), "feed1-2"))
     shutil.rmtree(os.path.join(table_dir(str(copy), "Test", "Evolve"), "feed2"))
     rec = read_record(loc)
     write_record(loc, dataclasses.replace(rec, schema_version=3))

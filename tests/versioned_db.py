@@ -21,22 +21,25 @@ from disd.storage import StorageEngine
 from disd.storage.versionstore import VersionStore
 from support import Feeder
 
-V1 = TableSchema.from_dict({"namespace": "Test", "table": "Evolve", "version": 1, "columns": [
+V1_DICT = {"namespace": "Test", "table": "Evolve", "version": 1, "columns": [
     {"name": "Id", "type": "int"}, {"name": "Px", "type": "float"}, {"name": "Sym", "type": "string"},
-    {"name": "Gone", "type": "string"}, {"name": "Qty", "type": "int"}]}, "v1")
+    {"name": "Gone", "type": "string"}, {"name": "Qty", "type": "int"}]}
+V1 = TableSchema.from_dict(V1_DICT, "v1")
 V2_DICT = {"namespace": "Test", "table": "Evolve", "version": 2, "columns": [
     {"name": "Id", "type": "long"}, {"name": "Sym", "type": "string"},
     {"name": "Price", "type": "double", "renamed_from": "Px"}, {"name": "Qty", "type": "int"},
     {"name": "New", "type": "string"}]}
 V2 = TableSchema.from_dict(V2_DICT, "v2")
 DAY1, DAY2 = "2026-11-19", "2026-11-20"
-#: (version, first Id, rows) per location: day 1 in version 1 (two feeds), day 2 in both.
+#: (version, first Id, rows) per location: day 1 in version 1 (two feeds), day 2 in both (the
+#: version 2 logs in their own internal partition, as the logger's version suffix puts them).
 LOCS = {
     LocationKey("Test", "Evolve", "feed1", DAY1): (1, 0, 70_000),
     LocationKey("Test", "Evolve", "feed2", DAY1): (1, 70_000, 3_000),
-    LocationKey("Test", "Evolve", "feed1", DAY2): (2, 73_000, 5_000),
-    LocationKey("Test", "Evolve", "feed2-2", DAY2): (2, 78_000, 2_000),
+    LocationKey("Test", "Evolve", "feed1", DAY2): (1, 73_000, 5_000),
+    LocationKey("Test", "Evolve", "feed1-2", DAY2): (2, 78_000, 2_000),
 }
+V2_LOC = LocationKey("Test", "Evolve", "feed1-2", DAY2)
 
 
 def null_mask(idx: np.ndarray) -> pa.Array:
@@ -62,11 +65,12 @@ def rows(version: int, start: int, n: int) -> pa.Table:
                      "New": nulled(pa.array([f"n{i}" for i in idx], pa.string()))})
 
 
-def expected(key: LocationKey | None = None, columns=None) -> pa.Table:  # noqa: ANN001
-    """The rows of one location (or of all, in LOCS order) as version 2 presents them."""
+def expected(key: LocationKey | None = None, columns=None, day: str | None = None) -> pa.Table:  # noqa: ANN001
+    """The rows of one location (or of all, or of one day, in LOCS order) as version 2 presents
+    them."""
     parts = []
     for k, (version, start, n) in LOCS.items():
-        if key is not None and k != key:
+        if (key is not None and k != key) or (day is not None and k.column_partition != day):
             continue
         t = rows(version, start, n)
         if version == 1:
@@ -83,11 +87,13 @@ def write_schema_dir(directory: pathlib.Path, schema_dict: dict) -> pathlib.Path
     return directory
 
 
-def build(db_root: pathlib.Path) -> pathlib.Path:
-    """Write every location of LOCS in its version, checkpointed, and the table's versions
+def build(db_root: pathlib.Path, versions=(1, 2)) -> pathlib.Path:  # noqa: ANN001
+    """Write every location of LOCS in ``versions``, checkpointed, and the table's versions
     record (as a DIS declaring version 1, then version 2, leaves it)."""
     store = VersionStore(str(db_root))
     for version, schema in ((1, V1), (2, V2)):
+        if version not in versions:
+            continue
         store.declare(schema)
         registry = SchemaRegistry([schema])
         engine = StorageEngine(str(db_root), registry)

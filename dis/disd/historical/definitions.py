@@ -7,6 +7,7 @@ file that disagrees is an error rather than a silent change of schema.  JSON::
     {"format": "dis-table-definition", "version": 1,
      "namespace": "Market", "table": "Trade", "namespace_type": "system",
      "columns": [{"name": "Timestamp", "type": "timestamp"}, {"name": "Sym", "type": "string"}, ...],
+                                            # a column may say "renamed_from" (disd.schemaversions)
      "partition_column": "Date",            # null for an unpartitioned table
      "layout": "nested",                    # see disd.historical.layout.Layout
      "sort_by": ["Sym", "Timestamp"],       # the order merges write rows in (may be empty)
@@ -110,7 +111,7 @@ class TableDefinition:
     @classmethod
     def from_schema(cls, schema: TableSchema, namespace_type: NamespaceType = NamespaceType.SYSTEM,
                     layout: Layout = Layout.NESTED, sort_by: tuple[str, ...] = ()) -> "TableDefinition":
-        columns = tuple(Column(c.name, c.type) for c in schema.columns)  # renamed_from is the versions' business
+        columns = tuple(schema.columns)  # with renamed_from: how the version follows the one before
         return cls(schema.namespace, schema.table, namespace_type, columns, schema.partition_column,
                    layout, tuple(sort_by), schema.version)
 
@@ -118,7 +119,8 @@ class TableDefinition:
         return {
             "format": FORMAT, "version": VERSION,
             "namespace": self.namespace, "table": self.table, "namespace_type": self.namespace_type.value,
-            "columns": [{"name": c.name, "type": c.type.value} for c in self.columns],
+            "columns": [{"name": c.name, "type": c.type.value}
+                        | ({"renamed_from": c.renamed_from} if c.renamed_from else {}) for c in self.columns],
             "partition_column": self.partition_column, "layout": self.layout.value, "sort_by": list(self.sort_by),
         } | ({"schema_version": self.schema_version} if self.schema_version != 1 else {})
 
@@ -132,7 +134,8 @@ class TableDefinition:
         if d.get("version") != VERSION:
             raise DefinitionError(f"{where}: unsupported definition version {d.get('version')!r} (reads {VERSION})")
         try:
-            cols = tuple(Column(str(c["name"]), ColumnType(c["type"])) for c in d["columns"])
+            cols = tuple(Column(str(c["name"]), ColumnType(c["type"]),
+                                str(c["renamed_from"]) if c.get("renamed_from") else None) for c in d["columns"])
             layout = Layout(d.get("layout", Layout.NESTED.value))
             kind = NamespaceType(d.get("namespace_type", NamespaceType.SYSTEM.value))
             version = d.get("schema_version", 1)
