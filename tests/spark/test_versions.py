@@ -4,13 +4,18 @@ location in the location's own version."""
 
 from __future__ import annotations
 
+import pickle
 import shutil
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 import versioned_db
-from support import running_dis
+from disd.spark.options import parse_options
+from disd.spark.read import read_partition
+from disd.spark.source import DisDataSource, DisStreamReader
+from support import Feeder, running_dis, start_dis_server
 
 pytestmark = pytest.mark.spark
 
@@ -75,3 +80,42 @@ def test_batch_through_a_dis_presents_the_newest_version(spark_session, evolved,
             df = python_read(spark_session, address=address, **opts)
             assert df.columns == ["Id", "Sym", "Price", "Qty", "New", "Date"]
             same_rows(df, want)
+
+
+def test_a_stream_keeps_its_schema_when_a_newer_version_appears(tmp_path):
+    """A streaming query started in version 1 goes on after the DIS restarts with version 2 and a
+    location of version 2 appears: those rows are not lost, and read as the query's version
+    (renamed back, widened values cast back exactly, dropped columns null).  Checked on the
+    reader's contract (offsets, partitions, tasks) without a Spark query, as test_stream does."""
+    db = versioned_db.build(tmp_path / "db", versions=(1,))
+    s1 = versioned_db.write_schema_dir(tmp_path / "schemas-v1", versioned_db.V1_DICT)
+    s2 = versioned_db.write_schema_dir(tmp_path / "schemas-v2", versioned_db.V2_DICT)
+    srv = start_dis_server(db, schemas=s1)
+    port = srv.port
+    o = {"address": f"127.0.0.1:{port}", "namespace": "Test", "table": "Evolve"}
+    r = DisStreamReader(parse_options(o), DisDataSource(o).schema())
+    try:
+        o1 = r.latestOffset({}, ReadAllAvailable())
+        first = read_all(r, {}, o1)
+        assert first.schema.names == ["Id", "Px", "Sym", "Gone", "Qty", "Date"] and first.num_rows == 78_000
+        srv.stop(0.5)
+        srv = start_dis_server(db, schemas=s2, port=port)
+        Feeder(srv).append(versioned_db.V2_LOC, versioned_db.rows(2, 78_000, 2_000))
+        o2 = r.latestOffset(o1, ReadAllAvailable())
+        assert o2 == {**o1, "feed1-2/" + versioned_db.DAY2: 2_000}
+        new = read_all(r, o1, o2)
+        assert new.schema == first.schema
+        v2 = versioned_db.rows(2, 78_000, 2_000)
+        assert sorted_rows(new.drop_columns(["Date"])) == sorted_rows(pa.table({
+            "Id": v2["Id"].cast(pa.int32()), "Px": v2["Price"].cast(pa.float32()), "Sym": v2["Sym"],
+            "Gone": pa.nulls(2_000, pa.string()), "Qty": v2["Qty"]}))
+    finally:
+        r.stop()
+        srv.stop(0.5)
+
+
+def read_all(r, start: dict, end: dict) -> pa.Table:  # noqa: ANN001
+    batches = []
+    for p in r.partitions(start, end):
+        batches += list(read_partition(pickle.loads(pickle.dumps(p))))  # as a task gets it
+    return pa.Table.from_batches(batches)
