@@ -164,8 +164,9 @@ def test_versions_a_reader_cannot_place_are_refused_by_name(evolved, tmp_path):
         snap = next(s for s in files.locations("Test", "Evolve") if s.schema_version == 1)
     # a reader holding only version 2 (no history) cannot decode a version 1 location
     with LocalColumnFiles(str(evolved), [versioned_db.V2]) as files:
-        with pytest.raises(BlockSourceError, match=r"schema version 1, which this reader does not know \(it knows "
-                                                   r"versions 2\)"):
+        with pytest.raises(BlockSourceError, match=r"location Test/Evolve/feed\w+/2026-11-\d+ is written in schema "
+                                                   r"version 1 of Test.Evolve, which this reader does not know "
+                                                   r"\(it knows versions 2\)"):
             read_location(files, versioned_db.V2, snap)
     # a copy of the database without its versions record: the old location matches no version
     copy = tmp_path / "db"

@@ -149,7 +149,7 @@ def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapsh
 
 
 def version_projection(schema: TableSchema, version: int, columns: Sequence[str] | None = None,
-                       what: str = "rows") -> Projection:
+                       what: str = "a location") -> Projection:
     """How rows stored in ``version`` of ``schema``'s table read as ``schema``'s columns (all, or
     ``columns``); ``schema.versions`` must hold ``version``.
 
@@ -161,7 +161,7 @@ def version_projection(schema: TableSchema, version: int, columns: Sequence[str]
     type cannot hold, which ``Projection.apply`` refuses (``pyarrow.ArrowInvalid``)."""
     if version not in schema.versions:
         known = ", ".join(str(v) for v in schema.versions)
-        raise BlockSourceError(f"{what} of {schema.key} are written in schema version {version}, which this "
+        raise BlockSourceError(f"{what} is written in schema version {version} of {schema.key}, which this "
                                f"reader does not know (it knows versions {known}); read again to pick up "
                                "the table's newest version")
     if version <= schema.version:

@@ -180,7 +180,11 @@ def _definition(ns: NamespaceRoot, snap: SourceSnapshot, sort_by: tuple[str, ...
     if old is not None and old.layout is not Layout.NESTED:
         raise MergeError(f"{old.key} has layout {old.layout.value!r} in {ns.definition_path(snap.table)}; "
                          "merges write the 'nested' layout")
-    chosen = tuple(sort_by) if sort_by is not None else (old.sort_by if old is not None else ())
+    if old is not None and old.schema_version > snap.schema.version:
+        raise MergeError(f"{ns.definition_path(snap.table)} is version {old.schema_version} of {snap.schema.key}, "
+                         f"newer than the intraday schema's version {snap.schema.version}: merge through the DIS "
+                         "or schemas directory of the newest version")
+    chosen = tuple(sort_by) if sort_by is not None else (_sort_key(old, snap.schema) if old is not None else ())
     unknown = [c for c in chosen if c not in snap.schema.column_names]
     if unknown:
         raise MergeError(f"sort column {unknown[0]!r} is not a column of {snap.schema.key} "
@@ -189,13 +193,20 @@ def _definition(ns: NamespaceRoot, snap: SourceSnapshot, sort_by: tuple[str, ...
     if old is not None and not old.same_rows_as(new) and not _older_version(old, snap.schema):
         raise MergeError(f"the intraday schema of {snap.schema.key} differs from its historical definition "
                          f"{ns.definition_path(snap.table)}: historical and intraday rows would disagree")
-    if old is not None and old.schema_version > new.schema_version:
-        raise MergeError(f"{ns.definition_path(snap.table)} is version {old.schema_version} of {snap.schema.key}, "
-                         f"newer than the intraday schema's version {new.schema_version}: merge through the DIS "
-                         "or schemas directory of the newest version")
     if old != new:
         write_definition(ns, new)
     return new
+
+
+def _sort_key(old: TableDefinition, schema) -> tuple[str, ...]:  # noqa: ANN001 - TableSchema
+    """The definition's sort key in ``schema``'s names: a column renamed since the definition's
+    version takes its new name, a column dropped since leaves the key."""
+    if not _older_version(old, schema):
+        return old.sort_by
+    from disd.schemaversions import origins
+
+    now = {was: name for name, was in origins(schema, old.schema_version).items() if was is not None}
+    return tuple(now[c] for c in old.sort_by if c in now)
 
 
 def _older_version(old: TableDefinition, schema) -> bool:  # noqa: ANN001 - TableSchema

@@ -157,9 +157,12 @@ def _same_table(defn, ischema) -> bool:  # noqa: ANN001
 def _historical_schema(o: SourceOptions, defn, ischema):  # noqa: ANN001, ANN202
     """The definition's schema with the table's known versions: those of the intraday schema (a
     DIS's or the schemas directory's) in ``all`` mode, else those stored under ``dbRoot``."""
-    from disd.historical.definitions import with_versions
+    from disd.historical.definitions import DefinitionError, with_versions
 
-    return with_versions(defn, ischema.versions.values() if ischema is not None else None, o.db_root)
+    try:
+        return with_versions(defn, ischema.versions.values() if ischema is not None else None, o.db_root)
+    except DefinitionError as e:
+        raise DisSourceError(f"{e}; check option 'dbRoot'") from None
 
 
 def _describe(columns, partition_column) -> str:  # noqa: ANN001

@@ -115,7 +115,7 @@ def file_sources(pf: pq.ParquetFile, path: str, table, wanted: Sequence[str]) ->
                                  "the table definition lists it")
         return {c: c for c in wanted}
     try:
-        sources = version_projection(table, version, wanted, path).sources
+        sources = version_projection(table, version, wanted, "the file").sources
     except (BlockSourceError, SchemaError, KeyError) as e:
         raise DisSourceError(f"{path}: {e}") from None
     missing = [s for s in sources.values() if s is not None and s not in names]
