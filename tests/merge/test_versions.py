@@ -3,6 +3,9 @@ merged in the newest; Parquet merged before the change reads in the newest versi
 
 from __future__ import annotations
 
+import pathlib
+import shutil
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -10,7 +13,8 @@ import versioned_db
 from disd.historical.definitions import read_definition
 from disd.historical.layout import NamespaceRoot
 from disd.historical.merge import IntradaySource, MergeRequest, merge
-from disd.storage.versionstore import FILE_NAME, table_dir
+from disd.storage.versionstore import FILE_NAME
+from support import running_dis
 
 pytestmark = pytest.mark.spark
 
@@ -57,7 +61,7 @@ def test_merge_of_a_mixed_version_partition_and_old_parquet_in_the_new_version(p
     r1 = merge(spark, MergeRequest("Test", "Evolve", versioned_db.DAY1, str(db), IntradaySource(schemas=str(s1)),
                                    force=True))
     assert (r1.status, r1.rows) == ("merged", 73_000)
-    day1_files = files_of(__import__("pathlib").Path(r1.path))
+    day1_files = files_of(pathlib.Path(r1.path))
     meta = pq.read_schema(day1_files[0]).metadata
     assert meta[b"dis.schema_version"] == b"1"
     assert read_definition(ns, "Evolve").schema_version == 1
@@ -69,8 +73,8 @@ def test_merge_of_a_mixed_version_partition_and_old_parquet_in_the_new_version(p
     assert (r2.status, r2.rows) == ("merged", 7_000)
     defn = read_definition(ns, "Evolve")
     assert defn.schema_version == 2 and defn.column_names == ["Id", "Sym", "Price", "Qty", "New"]
-    day2 = pq.read_table(files_of(__import__("pathlib").Path(r2.path)))
-    assert pq.read_schema(files_of(__import__("pathlib").Path(r2.path))[0]).metadata[b"dis.schema_version"] == b"2"
+    day2 = pq.read_table(files_of(pathlib.Path(r2.path)))
+    assert pq.read_schema(files_of(pathlib.Path(r2.path))[0]).metadata[b"dis.schema_version"] == b"2"
     assert sorted_rows(day2.select(["Id", "Sym", "Price", "Qty", "New"])) == sorted_rows(
         versioned_db.expected(day=versioned_db.DAY2))
 
@@ -87,7 +91,7 @@ def test_merge_of_a_mixed_version_partition_and_old_parquet_in_the_new_version(p
     (db / "Intraday" / "Test" / "Evolve" / FILE_NAME).rename(tmp_path / "versions.saved")
     same_rows(historical(spark, db), versioned_db.expected())
     (tmp_path / "versions.saved").rename(db / "Intraday" / "Test" / "Evolve" / FILE_NAME)
-    assert (db / "Intraday" / "Test" / "Evolve" / FILE_NAME).exists() and table_dir(str(db), "Test", "Evolve")
+    assert (db / "Intraday" / "Test" / "Evolve" / FILE_NAME).exists()
 
     # a file merged before versions were recorded (no dis.* metadata) is read by its columns' names
     for f in day1_files:
@@ -95,3 +99,19 @@ def test_merge_of_a_mixed_version_partition_and_old_parquet_in_the_new_version(p
         pq.write_table(t.replace_schema_metadata(None), f)
         assert b"dis.schema_version" not in (pq.read_schema(f).metadata or {})
     same_rows(historical(spark, db), versioned_db.expected())
+
+
+def test_merge_through_a_dis_of_a_mixed_version_partition(python_spark, tmp_path):
+    """The DIS started with version 2's YAML serves a partition whose locations are in both
+    versions; the merge reads it through the dis source in version 2."""
+    db = versioned_db.build(tmp_path / "intraday")
+    s2 = versioned_db.write_schema_dir(tmp_path / "schemas-v2", versioned_db.V2_DICT)
+    out = tmp_path / "db"
+    with running_dis(db, schemas=s2) as srv:
+        r = merge(python_spark, MergeRequest("Test", "Evolve", versioned_db.DAY2, str(out),
+                                             IntradaySource(address=f"127.0.0.1:{srv.port}"), force=True))
+    assert (r.status, r.rows, r.source) == ("merged", 7_000, "dis")
+    files = files_of(pathlib.Path(r.path))
+    assert pq.read_schema(files[0]).metadata[b"dis.schema_version"] == b"2"
+    same_rows(historical(python_spark, out), versioned_db.expected(day=versioned_db.DAY2))
+    shutil.rmtree(out)
