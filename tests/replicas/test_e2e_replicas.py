@@ -204,12 +204,12 @@ def test_two_replicas_survive_kills_and_stay_identical(spark, tmp_path):
 
         # Kill one replica at a time while rows flow, and bring it back.
         for victim in (replicas[0], replicas[1], replicas[0], replicas[1]):
-            time.sleep(1.5)
+            time.sleep(1.0)
             victim.kill9()
-            time.sleep(0.7)  # the readers and the tailers meet a dead replica
+            time.sleep(0.5)  # the readers and the tailers meet a dead replica
             assert all(q.isActive for q in queries), [q.exception() for q in queries]
             victim.start()
-        time.sleep(1.0)
+        time.sleep(0.5)
         stop_writing.set()
         for w in writers:
             w.join(30)
