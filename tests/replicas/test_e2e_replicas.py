@@ -245,3 +245,16 @@ def test_two_replicas_survive_kills_and_stay_identical(spark, tmp_path):
                 assert r.proc.terminate() == 0, r.proc.log_text()[-2000:]
 
     assert_identical({r.name: r.dir / "db" for r in replicas}, expect_locations=len(FEEDS))
+
+
+def test_the_example_routing_file_names_a_replica_set():
+    """``config/routing-replicas.yaml``, the starting point docs/replicas.md gives, is a valid
+    routing whose Market tables have two replicas, each with its block endpoint."""
+    from disd.routing import load_routing
+    from support import ROOT
+
+    r = load_routing(ROOT / "config" / "routing-replicas.yaml")
+    reps = r.replicas("Market", "Trade")
+    assert [x.name for x in reps] == ["dis-a1", "dis-a2"]
+    assert all(x.http_address for x in reps)
+    assert r.addresses == [x.address for x in reps]
