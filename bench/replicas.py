@@ -23,7 +23,7 @@ to every replica of its routing entry (docs/replicas.md), logs written by ``disd
 Last line: one JSON object with exactly the keys ``ratio``, ``failover_stall_p99_ms`` and
 ``exact``; the figures behind them are on the lines before it.
 
-    .venv/bin/python bench/replicas.py [--rows 2000000] [--kills 6]
+    .venv/bin/python bench/replicas.py [--rows 4000000] [--kills 6]
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ def failover(work: pathlib.Path, kills: int, rate: int) -> tuple[list[float], bo
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=2_000_000, help="rows of the ingestion phase (two locations)")
+    ap.add_argument("--rows", type=int, default=4_000_000, help="rows of the ingestion phase (two locations)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each ingestion case (best taken)")
     ap.add_argument("--kills", type=int, default=6, help="replica kills of the failover phase")
     ap.add_argument("--live-rate", type=int, default=25_000, help="rows/s logged during the failover phase")
