@@ -148,8 +148,9 @@ class Tailer:
     def _spool_grew(self, name: str) -> None:
         parsed = LogFileName.try_parse(name)
         with self._lock:
-            ws = self._workers.get(parsed.location, []) if parsed else []
-            known = bool(ws) and any(f.name == name for f in self._files.get(parsed.location, LocationFiles(parsed.location)).files)
+            ws = list(self._workers.get(parsed.location, ())) if parsed else []
+            lf = self._files.get(parsed.location) if parsed else None
+            known = bool(ws) and lf is not None and any(f.name == name for f in lf.files)
         if known:
             for w in ws:
                 w.wake.set()
