@@ -18,6 +18,7 @@ message naming the table, both versions and the column, and nothing already stor
 from __future__ import annotations
 
 import subprocess
+from collections import Counter
 import threading
 import time
 
@@ -71,7 +72,7 @@ class Writer(threading.Thread):
     """Logs batches of numbered rows (atomic transactions) until stopped; ``committed`` holds the
     Seq of every row logged."""
 
-    def __init__(self, logger, columns, base: int, batch: int = 97, pause_s: float = 0.03) -> None:
+    def __init__(self, logger, columns, base: int, batch: int = 50, pause_s: float = 0.1) -> None:
         super().__init__(daemon=True)
         self.logger, self.columns, self.next, self.batch, self.pause_s = logger, columns, base, batch, pause_s
         self.committed: list[int] = []
@@ -232,6 +233,24 @@ def check_exactly(what: str, got: list[dict], want: list[dict]) -> None:
     assert not bad, f"{what}: {len(bad)} rows differ, first: read {bad[0][0]}, expected {bad[0][1]}"
 
 
+def check_filters(df, reader: str, want: list[dict], columns: list[str]) -> None:
+    """Filters Spark may push down to the source, on every newest column (an added one is null in
+    older locations, a renamed one has another name there): the rows counted are the rows
+    expected, for IS NULL, IS NOT NULL and equality with the most common value."""
+    from pyspark.sql import functions as F
+
+    for c in columns:
+        values = [r[c] for r in want]
+        nulls = sum(v is None for v in values)
+        assert df.filter(F.col(c).isNull()).count() == nulls, (reader, c, "IS NULL")
+        assert df.filter(F.col(c).isNotNull()).select(c).count() == len(values) - nulls, (reader, c, "IS NOT NULL")
+        counts = Counter(v for v in values if v is not None)
+        if counts:
+            common, n = counts.most_common(1)[0]
+            assert df.filter(F.col(c) == F.lit(common)).count() == n, (reader, c, common)
+    assert df.filter(F.col("Date") == DAY).count() == len(want), (reader, "Date")
+
+
 def check_everything(pipe: Pipeline, spark, sinks, queries, logged: dict[int, list[int]], locations: dict[str, int],
                      tmp) -> None:
     """Every reader reads every logged row exactly once in the newest version."""
@@ -258,6 +277,7 @@ def check_everything(pipe: Pipeline, spark, sinks, queries, logged: dict[int, li
             "table", KEY).load()
         assert df.columns == names, (reader, df.columns)
         check_exactly(f"Spark batch ({reader})", as_rows(df.toArrow(), names), want)
+        check_filters(df, reader, want, [c[0] for c in newest])
 
     # The queries that ran across every change: each row once, with the newest columns they have.
     for (reader, sink), q in zip(sinks.items(), queries):
@@ -293,10 +313,11 @@ def run_change(spark, tmp, versions: dict[int, list[tuple]]) -> None:
     sinks = {r: RowSink() for r in READERS}
     try:
         pipe.start(1)
-        writers[1] = Writer(pipe.logger(1, suffix=False), versions[1], BASE[1])
-        writers[1].start()
         for reader, sink in sinks.items():
             queries.append(stream(spark, pipe.address, reader, tmp / f"ckpt-{reader}", sink))
+        wait_for(lambda: all(q.lastProgress is not None for q in queries), 90, 0.2, "both streams running")
+        writers[1] = Writer(pipe.logger(1, suffix=False), versions[1], BASE[1])
+        writers[1].start()
         wait_for(lambda: all(s.count() > 0 for s in sinks.values()), 90, 0.2, "both streams reading version 1")
         for v in sorted(versions)[1:]:
             pipe.declare(v)
