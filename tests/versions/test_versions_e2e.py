@@ -315,7 +315,8 @@ def run_change(spark, tmp, versions: dict[int, list[tuple]]) -> None:
         pipe.start(1)
         for reader, sink in sinks.items():
             queries.append(stream(spark, pipe.address, reader, tmp / f"ckpt-{reader}", sink))
-        wait_for(lambda: all(q.lastProgress is not None for q in queries), 90, 0.2, "both streams running")
+        wait_for(lambda: all(q.lastProgress is not None or "Waiting" in q.status["message"] for q in queries),
+                 90, 0.2, "both streams running")
         writers[1] = Writer(pipe.logger(1, suffix=False), versions[1], BASE[1])
         writers[1].start()
         wait_for(lambda: all(s.count() > 0 for s in sinks.values()), 90, 0.2, "both streams reading version 1")
