@@ -5,15 +5,30 @@ at, learns the resume point, and sends the files of the location in order from t
 has more than ``max_in_flight_bytes`` unacknowledged (every chunk is answered by an Ack), follows
 the last file as it grows, moves to the next file once one exists and the current one has no
 more complete frames (giving an incomplete tail ``torn_tail_grace_ms`` first), and reopens the
-stream when the next file has another schema fingerprint.
+stream when the next file has another schema (fingerprint or schema version): a stream carries
+the rows of one schema, named at its ``open``.
+
+Schema versions: before reopening for a file of another schema, the worker checks the change
+between the two consecutive files' header schemas with ``disd.schemaversions.check_change``
+(older version to newer; a file of a lower version after a higher one, a location fed by two
+logger builds, is checked lower to higher all the same), and refuses a change the rules refuse:
+the location stops before that file, its rows kept, the problem reported, and looked at again
+every ``retry_refused_ms``.  (Two files of one version number with other columns are left to the
+DIS, which refuses a log that is not its table's, as before versions.)  A stream the DIS
+refuses with FAILED_PRECONDITION (the location exists in another version, a version it does not
+hold) is retried like any refusal, and its message becomes the location's problem; to get it to
+``dis status``, the next attempt opens the stream with the previous file's schema (which the DIS
+takes), sends what remains of the files before, reports, and then tries the refused file again.
 
 Failures: a broken stream (DIS restart, network) reconnects with exponential backoff capped at
 ``max_backoff_ms``; a refusal (unknown table, schema mismatch, bad name, not routed here) is
-logged and retried after ``retry_refused_ms``; a corrupt log stops this location (the others go
-on), looked at again every ``retry_refused_ms`` until the file is repaired.
+logged and retried after ``retry_refused_ms``; a corrupt log, or a schema change the rules refuse,
+stops this location (the others go on), looked at again every ``retry_refused_ms`` until the file
+is repaired.  Nothing is skipped: the rows stay in their files until the DIS acknowledges them.
 
-Problems on the tailer's side of a location (the corrupt frame it stopped at, files that seem
-meant for the location but whose names do not parse) are sent to a DIS that accepts them as
+Problems on the tailer's side of a location (the corrupt frame it stopped at, a refused schema
+change between two of its files, the DIS's refusal of a schema version, files that seem meant for
+the location but whose names do not parse) are sent to a DIS that accepts them as
 ``TailerReport``s, so ``dis status`` shows them; the worker also counts what the tailer's metrics
 report (``disd.tailer.metrics``).
 """
@@ -30,11 +45,14 @@ from typing import TYPE_CHECKING
 import grpc
 import structlog
 
-from disd.binlog import CorruptLogError
+from disd.binlog import CorruptLogError, LogHeader
+from disd.errors import DisError
 from disd.names import LocationKey
 from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2
+from disd.schema import TableSchema
+from disd.schemaversions import SchemaChangeError, check_change
 from disd.tailer.frames import FrameReader, Piece
 from disd.tailer.session import IngestSession, RefusedByDis, StreamBroken, classify
 from disd.tailer.watch import LocationFiles, LogFile, order_of
@@ -45,6 +63,33 @@ if TYPE_CHECKING:
 log = structlog.get_logger("disd.tailer")
 
 INITIAL_BACKOFF_S = 0.1
+
+
+class SchemaStepRefused(DisError):
+    """Two consecutive files of a location whose schemas the rules do not let follow each other;
+    the location stops before ``file`` (``problem`` says why)."""
+
+    def __init__(self, file: str, problem: str) -> None:
+        super().__init__(problem)
+        self.file = file
+        self.problem = problem
+
+
+def schema_step_problem(prev_name: str, prev: TableSchema, name: str, new: TableSchema) -> str | None:
+    """Why file ``name`` (schema ``new``) may not follow ``prev_name`` (``prev``) in a location, or
+    None when it may: a change ``check_change`` allows from the lower version to the higher
+    (whichever file comes first).  Files of one version number are not judged here: other columns
+    under one number (as in every log written before versions, all version 1) are the DIS's to
+    refuse against the table's schema, as they always were."""
+    if prev.version == new.version:
+        return None
+    older, newer = sorted((prev, new), key=lambda s: s.version)
+    try:
+        check_change(older, newer)
+    except SchemaChangeError as e:
+        return (f"schema change from {prev_name} (version {prev.version}) to {name} (version {new.version}) "
+                f"is not allowed: {e.problem}; the location stops before {name}, its rows kept")
+    return None
 
 
 @dataclass
@@ -81,6 +126,14 @@ class LocationWorker(threading.Thread):
         self._corrupt_at: tuple[str, int] | None = None
         self._corrupt_problem: str | None = None
         self._corrupt_seen: set[tuple[str, int]] = set()
+        # a refused schema change: (the file the location stopped before, the problem)
+        self._schema_stop: tuple[str, str] | None = None
+        # the DIS refused a stream with FAILED_PRECONDITION: (the file, the problem, refused at
+        # ``open``); and the file whose refusal at open the next stream, opened with the schema of
+        # the file before it, is to report
+        self._refused: tuple[str, str, bool] | None = None
+        self._report_refusal_of: str | None = None
+        self._just_reported = False  # the last stream only reported a refusal: not progress
         # files the worker moved past: their end of complete frames (bytes after it are never sent)
         self._passed: dict[str, int] = {}
         self._header_sizes: dict[str, tuple[int, int]] = {}  # path -> (inode, header bytes)
@@ -116,6 +169,9 @@ class LocationWorker(threading.Thread):
                 k = order_of(ack.file_name)
                 self._passed = {n: e for n, e in self._passed.items() if order_of(n) >= k}
             self._status.acked_file = ack.file_name or None
+            if (self._refused is not None and not self._refused[2] and ack.file_name
+                    and order_of(ack.file_name) >= order_of(self._refused[0])):
+                self._refused = None  # the DIS took rows of the file it refused a chunk of
             self._status.acked_offset = ack.offset
             self._status.committed_rows = ack.committed_rows
             self._status.in_flight_bytes = inflight
@@ -147,11 +203,23 @@ class LocationWorker(threading.Thread):
             try:
                 if self._stream():
                     backoff = INITIAL_BACKOFF_S
-                    reported.clear()
+                    if not self._just_reported:
+                        reported.clear()
+                self._just_reported = False
+            except SchemaStepRefused as e:
+                self._set(state="refused", error=e.problem, in_flight_bytes=0)
+                first = e.problem not in reported
+                reported.add(e.problem)
+                (self.log.error if first else self.log.info)(
+                    "schema change refused: this location stops before the file until it is replaced",
+                    file=e.file, problem=e.problem, retry_s=self.cfg.retry_refused_ms / 1000)
+                self._wait(self.cfg.retry_refused_ms / 1000)
+                self._forget_missing_files()
             except RefusedByDis as e:
                 with self._lock:
                     self.refusals[e.code] += 1
                 self._set(state="refused", error=str(e), in_flight_bytes=0)
+                self._note_refusal(e)
                 first = str(e) not in reported  # the same refusal again is logged at info
                 reported.add(str(e))
                 (self.log.warning if first else self.log.info)(
@@ -215,9 +283,91 @@ class LocationWorker(threading.Thread):
             with self._lock:
                 self._corrupt_at = self._corrupt_problem = None
 
+    def _note_refusal(self, e: RefusedByDis) -> None:
+        """A FAILED_PRECONDITION refusal becomes the location's problem.  Refused at ``open`` for a
+        file whose schema differs from the file before it, the next attempt opens with the earlier
+        file's schema, to report it (``_follow``), unless this was that attempt."""
+        if e.code != "FAILED_PRECONDITION":
+            return
+        reporting = self._report_refusal_of
+        self._report_refusal_of = None
+        if self._opened:  # refused in the middle of a stream: a chunk of the file being sent
+            file = self._status.file or self._opening_file or ""
+        else:
+            file = self._opening_file or ""
+        if reporting is not None:  # the earlier schema is refused too: go on trying the file itself
+            self._hint = reporting
+            return
+        problem = (f"the DIS refuses the stream of {file}: {e.details}; its rows stay in the log and are "
+                   f"sent once the DIS takes them")
+        with self._lock:
+            self._refused = (file, problem, not self._opened)
+        if self._opened:
+            return
+        lf = self.files()
+        refused, prev = lf.find(file), self._previous_header(lf, file)
+        if refused is None or prev is None:
+            return  # no earlier file: the problem shows in this tailer's status and log only
+        try:
+            with FrameReader(refused.path) as r:
+                header = r.header()
+        except (CorruptLogError, OSError):
+            return
+        if header is not None and _schema_of(header) != _schema_of(prev[1]):
+            self._report_refusal_of = file
+            self._hint = prev[0]
+
+    def _forget_missing_files(self) -> None:
+        """A problem about a file that is gone from the log directories is over."""
+        lf = self.files()
+        with self._lock:
+            if self._schema_stop is not None and lf.find(self._schema_stop[0]) is None:
+                self._schema_stop = None
+            if self._refused is not None and lf.find(self._refused[0]) is None:
+                self._refused = None
+                self._report_refusal_of = None
+
+    @staticmethod
+    def _previous_header(lf: LocationFiles, name: str) -> tuple[str, LogHeader] | None:
+        """(name, header) of the newest file before ``name`` whose header reads (a file with an
+        unreadable header was never sent, so it does not count as the one before)."""
+        k = order_of(name)
+        for f in reversed([f for f in lf.files if f.order < k]):
+            try:
+                with FrameReader(f.path) as r:
+                    header = r.header()
+            except (CorruptLogError, OSError):
+                continue
+            if header is not None:
+                return f.name, header
+        return None
+
+    def _check_step(self, s: IngestSession, accepts: bool, told: list, lf: LocationFiles, cur: LogFile,
+                    header: LogHeader) -> None:
+        """Before a file of another schema is sent: refuse (SchemaStepRefused, after telling the
+        DIS) a change from the file before it that the rules refuse; a file that now passes ends
+        the problem it stopped the location at."""
+        prev = self._previous_header(lf, cur.name)
+        problem = None if prev is None else schema_step_problem(prev[0], prev[1].schema, cur.name, header.schema)
+        if problem is None:
+            with self._lock:
+                if self._schema_stop is not None and self._schema_stop[0] == cur.name:
+                    self._schema_stop = None
+            return
+        s.drain()  # what went before the file is the DIS's
+        with self._lock:
+            self._schema_stop = (cur.name, problem)
+        self._hint = prev[0]  # the next attempt comes back here with the schema before the file
+        self._sync_problem(s, accepts, told)
+        if accepts:
+            s.finish()  # the report reaches the DIS before the stream is cut
+        raise SchemaStepRefused(cur.name, problem)
+
     def problem(self) -> str:
         """What is wrong on this side of the location, for the DIS ("" when nothing)."""
         parts = [self._corrupt_problem] if self._corrupt_problem else []
+        with self._lock:
+            parts += [x[1] for x in (self._schema_stop, self._refused) if x is not None]  # type: ignore[index]
         skipped = self.tailer.skipped_for(self.key)
         parts += [f"file {sk.name} is not streamed: {sk.problem}" for sk in skipped[:3]]
         if len(skipped) > 3:
@@ -266,7 +416,10 @@ class LocationWorker(threading.Thread):
                     location=key_to_proto(self.key),
                     schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id,
                     schema_json=header.schema.to_json()))
-                self._follow(session, header.fingerprint, resume)
+                with self._lock:
+                    if self._refused is not None and self._refused[2] and self._refused[0] == self._opening_file:
+                        self._refused = None  # the DIS takes the file it refused
+                self._follow(session, header, resume)
             finally:
                 self._session = None
                 session.close()
@@ -296,8 +449,9 @@ class LocationWorker(threading.Thread):
             raise corrupt
         return None
 
-    def _follow(self, s: IngestSession, fingerprint: str, resume: dis_pb2.ResumePoint) -> None:
+    def _follow(self, s: IngestSession, opened: LogHeader, resume: dis_pb2.ResumePoint) -> None:
         self._opened = True
+        schema = _schema_of(opened)
         cfg = self.cfg
         lf = self.files()
         cur: LogFile | None
@@ -342,9 +496,21 @@ class LocationWorker(threading.Thread):
                         # checked only when bytes of this file are to be sent: a resume point at
                         # the end of an older file of another schema must not cause a reopen
                         header = reader.header()
-                        if header is not None and header.fingerprint != fingerprint:
-                            self.log.info("schema fingerprint changes with this file; reopening the stream",
-                                          file=cur.name, fingerprint=header.fingerprint)
+                        if header is not None and _schema_of(header) != schema:
+                            self._check_step(s, accepts, told, self.files(), cur, header)
+                            if self._report_refusal_of == cur.name:
+                                # opened with the schema before the file the DIS refused, to say so:
+                                # said (at the top of the loop); now try that file again
+                                s.drain()
+                                if accepts:
+                                    s.finish()
+                                self._report_refusal_of = None
+                                self._hint = cur.name
+                                self._just_reported = True
+                                return
+                            self.log.info("schema changes with this file; reopening the stream",
+                                          file=cur.name, fingerprint=header.fingerprint,
+                                          schema_version=header.schema.version)
                             s.drain()
                             self._hint = cur.name
                             return
@@ -449,6 +615,11 @@ class LocationWorker(threading.Thread):
         if cur is not None and _has_frames(cur.path, st["sent_offset"]):
             return False
         return all(not _has_frames(f.path, 0) for f in lf.files if f.order > k)
+
+
+def _schema_of(header: LogHeader) -> tuple[str, int]:
+    """What a stream is opened for: a file of another fingerprint or schema version needs its own."""
+    return header.fingerprint, header.schema.version
 
 
 def _has_frames(path: str, offset: int) -> bool:

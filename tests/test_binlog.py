@@ -304,3 +304,53 @@ def test_property_any_rows_and_flags_round_trip(tmp_path_factory, batches):
     assert got.table.num_rows == len(expect)
     rows = list(zip(*[got.table.column(n).to_pylist() for n in ["I", "S", "D", "T", "B"]], got.flags.tolist()))
     assert rows == [tuple(r[:5]) + (int(r[5]),) for r in expect]
+
+
+# --------------------------------------------------------------------------------------------
+# Schema versions in the header
+
+
+def _versioned(version: int, renamed: bool = False) -> TableSchema:
+    cols = [{"name": "Timestamp", "type": "timestamp"}, {"name": "Symbol" if renamed else "Sym", "type": "string"},
+            {"name": "Size", "type": "long"}]
+    if renamed:
+        cols[1]["renamed_from"] = "Sym"
+    return TableSchema.from_dict({"namespace": "Market", "table": "Quote", "version": version, "columns": cols})
+
+
+def test_header_round_trips_the_schema_version_and_renames(tmp_path):
+    s = _versioned(3, renamed=True)
+    p = tmp_path / "v3.bin"
+    write_log(p, s, {"Size": [1, 2]}, [3, 3])
+    h = decode_header(p.read_bytes())
+    assert h.schema.version == 3 and h.schema.column("Symbol").renamed_from == "Sym"
+    assert h.fingerprint == s.fingerprint
+    contents = read_file(p)
+    assert contents.schema.version == 3 and contents.table.column("Size").to_pylist() == [1, 2]
+
+
+def test_header_written_before_versions_reads_as_version_1(tmp_path):
+    """A header whose schema JSON has no ``version`` key (as every log before versions) is
+    version 1; built here byte by byte, as an old writer wrote it."""
+    import json
+    import struct
+
+    from disd.binlog.format import HEADER_FIXED, MAGIC, crc32c, encode_frame, encode_rows
+
+    s = _versioned(1)
+    old = {k: v for k, v in s.canonical().items() if k != "version"}
+    body = json.dumps(old, separators=(",", ":"), sort_keys=True).encode()
+    assert b"version" not in body
+    head = HEADER_FIXED.pack(MAGIC, 1, 0, len(body), bytes.fromhex(s.fingerprint)) + body
+    payload, n = encode_rows(s, normalize_columns(s, {"Size": [7]}), np.array([3], np.uint8))
+    p = tmp_path / "old.bin"
+    p.write_bytes(head + struct.pack("<I", crc32c(head)) + encode_frame(payload, n))
+    h = decode_header(p.read_bytes())
+    assert h.schema.version == 1 and h.schema == s
+    assert read_file(p).table.column("Size").to_pylist() == [7]
+    # a logger of version 1 appends to it; one of version 2 with the same columns does not
+    with BinlogWriter(p, s) as w:
+        w.write_rows(normalize_columns(s, {"Size": [8]}), np.array([3], np.uint8))
+    assert read_file(p).table.column("Size").to_pylist() == [7, 8]
+    with pytest.raises(SchemaMismatchError, match="version 1 of Market.Quote, not version 2"):
+        BinlogWriter(p, _versioned(2))

@@ -107,3 +107,20 @@ def test_dump_of_a_corrupt_frame_prints_the_rows_before_it_then_the_error(tmp_pa
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert lines[0]["rows"] == 3 and lines[0]["corrupt"]["offset"] == off
     assert [x["Sym"] for x in lines[1:]] == ["A", "B", "C"]
+
+
+def test_dump_shows_the_schema_version_and_renames(tmp_path, capsys):
+    from disd.schema import TableSchema
+
+    s = TableSchema.from_dict({"namespace": "Market", "table": "Quote", "version": 4, "columns": [
+        {"name": "Symbol", "type": "string", "renamed_from": "Sym"}, {"name": "Size", "type": "long"}]})
+    p = tmp_path / "Market.Quote.System.ip-4.2026-11-22.bin.2026-11-22.000000.000+0000"
+    with BinlogWriter(p, s) as w:
+        w.write_rows(normalize_columns(s, {"Symbol": ["AAPL"], "Size": [1]}), np.array([3], np.uint8))
+    assert main(["binlog", "dump", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "Market.Quote   schema version 4   format v1" in out, out
+    assert "Symbol:string (renamed from Sym), Size:long" in out, out
+    assert main(["binlog", "dump", "--json", str(p)]) == 0
+    meta = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert meta["schema_version"] == 4 and meta["version"] == 1 and meta["schema"]["version"] == 4

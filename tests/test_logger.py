@@ -838,3 +838,121 @@ def test_property_any_sequence_of_rows_and_flags_survives(ops, stall):
         assert got_flags == flags
         expect = expected_table(PROP, rows)
         assert t.equals(expect), (t.to_pylist(), expect.to_pylist())
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema versions
+
+
+def quote(version, size="int", venue=False, sym="Sym", renamed_from=None):
+    cols = [{"name": "Timestamp", "type": "timestamp"}, {"name": sym, "type": "string"},
+            {"name": "Size", "type": size}]
+    if renamed_from:
+        cols[1]["renamed_from"] = renamed_from
+    if venue:
+        cols.append({"name": "Venue", "type": "string"})
+    return TableSchema.from_dict({"namespace": "Market", "table": "Quote", "version": version, "columns": cols})
+
+
+Q1 = quote(1)
+Q2 = quote(2, size="long", venue=True)  # allowed: Size widens, Venue is added
+
+
+def test_version_suffix_is_appended_after_the_other_suffixes(tmp_path):
+    b = IntradayLoggerBuilder(Q2).set_log_dir(tmp_path).set_internal_partition("ABC")
+    assert b.internal_partition() == "ABC"
+    b.set_suffix_internal_partition_with_log_format()
+    assert b.internal_partition() == "ABC-2"
+    b.set_internal_partition_suffix("x").set_log_format_suffix(7)
+    assert b.internal_partition() == "ABC_x_7-2"
+    b.set_suffix_internal_partition_with_log_format(False)
+    assert b.internal_partition() == "ABC_x_7"
+    log = (IntradayLoggerBuilder(quote(4)).set_log_dir(tmp_path).set_internal_partition("ABC")
+           .set_suffix_internal_partition_with_log_format(True).set_column_partition_value("2026-11-22").build())
+    log.log(Sym="A", Size=1)
+    log.close()
+    assert LogFileName.parse(log.files[0].name).internal_partition == "ABC-4"
+    assert read_file(log.files[0]).schema.version == 4
+
+
+def _one_row(schema, tmp_path, ip, **row):
+    log = builder(schema, tmp_path).set_internal_partition(ip).build()
+    log.log(**row)
+    log.close()
+    return log.files[0]
+
+
+def test_logger_refuses_a_narrowing_against_the_newest_log_in_its_directory(tmp_path):
+    from disd.logger import LoggerError, LoggerSchemaError
+
+    _one_row(Q1, tmp_path, "feed-1", Sym="A", Size=1)
+    before = sorted(os.listdir(tmp_path / "logs"))
+    narrowed = quote(2, size="short")
+    with pytest.raises(LoggerSchemaError) as ei:
+        builder(narrowed, tmp_path).set_internal_partition("feed-2").build()
+    msg = str(ei.value)
+    assert isinstance(ei.value, LoggerError) and isinstance(ei.value, ValueError)
+    assert "Market.Quote version 1 -> 2" in msg and "'Size'" in msg and "narrows" in msg, msg
+    assert before[0] in msg, msg  # the file it compared with
+    assert sorted(os.listdir(tmp_path / "logs")) == before  # nothing written
+    # an older build refused the other way round: the directory's newest file is version 2
+    other = tmp_path / "other"
+    _one_row(Q2, other, "feed-2", Sym="A", Size=1)
+    with pytest.raises(LoggerSchemaError, match=r"Market.Quote version 1 -> 2: column 'Size': type double in "
+                                                r"version 1 cannot become long .*this logger writes version 1"):
+        builder(quote(1, size="double"), other).build()
+    # a rename naming no column of the older version
+    with pytest.raises(LoggerSchemaError, match="renamed_from 'Ticker' names no column of version 1"):
+        builder(quote(3, sym="Symbol", renamed_from="Ticker"), tmp_path).build()
+    # an allowed change builds
+    builder(quote(3, sym="Symbol", renamed_from="Sym"), tmp_path).build().close()
+
+
+def test_logger_refuses_the_same_version_with_other_columns(tmp_path):
+    from disd.logger import LoggerSchemaError
+
+    f = _one_row(Q1, tmp_path, "feed", Sym="A", Size=1)
+    same_number = quote(1, size="long")
+    with pytest.raises(LoggerSchemaError) as ei:
+        builder(same_number, tmp_path).build()
+    msg = str(ei.value)
+    assert f.name in msg and Q1.fingerprint in msg and same_number.fingerprint in msg, msg
+    assert "Size" in msg and "new version number" in msg, msg
+    # the same schema, or the table's files written by another table, are fine
+    builder(Q1, tmp_path).build().close()
+    builder(TRADE, tmp_path).build().close()
+
+
+def test_loggers_of_two_versions_write_one_directory_at_the_same_time(tmp_path):
+    """v1 and v2 loggers (each version its own internal partition by the suffix, and two more
+    without it sharing column partitions) log concurrently; every file reads back whole, in its
+    own version."""
+    logs = [builder(s, tmp_path).set_internal_partition("feed").set_suffix_internal_partition_with_log_format()
+            .build() for s in (Q1, Q2)]
+    logs += [builder(s, tmp_path).set_internal_partition(f"plain{s.version}").build() for s in (Q2, Q1)]
+    n = 2000
+
+    def run(log):
+        for i in range(n):
+            log.log(Sym=f"S{i}", Size=i)
+            if i % 500 == 0:
+                log.flush()
+
+    threads = [threading.Thread(target=run, args=(lg,)) for lg in logs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for lg in logs:
+        lg.close()
+    files = sorted(os.listdir(tmp_path / "logs"))
+    by_ip = {LogFileName.parse(f).internal_partition: read_file(tmp_path / "logs" / f) for f in files}
+    assert sorted(by_ip) == ["feed-1", "feed-2", "plain1", "plain2"], files
+    for ip, contents in by_ip.items():
+        version = int(ip[-1])
+        assert contents.schema.version == version
+        assert contents.table.column("Size").to_pylist() == list(range(n)), ip
+        assert contents.table.column_names == (Q1 if version == 1 else Q2).column_names
+    # a logger built afterwards, of either version, still builds against the mixed directory
+    for s in (Q1, Q2):
+        builder(s, tmp_path).set_internal_partition("later").build().close()

@@ -16,6 +16,7 @@ import grpc
 
 from disd.binlog import LocationKey, LogFileName, decode_header, scan_frames
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.schema import TableSchema
 
 
 @dataclass
@@ -26,16 +27,21 @@ class LocationLog:
     offset: int = 0
     chunks: list = field(default_factory=list)  # (file, offset, length)
     opens: list = field(default_factory=list)  # fingerprints of every open
+    open_versions: list = field(default_factory=list)  # the schema version of every open's schema_json
     data: dict = field(default_factory=dict)  # file -> bytearray of what was received
     reports: list = field(default_factory=list)  # the problems the tailer reported, in order
 
 
 class FakeDis(dis_pb2_grpc.IngestServicer):
     def __init__(self, ack_delay: float = 0.0, refuse: dict | None = None,
-                 store: dict | None = None, accepts_reports: bool = False) -> None:
+                 store: dict | None = None, accepts_reports: bool = False,
+                 refuse_versions: dict | None = None) -> None:
         self.ack_delay = ack_delay
         self.accepts_reports = accepts_reports
         self.refuse = refuse or {}  # internal partition -> (StatusCode, details)
+        # schema version (of an open's schema_json) -> (StatusCode, details), as a DIS refuses a
+        # location's stream in another version than the location's
+        self.refuse_versions = refuse_versions if refuse_versions is not None else {}
         self.store: dict[str, LocationLog] = store if store is not None else {}
         self.lock = threading.Lock()
         self.max_unacked = 0
@@ -56,8 +62,13 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
         ip = loc.internal_partition
         st = self.log_of(ip)
         st.opens.append(first.open.schema_fingerprint)
+        version = (TableSchema.from_json(first.open.schema_json).version if first.open.schema_json else None)
+        st.open_versions.append(version)
         if ip in self.refuse:
             code, details = self.refuse[ip]
+            context.abort(code, details)
+        if version in self.refuse_versions:
+            code, details = self.refuse_versions[version]
             context.abort(code, details)
         yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=st.file_name, offset=st.offset,
                                                                 accepts_reports=self.accepts_reports))

@@ -3,6 +3,7 @@
 Public surface::
 
     read_file(path) -> LogContents   (.table, .flags, .end_offset)
+    read_header(path) -> LogHeader   (.schema, .fingerprint; None while incomplete)
     RowFlag                          (NONE, START_TRANSACTION, END_TRANSACTION, SINGLE_ROW)
     BinlogWriter, LogFileName, LocationKey
 
@@ -22,7 +23,7 @@ from disd.binlog.format import (
     decode_header,
     scan_frames,
 )
-from disd.binlog.io import BinlogWriter, LogContents, read_file
+from disd.binlog.io import BinlogWriter, LogContents, read_file, read_header
 from disd.binlog.normalize import normalize_columns
 
 __all__ = [
@@ -43,5 +44,6 @@ __all__ = [
     "decode_header",
     "normalize_columns",
     "read_file",
+    "read_header",
     "scan_frames",
 ]

@@ -2,7 +2,8 @@
 
 The table view shows each value on one line, at most ``MAX_WIDTH`` characters (longer values
 end in an ellipsis; control characters are escaped); ``--json`` gives every value whole.  A
-char prints as its character.  A file with a corrupt frame prints its header and the rows
+char prints as its character.  Both show the schema version the file is written in (the header
+schema's ``version``; 1 for a file written before versions) next to the format version.  A file with a corrupt frame prints its header and the rows
 before that frame, then the error (exit status 1).  The output stops quietly when its reader
 goes away (``| head``).
 """
@@ -74,6 +75,7 @@ def _print_json(out: TextIO, path: str, contents: LogContents, limit: int | None
         "file": path,
         "version": header.version,
         "fingerprint": header.fingerprint,
+        "schema_version": header.schema.version,
         "schema": header.schema.canonical(),
         "rows": contents.table.num_rows,
         "frames": len(contents.frame_ends),
@@ -110,8 +112,11 @@ def _print_table(out: TextIO, path: str, contents: LogContents, limit: int | Non
     s = header.schema
     n = contents.table.num_rows
     out.write(f"file:        {path}\n")
-    out.write(f"table:       {s.key}   format v{header.version}   fingerprint {header.fingerprint}\n")
-    out.write(f"columns:     {', '.join(f'{c.name}:{c.type.value}' for c in s.columns)}\n")
+    out.write(f"table:       {s.key}   schema version {s.version}   format v{header.version}   "
+              f"fingerprint {header.fingerprint}\n")
+    cols = ", ".join(f"{c.name}:{c.type.value}" + (f" (renamed from {c.renamed_from})" if c.renamed_from else "")
+                     for c in s.columns)
+    out.write(f"columns:     {cols}\n")
     if corrupt is None:
         out.write(f"rows:        {n} in {len(contents.frame_ends)} frames\n")
     else:

@@ -37,7 +37,7 @@ from disd.values import string_offsets
 
 MAGIC = b"DISBLOG\x00"
 VERSION = 1
-_HEADER_FIXED = struct.Struct("<8sHHI16s")  # magic, version, reserved, schema_len, fingerprint
+HEADER_FIXED = struct.Struct("<8sHHI16s")  # magic, version, reserved, schema_len, fingerprint
 FRAME_HEADER = struct.Struct("<IIII")  # payload_len, row_count, payload_crc, header_crc
 FRAME_HEADER_SIZE = FRAME_HEADER.size
 MAX_FRAME_PAYLOAD = 32 << 20  # a frame larger than this is corrupt by definition
@@ -90,32 +90,32 @@ class LogHeader:
 
 def encode_header(schema: TableSchema) -> bytes:
     body = schema.to_json().encode()
-    head = _HEADER_FIXED.pack(MAGIC, VERSION, 0, len(body), bytes.fromhex(schema.fingerprint))
+    head = HEADER_FIXED.pack(MAGIC, VERSION, 0, len(body), bytes.fromhex(schema.fingerprint))
     data = head + body
     return data + struct.pack("<I", crc32c(data))
 
 
 def decode_header(buf: bytes | memoryview, path: str | None = None) -> LogHeader | None:
     """Parse the header at the start of ``buf``; None if ``buf`` is too short to hold it."""
-    if len(buf) < _HEADER_FIXED.size:
+    if len(buf) < HEADER_FIXED.size:
         if bytes(buf[: len(MAGIC)]) != MAGIC[: len(buf[: len(MAGIC)])]:
             raise CorruptLogError(0, "not a binary log (bad magic)", path)
         return None
-    magic, version, _reserved, schema_len, fp = _HEADER_FIXED.unpack_from(buf, 0)
+    magic, version, _reserved, schema_len, fp = HEADER_FIXED.unpack_from(buf, 0)
     if magic != MAGIC:
         raise CorruptLogError(0, "not a binary log (bad magic)", path)
     if version != VERSION:
         raise CorruptLogError(0, f"unsupported format version {version}", path)
     if schema_len > MAX_SCHEMA_JSON:
         raise CorruptLogError(0, f"schema length {schema_len} is absurd", path)
-    end = _HEADER_FIXED.size + schema_len
+    end = HEADER_FIXED.size + schema_len
     if len(buf) < end + 4:
         return None
     (stored,) = struct.unpack_from("<I", buf, end)
     if crc32c(buf[:end]) != stored:
         raise CorruptLogError(0, "header checksum mismatch", path)
     try:
-        schema = TableSchema.from_json(bytes(buf[_HEADER_FIXED.size : end]).decode(), "<log header>")
+        schema = TableSchema.from_json(bytes(buf[HEADER_FIXED.size : end]).decode(), "<log header>")
     except (ValueError, UnicodeDecodeError) as e:
         raise CorruptLogError(0, f"header schema unreadable: {e}", path) from None
     if schema.fingerprint != fp.hex():

@@ -11,7 +11,9 @@ import numpy as np
 import pyarrow as pa
 
 from disd.binlog.format import (
+    HEADER_FIXED,
     MAX_FRAME_PAYLOAD,
+    MAX_SCHEMA_JSON,
     CorruptLogError,
     FrameRun,
     LogHeader,
@@ -110,6 +112,18 @@ def _before_undecodable(data: bytes, run: FrameRun, schema: TableSchema, first: 
     return run, None  # pragma: no cover - a run that fails whole fails in one of its frames
 
 
+def read_header(path: str | os.PathLike[str]) -> LogHeader | None:
+    """The header of the log at ``path`` without reading its frames; None while the header is
+    incomplete (a file just created).  CorruptLogError for a header that is wrong."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_FIXED.size)
+        if len(head) < HEADER_FIXED.size:
+            return decode_header(head, str(path))
+        schema_len = HEADER_FIXED.unpack_from(head, 0)[3]
+        rest = f.read(min(schema_len, MAX_SCHEMA_JSON + 1) + 4)
+    return decode_header(head + rest, str(path))
+
+
 def split_points(flags: np.ndarray, max_rows: int = MAX_ROWS_PER_FRAME) -> list[int]:
     """Frame boundaries for a batch of rows: before every StartTransaction and every
     ``max_rows``.  Starting a frame at every StartTransaction means the last commit point
@@ -190,6 +204,12 @@ class BinlogWriter:
                 if header.fingerprint != schema.fingerprint:
                     self._file.close()
                     raise SchemaMismatchError(f"{self.path}: existing log has another schema")
+                if header.schema.version != schema.version:
+                    # a file holds rows of one schema version (its header's): same columns or not
+                    self._file.close()
+                    raise SchemaMismatchError(
+                        f"{self.path}: existing log is written in version {header.schema.version} of "
+                        f"{schema.key}, not version {schema.version}")
                 run = scan_frames(data, 0, schema, start=header.size, path=str(self.path))
                 self.offset = run.end_offset
                 if run.end_offset != size:

@@ -56,7 +56,25 @@ Internal partition
     (dots and other illegal characters become ``_``), prefixed with ``<process name>_`` when a
     process name is set (as IntradayLoggerBuilder does for logs written directly, e.g.
     ``feed_host1``); then the optional ``set_internal_partition_suffix`` and the optional
-    ``set_log_format_suffix``, each joined with ``_``.  The result is checked by ``disd.names``.
+    ``set_log_format_suffix``, each joined with ``_``; then, with
+    ``set_suffix_internal_partition_with_log_format(True)``, ``-<schema version>`` (``ABC-4``
+    for version 4 of the table, ``feed_host1_x-4`` with a suffix ``x``).  The result is checked
+    by ``disd.names``.  The version suffix gives each schema version its own internal partition,
+    so its own location: a location is written in exactly one version (docs/schema-versions.md),
+    and loggers of two versions of a table, running at once or one after the other, then never
+    write into the same location.
+
+Schema versions
+    A logger writes the version of its schema (``version:`` in the YAML) into every file's
+    header.  When it is built, it reads the header of the newest log of its table already in the
+    log directory (any internal or column partition); if that file is in another version and the
+    change between the two, older to newer, is one the rules refuse (``disd.schemaversions``: a
+    narrowed or changed type, a ``renamed_from`` naming nothing), or in the same version with
+    other columns, ``build()`` raises ``LoggerSchemaError`` (also a ``ValueError``) naming the
+    table, the versions, the column and the file, and writes nothing.  Loggers of two allowed
+    versions may write into one directory at the same time; a file is only ever appended to in
+    the version its header says (``FIXED`` rollover with the same stamp and another version is
+    refused).
 
 Column partition
     Precedence: a fixed value (``set_column_partition_value``); else a function of the row
@@ -85,6 +103,7 @@ Modules (each imports only those listed after it, never another's private names)
     ``api``        IntradayLogger: log, transaction, log_batch, flush, close (the caller's side)
     ``writer``     the writer thread: batches queued items, sets row flags, writes
     ``files``      which file rows go to (rollover), file names, open files; the clock
+    ``versions``   the logger's schema version against the newest log already in its directory
     ``config``     LoggerConfig (what ``build()`` hands the logger), Rollover
     ``partition``  column partition functions, per row and per batch
     ``rowqueue``   work items and the queue bounded in rows
@@ -95,13 +114,14 @@ Modules (each imports only those listed after it, never another's private names)
 from disd.logger.api import IntradayLogger
 from disd.logger.builder import IntradayLoggerBuilder
 from disd.logger.config import Rollover
-from disd.logger.errors import LoggerClosedError, LoggerError, LoggerWriterError
+from disd.logger.errors import LoggerClosedError, LoggerError, LoggerSchemaError, LoggerWriterError
 
 __all__ = [
     "IntradayLogger",
     "IntradayLoggerBuilder",
     "LoggerClosedError",
     "LoggerError",
+    "LoggerSchemaError",
     "LoggerWriterError",
     "Rollover",
 ]

@@ -20,6 +20,7 @@ from disd.logger.convert import RowSizeCheck, owned, rows_to_columns, value_norm
 from disd.logger.errors import LoggerClosedError, LoggerError, LoggerValueError, LoggerWriterError
 from disd.logger.files import LogFiles, MonotonicClock
 from disd.logger.rowqueue import BREAK, STOP, Flush, Item, RowQueue
+from disd.logger.versions import check_log_dir
 from disd.logger.writer import LogWriter
 from disd.schema import TableSchema
 
@@ -60,6 +61,7 @@ class IntradayLogger:
         self.rollover: Rollover = config.rollover
         self.log_dir = config.log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        check_log_dir(self.log_dir, self.schema)  # before any file is created
         self._partition_value = config.partition_value
         self._partition_fn = config.partition_fn
         clock = MonotonicClock(config.clock)

@@ -40,6 +40,7 @@ class IntradayLoggerBuilder:
         self._internal_partition: str | None = None
         self._suffix: str | None = None
         self._format_suffix: str | None = None
+        self._version_suffix = False
         self._rollover = Rollover.HOURLY
         self._fixed_stamp: dt.datetime | None = None
         self._queue_rows = _DEFAULT_QUEUE_ROWS
@@ -110,6 +111,15 @@ class IntradayLoggerBuilder:
         self._format_suffix = None if suffix is None or suffix == "" else str(suffix)
         return self
 
+    def set_suffix_internal_partition_with_log_format(self, on: bool = True) -> "IntradayLoggerBuilder":
+        """Append ``-<schema version>`` to the internal partition, after every other suffix
+        (``ABC-4`` for version 4): each schema version of the table then writes its own
+        locations, as a location holds one version only."""
+        if not isinstance(on, bool):
+            raise LoggerTypeError(f"set_suffix_internal_partition_with_log_format takes True or False, not {on!r}")
+        self._version_suffix = on
+        return self
+
     def set_rollover(self, mode: Rollover | str, fixed_timestamp: dt.datetime | None = None) -> "IntradayLoggerBuilder":
         """``hourly`` (default), ``daily`` or ``fixed``; ``fixed_timestamp`` names the fixed files
         (default: the time the logger is built)."""
@@ -159,7 +169,10 @@ class IntradayLoggerBuilder:
             if self._process_name:
                 base = legalize(f"{self._process_name}_{base}")
         parts = [base] + [p for p in (self._suffix, self._format_suffix) if p]
-        return validate_name(NameKind.INTERNAL_PARTITION, "_".join(parts))
+        name = "_".join(parts)
+        if self._version_suffix:
+            name = f"{name}-{self._schema.version}"
+        return validate_name(NameKind.INTERNAL_PARTITION, name)
 
     def build(self) -> IntradayLogger:
         return IntradayLogger(LoggerConfig(

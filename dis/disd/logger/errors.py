@@ -21,6 +21,12 @@ class LoggerWriterError(LoggerError):
     """The writer thread failed; ``__cause__`` is what it failed with.  The logger is stopped."""
 
 
+class LoggerSchemaError(LoggerError, ValueError):
+    """The logger's schema cannot be written next to the logs already in its directory: a change
+    of version the rules refuse, or the same version with other columns.  The message names the
+    table, both versions, the column (or both fingerprints) and the file."""
+
+
 class LoggerValueError(DisError, ValueError):
     """A value, row or setting the logger cannot take; the message names the table, the column and
     the row where there is one."""
