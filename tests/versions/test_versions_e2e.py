@@ -72,7 +72,7 @@ class Writer(threading.Thread):
     """Logs batches of numbered rows (atomic transactions) until stopped; ``committed`` holds the
     Seq of every row logged."""
 
-    def __init__(self, logger, columns, base: int, batch: int = 50, pause_s: float = 0.1) -> None:
+    def __init__(self, logger, columns, base: int, batch: int = 30, pause_s: float = 0.1) -> None:
         super().__init__(daemon=True)
         self.logger, self.columns, self.next, self.batch, self.pause_s = logger, columns, base, batch, pause_s
         self.committed: list[int] = []
@@ -188,34 +188,60 @@ def stream(spark, address: str, reader: str, checkpoint, sink: RowSink, availabl
     return w.start()
 
 
-def expected_table(newest: list[tuple], logged: dict[int, list[int]], versions: dict[int, list[tuple]]) -> list[dict]:
-    """Every logged row as the newest version presents it, sorted by Seq: a newest column takes
-    the value the row was logged with under the column's name in the row's version (following
-    ``renamed_from`` back through every version between), null when the column did not exist
-    then; the partition column is the day."""
-    rows = []
+def renamed_from(col: tuple) -> str | None:
+    return col[2] if len(col) > 2 else None
+
+
+def name_in(versions: dict[int, list[tuple]], name: str, at: int, to: int) -> str | None:
+    """The name in version ``to`` of the column called ``name`` in version ``at`` (None: it does
+    not exist there), one step at a time: going back, a column comes from its ``renamed_from``
+    when the older version has it, else from its own name; going forward, the column that says
+    it was renamed from it, else the one of the same name unless that one was renamed from
+    another."""
     order = sorted(versions)
+    i, j = order.index(at), order.index(to)
+    while i != j and name is not None:
+        cur, nxt = versions[order[i]], versions[order[i + (1 if j > i else -1)]]
+        nxt_names = [c[0] for c in nxt]
+        if j < i:  # back: cur is newer
+            col = next(c for c in cur if c[0] == name)
+            if renamed_from(col) and renamed_from(col) in nxt_names:
+                name = renamed_from(col)
+            elif name not in nxt_names:
+                name = None
+        else:  # forward: nxt is newer
+            cur_names = [c[0] for c in cur]
+            into = [c[0] for c in nxt if renamed_from(c) == name]
+            if into:
+                name = into[0]
+            elif name not in nxt_names or renamed_from(next(c for c in nxt if c[0] == name)) in cur_names:
+                name = None
+        i += 1 if j > i else -1
+    return name
+
+
+def expected_table(versions: dict[int, list[tuple]], logged: dict[int, list[int]], presented: int) -> list[dict]:
+    """Every logged row (``logged``: version -> Seq numbers) as version ``presented`` shows it,
+    sorted by Seq: each column takes the value the row was logged with under that column's name
+    in the row's version, null when the column does not exist there; the partition column is the
+    day.  Computed from the row numbers and the version files alone."""
+    rows = []
     for v, seqs in logged.items():
-        # the name of each newest column in version v, walking the renames back
-        names = {}
-        for c in newest:
-            name = c[0]
-            for newer, older in zip(reversed(order), reversed(order[:-1])):
-                if newer <= v:
-                    break
-                col = next(x for x in versions[newer] if x[0] == name)
-                renamed = col[2] if len(col) > 2 else None
-                older_names = [x[0] for x in versions[older]]
-                if renamed and renamed in older_names:
-                    name = renamed
-                elif name not in older_names:
-                    name = None
-                    break
-            names[c[0]] = name
+        names = {c[0]: name_in(versions, c[0], presented, v) for c in versions[presented]}
         for s in seqs:
-            rows.append({c[0]: (None if names[c[0]] is None else value(names[c[0]], s)) for c in newest}
-                        | {"Date": DAY})
+            rows.append({c: (None if n is None else value(n, s)) for c, n in names.items()} | {"Date": DAY})
     return sorted(rows, key=lambda r: r["Seq"])
+
+
+def wait_rows(q, sink: RowSink, total: int, what: str) -> None:
+    """Until ``sink`` holds ``total`` rows; at once with the query's exception if it failed."""
+    deadline = time.monotonic() + 90
+    while sink.count() < total:
+        if q.exception() is not None or not q.isActive:
+            raise AssertionError(f"{what} stopped after {sink.count()} of {total} rows: {q.exception()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: {sink.count()} of {total} rows within 90 s")
+        time.sleep(0.2)
 
 
 def as_rows(t: pa.Table, columns: list[str]) -> list[dict]:
@@ -258,7 +284,7 @@ def check_everything(pipe: Pipeline, spark, sinks, queries, logged: dict[int, li
     newest_v = max(versions)
     newest = versions[newest_v]
     names = [c[0] for c in newest] + ["Date"]
-    want = expected_table(newest, logged, versions)
+    want = expected_table(versions, logged, newest_v)
     total = len(want)
     wait_for(lambda: pipe.visible_rows() == total, 90, 0.2, f"{total} rows visible")
 
@@ -279,27 +305,39 @@ def check_everything(pipe: Pipeline, spark, sinks, queries, logged: dict[int, li
         check_exactly(f"Spark batch ({reader})", as_rows(df.toArrow(), names), want)
         check_filters(df, reader, want, [c[0] for c in newest])
 
-    # The queries that ran across every change: each row once, with the newest columns they have.
+    # The queries that ran across every change keep the schema of the version they started in
+    # (docs/spark.md): each row once, projected onto that version's columns.
+    failures = []
+    first = expected_table(versions, logged, min(versions))
+    first_names = [c[0] for c in versions[min(versions)]] + ["Date"]
     for (reader, sink), q in zip(sinks.items(), queries):
-        wait_for(lambda: sink.count() >= total, 90, 0.2, f"{total} rows in the {reader} stream")
-        time.sleep(1.0)  # a duplicate would arrive now
-        assert q.isActive and q.exception() is None, (reader, q.exception())
-        got = sink.table()
-        cols = [c for c in names if c in got.column_names]
-        assert "Seq" in cols
-        check_exactly(f"stream across the change ({reader})", as_rows(got, cols),
-                      [{c: r[c] for c in cols} for r in want])
-        q.stop()
+        what = f"stream across the change ({reader})"
+        try:
+            wait_rows(q, sink, total, what)
+            time.sleep(1.0)  # a duplicate would arrive now
+            assert q.isActive and q.exception() is None, (reader, q.exception())
+            got = sink.table()
+            assert got.column_names == first_names, (what, got.column_names)
+            check_exactly(what, as_rows(got, first_names), first)
+        except AssertionError as e:
+            failures.append(str(e))
+        finally:
+            q.stop()
 
     # A query started now reads the newest version, columns and rows, exactly.
     for reader in READERS:
-        sink = RowSink()
-        q = stream(spark, pipe.address, reader, tmp / f"ckpt-late-{reader}", sink, available_now=True)
-        q.awaitTermination(120)
-        assert q.exception() is None, q.exception()
-        got = sink.table()
-        assert got.column_names == names, (reader, got.column_names)
-        check_exactly(f"stream started after the change ({reader})", as_rows(got, names), want)
+        what = f"stream started after the change ({reader})"
+        try:
+            sink = RowSink()
+            q = stream(spark, pipe.address, reader, tmp / f"ckpt-late-{reader}", sink, available_now=True)
+            q.awaitTermination(120)
+            assert q.exception() is None, (what, q.exception())
+            got = sink.table()
+            assert got.column_names == names, (what, got.column_names)
+            check_exactly(what, as_rows(got, names), want)
+        except AssertionError as e:
+            failures.append(str(e))
+    assert not failures, "\n".join(failures)
 
 
 def run_change(spark, tmp, versions: dict[int, list[tuple]]) -> None:
