@@ -41,12 +41,14 @@ from disd.routing import Routing, resolve
 from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_from_proto, key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.schema import TableSchema
+from disd.schema import SchemaError, TableSchema
+from disd.schemaversions import Projection, origins, projection
 from disd.security import ClientSecurity
 from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
-from disd.storage.checkpoint import CheckpointError, read_record
+from disd.storage.checkpoint import CheckpointError, CheckpointRecord, read_record
 from disd.storage.columns import read_rows
 from disd.storage.engine import location_path, subdirs
+from disd.storage.versionstore import VersionStoreError, with_stored_history
 
 #: ReadBlock requests kept in flight per read: enough to hide the round trip on loopback.
 READ_AHEAD = 32
@@ -120,11 +122,56 @@ class BlockSource(Protocol):
 
 def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapshot,
                   columns: Sequence[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
-    """Rows ``[start, stop)`` of one location (at most ``snap.rows``) as a pyarrow Table with the
-    schema's Arrow types, decoded by ``disd.storage.columns`` from the bytes ``source`` serves."""
+    """Rows ``[start, stop)`` of one location (at most ``snap.rows``) as a pyarrow Table of
+    ``schema``'s columns and Arrow types, decoded by ``disd.storage.columns`` from the bytes
+    ``source`` serves.
+
+    ``schema`` is the version a reader presents (the table's newest) carrying the others
+    (``TableSchema.history``).  A location written in another version (``snap.schema_version``;
+    0 means ``schema``'s own) is decoded in that version, from its files' names then, and only
+    the columns the presented ones come from; ``version_projection`` turns those into
+    ``schema``'s columns.  A location in ``schema``'s own version is decoded as it is: nothing
+    extra on the common path."""
     stop = snap.rows if stop is None else min(stop, snap.rows)
-    return read_rows(schema, columns, start, max(start, stop),
-                     lambda name, a, b: source.read_range(snap, name, a, b))
+    fetch = lambda name, a, b: source.read_range(snap, name, a, b)  # noqa: E731
+    version = snap.schema_version or schema.version
+    if version == schema.version:
+        return read_rows(schema, columns, start, max(start, stop), fetch)
+    proj = version_projection(schema, version, columns, f"location {snap.key}")
+    stored = read_rows(proj.stored, proj.stored_columns, start, max(start, stop), fetch)
+    try:
+        return proj.apply(stored)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        # Only a newer location read as an older version narrows (see version_projection).
+        raise BlockSourceError(
+            f"location {snap.key} (schema version {version}) holds values that do not fit {schema.key} "
+            f"version {schema.version}'s types ({e}); read the table in its newest version") from None
+
+
+def version_projection(schema: TableSchema, version: int, columns: Sequence[str] | None = None,
+                       what: str = "a location") -> Projection:
+    """How rows stored in ``version`` of ``schema``'s table read as ``schema``'s columns (all, or
+    ``columns``); ``schema.versions`` must hold ``version``.
+
+    Normally ``version`` is older (``disd.schemaversions.projection``: renamed, widened, added
+    columns null).  It may also be newer, when ``schema`` is the version a long-running reader
+    (a streaming query) started with and the table has moved on: each of ``schema``'s columns
+    is then read from the column it became (renamed forward; null when a later version dropped
+    it), cast back to ``schema``'s type: exact unless a widened column holds a value the older
+    type cannot hold, which ``Projection.apply`` refuses (``pyarrow.ArrowInvalid``)."""
+    if version not in schema.versions:
+        known = ", ".join(str(v) for v in schema.versions)
+        raise BlockSourceError(f"{what} is written in schema version {version} of {schema.key}, which this "
+                               f"reader does not know (it knows versions {known}); read again to pick up "
+                               "the table's newest version")
+    if version <= schema.version:
+        return projection(schema, version, columns)
+    newer = schema.at_version(version).with_history(schema.versions.values())
+    back = {old: new for new, old in origins(newer, schema.version).items() if old is not None}
+    wanted = list(columns) if columns is not None else schema.column_names
+    for c in wanted:
+        schema.column(c)  # KeyError naming the table for an unknown column
+    return Projection(newer.at_version(version), schema, {c: back.get(c) for c in wanted})
 
 
 def open_block_source(*, db_root: str | None = None, address: str | None = None,
@@ -341,17 +388,31 @@ class CheckpointedLocation:
     files: dict[str, int] = field(hash=False)
     bytes_past_checkpoint: int = 0  # column file bytes beyond the checkpoint (all of them without one)
     checkpoint_age_s: float | None = None  # since table.size last changed; None without one
+    schema_version: int = 0  # the version its files are written in (0: no checkpoint yet)
 
     def snapshot(self, db_root: str) -> LocationSnapshot:
-        return LocationSnapshot(self.key, self.rows, dict(self.files), DEFAULT_BLOCK_SIZE_BYTES, f"file:{db_root}")
+        return LocationSnapshot(self.key, self.rows, dict(self.files), DEFAULT_BLOCK_SIZE_BYTES, f"file:{db_root}",
+                                self.schema_version)
+
+
+def table_versions(db_root: str, schema: TableSchema) -> TableSchema:
+    """``schema`` with the versions the database stores for its table (``schema.versions`` under
+    the table's directory): the newest of them, carrying the rest.  What every reader of column
+    files without a DIS presents."""
+    try:
+        return with_stored_history(db_root, schema)
+    except (VersionStoreError, SchemaError) as e:
+        raise ColumnFileError(f"{schema.key}: {e}") from None
 
 
 def checkpointed_locations(db_root: str, schema: TableSchema, wanted: Wanted | None = None,
                            now: float | None = None) -> list[CheckpointedLocation]:
     """Every location of ``schema``'s table under ``<db_root>/Intraday`` whose column partition
-    ``wanted(value)`` accepts (all when None), at its checkpoint.  Read on the DIS host, whether or
-    not the DIS runs: only rows a checkpoint covers are taken, and those never change."""
+    ``wanted(value)`` accepts (all when None), at its checkpoint, with the schema version it is
+    written in (the table's versions: ``table_versions``).  Read on the DIS host, whether or not
+    the DIS runs: only rows a checkpoint covers are taken, and those never change."""
     now = time.time() if now is None else now
+    schema = table_versions(db_root, schema)
     base = os.path.join(db_root, "Intraday", schema.namespace, schema.table)
     out = []
     for ip in subdirs(base):
@@ -368,6 +429,31 @@ def checkpointed_locations(db_root: str, schema: TableSchema, wanted: Wanted | N
     return sorted(out, key=lambda l: (l.key.column_partition, l.key.internal_partition))
 
 
+def record_version(key: LocationKey, rec: CheckpointRecord, schema: TableSchema) -> int:
+    """The schema version a checkpoint says its location is written in: its ``schema_version``
+    (which must be one of ``schema.versions``, with the fingerprint the record names), or, in a
+    record written before versions existed (0), the newest version with the record's
+    fingerprint.  ColumnFileError when no version of the table matches."""
+    versions = schema.versions
+    if rec.schema_version:
+        found = versions.get(rec.schema_version)
+        if found is None:
+            raise ColumnFileError(
+                f"location {key} was written in schema version {rec.schema_version} of {schema.key}, which the "
+                f"database's versions do not hold (known: {', '.join(str(v) for v in versions)}): check the "
+                "schemas directory")
+        if found.fingerprint != rec.fingerprint:
+            raise ColumnFileError(
+                f"location {key} was written for schema {rec.fingerprint} (version {rec.schema_version}), but "
+                f"{schema.key} version {rec.schema_version} is {found.fingerprint}: check the schemas directory")
+        return rec.schema_version
+    matching = [v for v, s in versions.items() if s.fingerprint == rec.fingerprint]
+    if not matching:
+        raise ColumnFileError(f"location {key} was written for schema {rec.fingerprint}, the table's schema is "
+                              f"{schema.fingerprint}: check the schemas directory")
+    return max(matching)
+
+
 def _checkpointed(key: LocationKey, path: str, schema: TableSchema, now: float) -> CheckpointedLocation:
     try:
         rec = read_record(path)
@@ -376,16 +462,14 @@ def _checkpointed(key: LocationKey, path: str, schema: TableSchema, now: float) 
     actual = _sizes(path)
     if rec is None:
         return CheckpointedLocation(key, path, 0, {}, bytes_past_checkpoint=sum(actual.values()))
-    if rec.fingerprint != schema.fingerprint:
-        raise ColumnFileError(f"location {key} was written for schema {rec.fingerprint}, the table's schema is "
-                              f"{schema.fingerprint}: check the schemas directory")
+    version = record_version(key, rec, schema)
     short = [n for n, size in rec.files.items() if actual.get(n, -1) < size]
     if short:
         raise ColumnFileError(f"location {key}: {', '.join(sorted(short))} shorter than its checkpoint "
                               "(run `dis verify`)")
     past = sum(max(0, actual.get(n, 0) - size) for n, size in rec.files.items())
     age = now - os.stat(os.path.join(path, CHECKPOINT_FILE)).st_mtime
-    return CheckpointedLocation(key, path, rec.rows, dict(rec.files), past, age)
+    return CheckpointedLocation(key, path, rec.rows, dict(rec.files), past, age, version)
 
 
 def _sizes(path: str) -> dict[str, int]:
@@ -402,7 +486,8 @@ class LocalColumnFiles:
 
     Snapshots listed by a DIS are served at their published sizes (safe: those bytes never
     change); ``locations`` lists at the checkpoints and needs the tables' schemas (``tables``) to
-    check them.  ``origin`` names the root in errors the way the user gave it (default: the path)."""
+    check them, each with the versions the database stores for it (``table_versions``); each
+    snapshot says its location's version.  ``origin`` names the root in errors the way the user gave it (default: the path)."""
 
     def __init__(self, db_root: str, tables: Sequence[TableSchema] = (), origin: str | None = None) -> None:
         self.db_root = db_root
@@ -417,6 +502,11 @@ class LocalColumnFiles:
             raise ColumnFileError(f"no schema for {namespace}.{table} to read its column files with")
         locs = checkpointed_locations(self.db_root, schema, wanted)
         return [l.snapshot(self.db_root) for l in locs if l.rows > 0]
+
+    def schema(self, schema: TableSchema) -> TableSchema:
+        """``schema`` as a read of these files presents it: with the versions stored for its
+        table (``table_versions``)."""
+        return table_versions(self.db_root, schema)
 
     def path(self, snap: LocationSnapshot, name: str) -> str:
         if not name or os.path.basename(name) != name or name in (".", ".."):

@@ -25,6 +25,7 @@ from disd.blocks import (
     BlockSource,
     DisClientError,
     GrpcBlocks,
+    LocalColumnFiles,
     LocationSnapshot,
     explain,
     read_location,
@@ -49,23 +50,26 @@ class Client(GrpcBlocks):
 
     # -- catalogue -----------------------------------------------------------------------------
     def tables(self) -> list[TableSchema]:
+        """Every table's newest schema, carrying its earlier versions (``TableSchema.history``)."""
         out: dict[tuple[str, str], TableSchema] = {}
         for address in self.routing.addresses:
             for t in self._call(address, "ListTables", dis_pb2.ListTablesRequest()).tables:
                 if self.routing.owner(t.namespace, t.table) is None or self._owner(t.namespace, t.table) != address:
                     continue
-                s = TableSchema.from_json(t.schema_json, f"DIS {address}")
+                s = table_info_schema(t, address)
                 out[(s.namespace, s.table)] = s
         self._schemas.update(out)
         return sorted(out.values(), key=lambda s: s.key)
 
-    def schema(self, namespace: str, table: str) -> TableSchema:
-        s = self._schemas.get((namespace, table))
+    def schema(self, namespace: str, table: str, refresh: bool = False) -> TableSchema:
+        """The table's newest schema with its earlier versions, as its DIS holds them (asked once
+        per client; ``refresh`` asks again: a DIS restarted with a newer version of the table)."""
+        s = None if refresh else self._schemas.get((namespace, table))
         if s is None:
             address = self._owner(namespace, table)
             for t in self._call(address, "ListTables", dis_pb2.ListTablesRequest()).tables:
                 if t.namespace == namespace and t.table == table:
-                    s = self._schemas[(namespace, table)] = TableSchema.from_json(t.schema_json, f"DIS {address}")
+                    s = self._schemas[(namespace, table)] = table_info_schema(t, address)
             if s is None:
                 raise DisClientError(f"unknown table {namespace}.{table} (not served by {address})")
         return s
@@ -95,20 +99,33 @@ class Client(GrpcBlocks):
     # -- data ----------------------------------------------------------------------------------
     def read_location(self, snap: LocationSnapshot, columns: Sequence[str] | None = None,
                       start: int = 0, stop: int | None = None) -> pa.Table:
-        """Rows [start, stop) of one location (at most ``snap.rows``) as a pyarrow Table."""
+        """Rows [start, stop) of one location (at most ``snap.rows``) as a pyarrow Table of the
+        table's newest version (a location written in an older one is projected onto it)."""
         return read_location(self, self.schema(snap.key.namespace, snap.key.table), snap, columns, start, stop)
 
     def read_table(self, namespace: str, table: str, columns: Sequence[str] | None = None,
                    partitions: Iterable[str] | None = None) -> pa.Table:
-        """Every published row of a table (or of some column partitions), with the partition
-        column (e.g. ``Date``) appended as a string column."""
+        """Every published row of a table (or of some column partitions) in the table's newest
+        version, with the partition column (e.g. ``Date``) appended as a string column."""
         return table_from_blocks(self, self.schema(namespace, table), columns, partitions)
+
+
+def table_info_schema(info: dis_pb2.TableInfo, address: str) -> TableSchema:
+    """The schema a DIS lists for a table: its newest version carrying the earlier ones
+    (``versions_json``), or, from a DIS older than schema versions, its one schema."""
+    if info.versions_json:
+        return TableSchema.from_history_json(info.versions_json, f"DIS {address}")
+    return TableSchema.from_json(info.schema_json, f"DIS {address}")
 
 
 def table_from_blocks(source: BlockSource, schema: TableSchema, columns: Sequence[str] | None = None,
                       partitions: Iterable[str] | None = None) -> pa.Table:
     """The rows of every location ``source`` lists for ``schema``'s table (or for some column
-    partitions), with the partition column appended as a string column (``Client.read_table``)."""
+    partitions), with the partition column appended as a string column (``Client.read_table``).
+    Rows are presented in ``schema``'s version: each location is decoded in its own version and
+    projected (``disd.blocks.read_location``)."""
+    if isinstance(source, LocalColumnFiles):
+        schema = source.schema(schema)  # the versions stored beside the column files
     if columns is not None:
         for c in columns:
             if c != schema.partition_column:

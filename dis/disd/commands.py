@@ -33,12 +33,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from disd.schema import SchemaError
     from disd.server.daemon import serve
     from disd.storage.dblock import DatabaseLockedError
+    from disd.storage.versionstore import VersionStoreError
 
     configure_logging(json=True if args.json_logs else None)
     try:
         cfg = load_dis_config(args.config)
         return serve(cfg)
-    except (ConfigError, SchemaError) as e:
+    except (ConfigError, SchemaError, VersionStoreError) as e:  # a schema change the rules refuse, ...
         print(f"dis serve: {e}", file=sys.stderr)
         return 2
     except DatabaseLockedError as e:
@@ -97,7 +98,8 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             "tables": [s.canonical() | {"fingerprint": s.fingerprint} for s in tables],
             "locations": [
                 {"namespace": l.key.namespace, "table": l.key.table, "internal_partition": l.key.internal_partition,
-                 "column_partition": l.key.column_partition, "rows": l.rows, "files": l.files, "dis": l.address}
+                 "column_partition": l.key.column_partition, "schema_version": l.schema_version or None,
+                 "rows": l.rows, "files": l.files, "dis": l.address}
                 for l in locs
             ],
         }))
@@ -107,15 +109,16 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         print(f"{s.key}  ({len(mine)} locations, {sum(l.rows for l in mine)} rows)  "
               f"{', '.join(f'{c.name}:{c.type.value}' for c in s.columns)}")
         for l in mine:
+            version = f"  version={l.schema_version}" if l.schema_version else ""
             print(f"  {l.key.internal_partition}/{l.key.column_partition}  rows={l.rows}  "
-                  f"bytes={sum(l.files.values())}  dis={l.address}")
+                  f"bytes={sum(l.files.values())}  dis={l.address}{version}")
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    """One screen for an operator: per DIS its disk, per table a summary, per location rows,
-    flush and checkpoint age, the checkpoint's source record, the connected tailer, errors and the
-    last problem its tailer reported."""
+    """One screen for an operator: per DIS its disk, per table a summary, per location its schema
+    version, rows, flush and checkpoint age, the checkpoint's source record, the connected
+    tailer, errors and the last problem its tailer reported."""
     from disd.client import DisClientError
 
     try:
@@ -146,6 +149,7 @@ def status_report(replies: list) -> dict:
             locations.append({
                 "dis": address, "namespace": l.key.namespace, "table": l.key.table,
                 "internal_partition": l.key.internal_partition, "column_partition": l.key.column_partition,
+                "schema_version": l.schema_version or None,
                 "rows": l.rows, "checkpointed_rows": l.checkpointed_rows,
                 "last_flush_age_s": _age_s(l.last_flush_age_s), "checkpoint_age_s": _age_s(l.checkpoint_age_s),
                 "checkpoint": ({"file": l.checkpoint_file, "offset": l.checkpoint_offset,
@@ -191,9 +195,10 @@ def format_status(report: dict) -> str:
         [t["table"], str(t["locations"]), str(t["rows"]), f"{t['tailers']}/{t['locations']}", str(t["errors"])]
         for t in report["tables"]])
     lines.append("")
-    lines += _grid([["LOCATION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE", "CHECKPOINT AT", "TAILER", "ERROR",
+    lines += _grid([["LOCATION", "VERSION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE", "CHECKPOINT AT", "TAILER", "ERROR",
                      "TAILER PROBLEM"]] + [[
-        f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}", str(r["rows"]),
+        f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}",
+        str(r["schema_version"]) if r.get("schema_version") else "-", str(r["rows"]),
         str(r["checkpointed_rows"]), _age(r["last_flush_age_s"]), _age(r["checkpoint_age_s"]),
         f"{r['checkpoint']['file']}@{r['checkpoint']['offset']}" if r["checkpoint"] else "-",
         f"{r['tailer']['id']} ({r['tailer']['peer']})" if r["tailer"] else "-", r["error"] or "-",
@@ -245,11 +250,12 @@ class VerifyUsageError(DisError):
 def _cmd_verify(args: argparse.Namespace) -> int:
     from disd.schema import SchemaError
     from disd.storage.verify import verify_db
+    from disd.storage.versionstore import VersionStoreError
 
     try:
         db_root, schemas = verify_sources(args)
         report = verify_db(db_root, schemas)
-    except (VerifyUsageError, SchemaError) as e:
+    except (VerifyUsageError, SchemaError, VersionStoreError) as e:
         print(f"dis verify: {e}", file=sys.stderr)
         return 2
     if args.json:

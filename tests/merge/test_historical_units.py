@@ -29,7 +29,7 @@ from disd.historical.layout import Layout, NamespaceRoot, NamespaceType
 from disd.historical.liveness import LivePartitionError, check_not_live, live_reasons
 from disd.historical.merge import MergeError, choose_partition
 from disd.historical.publish import finalize, publish_location
-from disd.schema import Column, ColumnType
+from disd.schema import Column, ColumnType, TableSchema
 from support import TRADE, trade_rows
 
 from .helpers import D1, D2, LOCS, IntradayDb, fill, rows_of
@@ -319,3 +319,53 @@ def test_one_writer_per_table(tmp_path):
         assert not got.wait(0.3)  # blocked while the first holds the lock
     assert got.wait(5)
     t.join()
+
+
+# -- schema versions ----------------------------------------------------------------------------
+def test_a_merge_moves_the_definition_on_to_a_newer_version(tmp_path):
+    import dataclasses
+
+    import versioned_db
+    from disd.historical.merge import _definition, file_metadata
+
+    ns = NamespaceRoot.system(str(tmp_path / "db"), "Test")
+    v2 = versioned_db.V2.with_history([versioned_db.V1])
+    old = TableDefinition.from_schema(versioned_db.V1, sort_by=("Px", "Gone", "Id"))
+    write_definition(ns, old)
+    snap = SourceSnapshot("Test", "Evolve", versioned_db.DAY2, v2, "files", "db", ())
+    new = _definition(ns, snap, None)
+    # the sort key follows the rename and loses the dropped column; renamed_from is kept
+    assert (new.schema_version, new.sort_by) == (2, ("Price", "Id"))
+    assert read_definition(ns, "Evolve") == new and read_definition(ns, "Evolve").columns[2].renamed_from == "Px"
+    assert read_definition(ns, "Evolve").table_schema().version == 2
+    meta = file_metadata(v2)
+    assert meta["dis.schema_version"] == "2"
+    assert sorted(TableSchema.from_history_json(meta["dis.schema_versions"]).versions) == [1, 2]
+    # back to version 1 only: refused, naming both versions
+    with pytest.raises(MergeError, match="is version 2 of Test.Evolve, newer than the intraday schema's version 1"):
+        _definition(ns, dataclasses.replace(snap, schema=versioned_db.V1), None)
+    # columns that are no version of the table: refused as before
+    write_definition(ns, dataclasses.replace(old, columns=old.columns[:2], sort_by=()))
+    with pytest.raises(MergeError, match="differs from its historical definition"):
+        _definition(ns, snap, None)
+
+
+def test_files_of_older_versions_are_projected_by_their_version_or_their_columns(tmp_path):
+    import versioned_db
+    from disd.spark.errors import DisSourceError
+    from disd.spark.readparquet import file_sources
+
+    v2 = versioned_db.V2.with_history([versioned_db.V1])
+    v1_rows = versioned_db.rows(1, 0, 10)
+    stamped, plain = tmp_path / "stamped.parquet", tmp_path / "plain.parquet"
+    pq.write_table(v1_rows.replace_schema_metadata({"dis.schema_version": "1",
+                                                    "dis.schema_versions": v2.at_version(1).history_json()}), stamped)
+    pq.write_table(v1_rows, plain)
+    want = ["Price", "New", "Id"]
+    for f in (stamped, plain):
+        assert file_sources(pq.ParquetFile(f), str(f), v2, want) == {"Price": "Px", "New": None, "Id": "Id"}
+    # the table's own version, or columns every file has: read by name
+    assert file_sources(pq.ParquetFile(plain), str(plain), v2, ["Sym", "Qty"]) == {"Sym": "Sym", "Qty": "Qty"}
+    # a file that is no version of the table: the definition is the schema
+    with pytest.raises(DisSourceError, match="has no column 'Price'"):
+        file_sources(pq.ParquetFile(plain), str(plain), versioned_db.V2, want)

@@ -136,3 +136,124 @@ def test_java_units_agree_with_the_python_reader(probe, tmp_path):
         ["2026-11-21", "2026-11-23", "2030-01-01"], values, ["2026-11-21", "2026-11-22", "2026-11-23"], values,
         values, [],
     ]
+
+
+def _random_chain(rnd: random.Random, n_versions: int) -> list:
+    """Canonical dicts of a table's versions 1..n: each step renames (a swap too, a rename into a
+    freed name, a stale ``renamed_from`` kept), adds, drops or widens columns at random."""
+    widen = {"byte": ["short", "int", "long"], "short": ["int", "long"], "int": ["long"], "float": ["double"]}
+    types = ["bool", "byte", "short", "int", "long", "float", "double", "char", "string", "timestamp"]
+    cols = [{"name": f"C{i}", "type": rnd.choice(types)} for i in range(rnd.randint(1, 6))]
+    fresh = iter(range(100, 10_000))
+    out = [{"namespace": "M", "table": "T", "partition_column": "Date", "version": 1, "columns": cols}]
+    for v in range(2, n_versions + 1):
+        prev = [c["name"] for c in cols]
+        new = []
+        for c in cols:
+            c = {"name": c["name"], "type": c["type"]} | (
+                {"renamed_from": c["renamed_from"]} if "renamed_from" in c and rnd.random() < 0.3 else {})
+            r = rnd.random()
+            if r < 0.15 and len(cols) > 1:
+                continue  # dropped
+            if r < 0.35:
+                c["renamed_from"], c["name"] = c["name"], rnd.choice([f"N{next(fresh)}", f"C{rnd.randint(0, 8)}"])
+            if rnd.random() < 0.3 and c["type"] in widen:
+                c["type"] = rnd.choice(widen[c["type"]])
+            new.append(c)
+        if len(new) >= 2 and rnd.random() < 0.2:  # a swap of two names: two renames
+            a, b = rnd.sample(range(len(new)), 2)
+            if new[a]["name"] in prev and new[b]["name"] in prev:
+                new[a]["name"], new[b]["name"] = new[b]["name"], new[a]["name"]
+                new[a]["renamed_from"], new[b]["renamed_from"] = new[b]["name"], new[a]["name"]
+        for _ in range(rnd.randint(0, 2)):
+            new.insert(rnd.randint(0, len(new)), {"name": rnd.choice([f"A{next(fresh)}", rnd.choice(prev)]),
+                                                  "type": rnd.choice(types)})
+        names = [c["name"] for c in new]
+        if len(set(names)) != len(names):
+            continue
+        cols = new
+        out.append({"namespace": "M", "table": "T", "partition_column": "Date", "version": v, "columns": cols})
+    return out
+
+
+def test_schema_versions_compose_as_the_python_rules(probe):
+    """The JVM reader's SchemaVersions (origins of every newest column in every version, and the
+    columns' fingerprint a pre-versions table.size is matched by) equals disd.schemaversions /
+    disd.schema on random valid chains of renames, swaps, adds, drops and widenings."""
+    from disd.schema import SchemaError, TableSchema
+    from disd.schemaversions import check_chain, origins
+
+    rnd = random.Random(14)
+    cases, newest = [], []
+    while len(cases) < 150:
+        chain = _random_chain(rnd, rnd.randint(1, 5))
+        try:
+            schemas = [TableSchema.from_dict(d) for d in chain]
+            check_chain(schemas)
+        except SchemaError:
+            continue
+        n = TableSchema.from_history_json(json.dumps(chain))
+        cases.append(n.history_json())
+        newest.append(n)
+    renamed = sum(1 for n in newest for v in n.versions if v != n.version and origins(n, v) != {
+        c: c if c in n.at_version(v).column_names else None for c in n.column_names})
+    assert renamed > 30, "the random chains must exercise renames, adds and drops"
+    odd = TableSchema.from_dict({"namespace": "M", "table": "T", "columns": [{"name": "a-b+c_1", "type": "int"}]})
+    cases.append(odd.history_json())
+    newest.append(odd)
+    got = probe({"plan": [], "admit": [], "options": [], "glob": [], "filters": [], "keys": [], "versions": cases})
+    for n, answer in zip(newest, got["versions"]):
+        assert "error" not in answer, (n.history_json(), answer)
+        for v, s in n.versions.items():
+            assert answer[str(v)]["origins"] == origins(n, v), (n.history_json(), v)
+            assert answer[str(v)]["fingerprint"] == s.fingerprint, (n.history_json(), v)
+
+
+def test_dbroot_versions_come_from_the_column_files(probe, tmp_path):
+    """With option dbRoot the reader takes the table's versions from ``schema.versions`` (a DIS
+    that sends no history) and a location's version from its ``table.size``: ``schema_version``,
+    else the newest version whose fingerprint the record holds; damage and unknown fingerprints
+    are errors that name the file."""
+    import dataclasses
+
+    from disd.schema import TableSchema
+    from disd.storage import checkpoint, versionstore
+
+    v1 = TableSchema.from_dict({"namespace": "M", "table": "T", "version": 1,
+                                "columns": [{"name": "A", "type": "int"}, {"name": "B", "type": "string"}]})
+    v2 = TableSchema.from_dict({"namespace": "M", "table": "T", "version": 2,
+                                "columns": [{"name": "A", "type": "long"}, {"name": "C", "type": "string",
+                                                                          "renamed_from": "B"}]})
+    # version 3 has version 2's columns (a renamed_from cleared): the same fingerprint
+    v3 = TableSchema.from_dict({"namespace": "M", "table": "T", "version": 3,
+                                "columns": [{"name": "A", "type": "long"}, {"name": "C", "type": "string"}]})
+    root = tmp_path / "db"
+    (root / "Intraday").mkdir(parents=True)
+    base = checkpoint.CheckpointRecord(1, {}, checkpoint.SourcePosition(None, 0, 0), v1.fingerprint, {})
+    records = {
+        "said": dataclasses.replace(base, fingerprint=v2.fingerprint, schema_version=1),
+        "fp1": base,
+        "fp3": dataclasses.replace(base, fingerprint=v3.fingerprint),
+        "unknown": dataclasses.replace(base, fingerprint="00" * 16),
+    }
+    for ip, rec in records.items():
+        d = root / "Intraday" / "M" / "T" / ip / "2026-11-20" / "T"
+        d.mkdir(parents=True)
+        checkpoint.write_record(d, rec)
+    damaged = root / "Intraday" / "M" / "T" / "damaged" / "2026-11-20" / "T"
+    damaged.mkdir(parents=True)
+    (damaged / "table.size").write_bytes(base.to_bytes().replace(b'"rows":1', b'"rows":2'))
+    locs = [[ip, "2026-11-20"] for ip in [*records, "damaged", "absent"]]
+    case = {"dbRoot": str(root), "schema_json": v3.to_json(), "locations": locs}
+    before = probe({"plan": [], "admit": [], "options": [], "glob": [], "filters": [], "keys": [], "stored": [case]})
+    versionstore.save(str(root), [v1, v2, v3])
+    after = probe({"plan": [], "admit": [], "options": [], "glob": [], "filters": [], "keys": [], "stored": [case]})
+
+    assert before["stored"][0]["versions"] == [3]
+    assert after["stored"][0]["versions"] == [1, 2, 3]
+    got = after["stored"][0]["locations"]
+    assert got[:3] == [1, 1, 3]
+    assert got[3].startswith("error: ") and "00000000" in got[3] and "which no known version" in got[3], got[3]
+    assert got[4].startswith("error: ") and "damaged/2026-11-20/T/table.size" in got[4] and "checksum" in got[4]
+    assert got[5] == 0
+    assert before["stored"][0]["locations"][1].startswith("error: ")  # version 1 unknown without the record

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from disd.binlog import LocationKey, decode_frames
-from disd.schema import SchemaRegistry
+from disd.schema import SchemaError, SchemaRegistry
 from disd.storage import (
     ImportConfig,
     LocationError,
@@ -237,6 +237,8 @@ def test_checkpoints_racing_ingestion_always_recover(tmp_path):
         already be in the files (the page cache; the fsyncs before made it durable)."""
 
         def rename(self, src, dst):
+            if os.path.basename(dst) != "table.size":  # the table's schema.versions, written at start
+                return super().rename(src, dst)
             with open(src, "rb") as f:
                 rec = CheckpointRecord.from_bytes(f.read())
             for name, size in rec.files.items():
@@ -366,9 +368,60 @@ def test_record_of_another_schema_is_refused(engine, tmp_path):
     engine.close()
     other = TableSchema.from_dict({"namespace": "Market", "table": "Trade",
                                    "columns": [{"name": "Size", "type": "long"}]})
+    # the database remembers version 1's columns: another schema under that number is refused
+    with pytest.raises(SchemaError, match="Market.Trade version 1 is stored with other columns"):
+        StorageEngine(engine.db_root, SchemaRegistry([other]))
+    # without that record (a database from before schema versions), the location is in error
+    os.unlink(os.path.join(engine.db_root, "Intraday", "Market", "Trade", "schema.versions"))
     eng = StorageEngine(engine.db_root, SchemaRegistry([other]))
     loc = eng.location(KEY)
     assert loc.in_error and "fingerprint" in loc.error and loc.path == path
+    assert loc.schema_version == 0
+    eng.close()
+
+
+def test_a_record_from_before_schema_versions_opens_in_the_version_of_its_fingerprint(tmp_path):
+    """``table.size`` without ``schema_version`` (0): the location opens in the version whose
+    fingerprint is the record's, with that version's column files; its next checkpoint writes
+    the version down."""
+    import dataclasses
+
+    from disd.schema import TableSchema
+    from disd.storage.checkpoint import write_record
+
+    p = tmp_path / LOG
+    write_log(p, TRADE, trade_rows(0, 10), [3] * 10)
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS)
+    loc = eng.location(KEY)
+    ingest_file(loc, p)
+    loc_path = str(loc.path)
+    eng.close()
+    rec = read_record(loc_path)
+    assert rec.schema_version == 1 and rec.rows == 10
+    write_record(loc_path, dataclasses.replace(rec, schema_version=0))
+    os.unlink(os.path.join(eng.db_root, "Intraday", "Market", "Trade", "schema.versions"))
+    assert b"schema_version" not in open(os.path.join(loc_path, FILE_NAME), "rb").read()
+    v2 = TableSchema.from_dict({"namespace": "Market", "table": "Trade", "version": 2,
+                                "columns": [*TRADE.canonical()["columns"], {"name": "Venue", "type": "string"}]})
+    # the database kept no versions: the YAML's version 2 is all it knows, so the fingerprint
+    # of the old record matches none and the location says so
+    eng = StorageEngine(eng.db_root, SchemaRegistry([v2]))
+    loc = eng.location(KEY)
+    assert loc.in_error and rec.fingerprint in loc.error and "no version of Market.Trade" in loc.error, loc.error
+    eng.close()
+    # with version 1 on record (as a DIS of before versions leaves it after one start), it opens in 1
+    os.unlink(os.path.join(eng.db_root, "Intraday", "Market", "Trade", "schema.versions"))
+    StorageEngine(eng.db_root, SCHEMAS).close()
+    eng = StorageEngine(eng.db_root, SchemaRegistry([v2]))
+    loc = eng.location(KEY)
+    assert not loc.in_error and loc.schema_version == 1 and loc.published_rows == 10, loc.error
+    assert loc.schema.fingerprint == TRADE.fingerprint and "Venue.dat" not in loc.column_files()
+    assert not (loc.path / "Venue.dat").exists()
+    assert eng.schemas.get("Market", "Trade").version == 2 and list(eng.schemas.get("Market", "Trade").versions) == [1, 2]
+    loc.import_state["restarts"] += 1  # something new to checkpoint
+    loc._last_checkpoint = None
+    assert loc.checkpoint()
+    assert read_record(loc_path).schema_version == 1
     eng.close()
 
 

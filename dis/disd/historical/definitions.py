@@ -7,9 +7,11 @@ file that disagrees is an error rather than a silent change of schema.  JSON::
     {"format": "dis-table-definition", "version": 1,
      "namespace": "Market", "table": "Trade", "namespace_type": "system",
      "columns": [{"name": "Timestamp", "type": "timestamp"}, {"name": "Sym", "type": "string"}, ...],
+                                            # a column may say "renamed_from" (disd.schemaversions)
      "partition_column": "Date",            # null for an unpartitioned table
      "layout": "nested",                    # see disd.historical.layout.Layout
-     "sort_by": ["Sym", "Timestamp"]}       # the order merges write rows in (may be empty)
+     "sort_by": ["Sym", "Timestamp"],       # the order merges write rows in (may be empty)
+     "schema_version": 2}                   # the table's schema version (absent: 1)
 
 Column types are the DIS's (``disd.schema.ColumnType``); a merge copies them from the table's
 DIS schema, ``write_user_table`` maps them from the DataFrame's Spark types.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import pathlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from disd.errors import DisError
 from disd.historical.durable import write_atomic
@@ -47,6 +49,9 @@ class TableDefinition:
     partition_column: str | None
     layout: Layout
     sort_by: tuple[str, ...] = ()
+    # The schema version of the table these columns are (a merge writes its intraday schema's
+    # version; 1 for definitions written before versions, and for user tables).
+    schema_version: int = 1
 
     def __post_init__(self) -> None:
         where = f"definition of {self.namespace}.{self.table}"
@@ -92,7 +97,8 @@ class TableDefinition:
         """The columns as a ``TableSchema`` (what the Spark type mapping takes).  An
         unpartitioned table gets the reserved partition column ``NO_PARTITION``, which readers
         never put in their schema."""
-        return TableSchema(self.namespace, self.table, self.columns, self.partition_column or NO_PARTITION)
+        return TableSchema(self.namespace, self.table, self.columns, self.partition_column or NO_PARTITION,
+                           version=self.schema_version)
 
     def output_columns(self) -> tuple[str, ...]:
         """The columns a reader shows by default: the data columns, then the partition column."""
@@ -105,16 +111,18 @@ class TableDefinition:
     @classmethod
     def from_schema(cls, schema: TableSchema, namespace_type: NamespaceType = NamespaceType.SYSTEM,
                     layout: Layout = Layout.NESTED, sort_by: tuple[str, ...] = ()) -> "TableDefinition":
-        return cls(schema.namespace, schema.table, namespace_type, schema.columns, schema.partition_column,
-                   layout, tuple(sort_by))
+        columns = tuple(schema.columns)  # with renamed_from: how the version follows the one before
+        return cls(schema.namespace, schema.table, namespace_type, columns, schema.partition_column,
+                   layout, tuple(sort_by), schema.version)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "version": VERSION,
             "namespace": self.namespace, "table": self.table, "namespace_type": self.namespace_type.value,
-            "columns": [{"name": c.name, "type": c.type.value} for c in self.columns],
+            "columns": [{"name": c.name, "type": c.type.value}
+                        | ({"renamed_from": c.renamed_from} if c.renamed_from else {}) for c in self.columns],
             "partition_column": self.partition_column, "layout": self.layout.value, "sort_by": list(self.sort_by),
-        }
+        } | ({"schema_version": self.schema_version} if self.schema_version != 1 else {})
 
     def to_bytes(self) -> bytes:
         return (json.dumps(self.to_dict()) + "\n").encode()
@@ -126,15 +134,50 @@ class TableDefinition:
         if d.get("version") != VERSION:
             raise DefinitionError(f"{where}: unsupported definition version {d.get('version')!r} (reads {VERSION})")
         try:
-            cols = tuple(Column(str(c["name"]), ColumnType(c["type"])) for c in d["columns"])
+            cols = tuple(Column(str(c["name"]), ColumnType(c["type"]),
+                                str(c["renamed_from"]) if c.get("renamed_from") else None) for c in d["columns"])
             layout = Layout(d.get("layout", Layout.NESTED.value))
             kind = NamespaceType(d.get("namespace_type", NamespaceType.SYSTEM.value))
+            version = d.get("schema_version", 1)
+            if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+                raise ValueError(f"schema_version must be a positive integer, not {version!r}")
             return cls(str(d["namespace"]), str(d["table"]), kind, cols, d.get("partition_column"), layout,
-                       tuple(d.get("sort_by") or ()))
+                       tuple(d.get("sort_by") or ()), version)
         except (KeyError, TypeError, ValueError) as e:
             raise DefinitionError(f"{where}: unreadable definition: {e!r} (types: "
                                   f"{', '.join(t.value for t in ColumnType)}; layouts: "
                                   f"{', '.join(l.value for l in Layout)})") from None
+
+
+def with_versions(defn: TableDefinition, versions: Iterable[TableSchema] | None = None,
+                  db_root: str | None = None) -> TableSchema:
+    """The schema historical reads of ``defn``'s table present: the newest known version of the
+    table, carrying the others, so files merged in an older version are projected onto it.
+
+    The versions are ``versions`` when given (a DIS's or the schemas directory's), else those the
+    database under ``db_root`` stores for the intraday table (``disd.storage.versionstore``).
+    They are used only when they agree with the definition (the definition's version, with the
+    same columns, is one of them): an unpartitioned table, a user table or a table whose
+    intraday schema has nothing in common with it is just the definition's columns."""
+    schema = defn.table_schema()
+    if not defn.partitioned:
+        return schema
+    if versions is None:
+        if not db_root:
+            return schema
+        from disd.storage.versionstore import VersionStoreError, load
+
+        try:
+            versions = load(db_root, defn.namespace, defn.table)
+        except VersionStoreError as e:
+            raise DefinitionError(f"{defn.key}: {e}") from None
+    known = {s.version: s for s in versions if s.partition_column == defn.partition_column}
+    same = known.get(schema.version)
+    if same is None or tuple(same.columns) != tuple(schema.columns):
+        return schema
+    known[schema.version] = same
+    newest = known[max(known)]
+    return newest.with_history(known.values())
 
 
 def read_definition(ns: NamespaceRoot, table: str) -> TableDefinition | None:

@@ -9,7 +9,9 @@ tailers and checkpoints) or straight from the column files on the DIS host
 Intraday files only grow and rows ``[0, n)`` never change once published, so a location's row
 count and its column file sizes at that count identify its rows.  ``SourceSnapshot.identity``
 hashes them (with the schema and the merge settings): two merges with the same identity write
-the same rows, which is how a re-run knows it has nothing to do.
+the same rows, which is how a re-run knows it has nothing to do.  Each location is pinned with its
+schema version (``IntradayLocation.schema_version``): the merge reads it in that version and
+writes the table's newest.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from disd.blocks import BlockSourceError, checkpointed_locations
+from disd.blocks import BlockSourceError, checkpointed_locations, table_versions
 from disd.errors import DisError
 from disd.schema import TableSchema
 
@@ -41,6 +43,7 @@ class IntradayLocation:
     rows_past_checkpoint: int = 0  # published but not yet checkpointed (DIS only)
     bytes_past_checkpoint: int = 0  # column file bytes beyond table.size (files only)
     checkpoint_age_s: float | None = None  # since table.size last changed (files only)
+    schema_version: int = 0  # the schema version its files are written in (0: the table's newest)
 
 
 @dataclass(frozen=True)
@@ -57,21 +60,39 @@ class SourceSnapshot:
     def rows(self) -> int:
         return sum(l.rows for l in self.locations)
 
+    def version_of(self, loc: IntradayLocation) -> int:
+        return loc.schema_version or self.schema.version
+
     def identity(self, settings: dict[str, Any]) -> str:
         """SHA-256 of what determines the merged rows: columns, each location's rows and file
-        sizes, and the merge settings.  Where the rows were read from is not part of it."""
+        sizes, and the merge settings.  Where the rows were read from is not part of it.  For a
+        table of several schema versions, the presented version and each location's version
+        (whose fingerprint pins its files' columns) are part of it too."""
         body = {
             "fingerprint": self.schema.fingerprint, "partition_column": self.schema.partition_column,
             "value": self.value,
             "locations": [[l.internal_partition, l.rows, sorted(l.files.items())] for l in self.locations],
             "settings": settings,
         }
+        if len(self.schema.versions) > 1:
+            body["version"] = self.schema.version
+            body["location_versions"] = {
+                l.internal_partition: [self.version_of(l), self.schema.at_version(self.version_of(l)).fingerprint]
+                for l in self.locations}
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
-        """The ``source`` of a location record."""
-        return {"kind": self.kind, "from": self.where, "fingerprint": self.schema.fingerprint,
-                "locations": {l.internal_partition: l.rows for l in self.locations}}
+        """The ``source`` of a location record (with each location's schema version and
+        fingerprint when the table has several versions)."""
+        out = {"kind": self.kind, "from": self.where, "fingerprint": self.schema.fingerprint,
+               "locations": {l.internal_partition: l.rows for l in self.locations}}
+        if len(self.schema.versions) > 1:
+            out["schema_version"] = self.schema.version
+            out["location_versions"] = {
+                l.internal_partition: {"schema_version": self.version_of(l),
+                                       "fingerprint": self.schema.at_version(self.version_of(l)).fingerprint}
+                for l in self.locations}
+        return out
 
 
 def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceSnapshot:  # noqa: ANN001
@@ -97,17 +118,22 @@ def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceS
             tailer_idle_s=(float(st.checkpoint_changed_age_s)
                            if st is not None and st.checkpoint_changed_age_s > 0 else None),
             rows_past_checkpoint=max(0, int(st.rows) - int(st.checkpointed_rows)) if st is not None else 0,
+            schema_version=s.schema_version,
         ))
     return SourceSnapshot(namespace, table, value, schema, "dis", address, tuple(locs))
 
 
 def snapshot_from_files(db_root: str, schema: TableSchema, value: str, now: float | None = None) -> SourceSnapshot:
-    """The checkpointed locations of ``value`` under ``<db_root>/Intraday``."""
+    """The checkpointed locations of ``value`` under ``<db_root>/Intraday``, each with its schema
+    version; ``schema`` (the schemas directory's) gains the versions stored for the table and
+    becomes the newest of them (``disd.blocks.table_versions``)."""
     try:
+        schema = table_versions(db_root, schema)
         locs = checkpointed_locations(db_root, schema, lambda v: v == value, now)
     except BlockSourceError as e:
         raise SourceError(str(e)) from None
     return SourceSnapshot(schema.namespace, schema.table, value, schema, "files", str(db_root), tuple(
         IntradayLocation(l.key.internal_partition, l.rows, dict(l.files),
-                         bytes_past_checkpoint=l.bytes_past_checkpoint, checkpoint_age_s=l.checkpoint_age_s)
+                         bytes_past_checkpoint=l.bytes_past_checkpoint, checkpoint_age_s=l.checkpoint_age_s,
+                         schema_version=l.schema_version)
         for l in sorted(locs, key=lambda l: l.key.internal_partition)))

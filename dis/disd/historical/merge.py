@@ -180,18 +180,48 @@ def _definition(ns: NamespaceRoot, snap: SourceSnapshot, sort_by: tuple[str, ...
     if old is not None and old.layout is not Layout.NESTED:
         raise MergeError(f"{old.key} has layout {old.layout.value!r} in {ns.definition_path(snap.table)}; "
                          "merges write the 'nested' layout")
-    chosen = tuple(sort_by) if sort_by is not None else (old.sort_by if old is not None else ())
+    if old is not None and old.schema_version > snap.schema.version:
+        raise MergeError(f"{ns.definition_path(snap.table)} is version {old.schema_version} of {snap.schema.key}, "
+                         f"newer than the intraday schema's version {snap.schema.version}: merge through the DIS "
+                         "or schemas directory of the newest version")
+    chosen = tuple(sort_by) if sort_by is not None else (_sort_key(old, snap.schema) if old is not None else ())
     unknown = [c for c in chosen if c not in snap.schema.column_names]
     if unknown:
         raise MergeError(f"sort column {unknown[0]!r} is not a column of {snap.schema.key} "
                          f"({', '.join(snap.schema.column_names)})")
     new = TableDefinition.from_schema(snap.schema, NamespaceType.SYSTEM, Layout.NESTED, chosen)
-    if old is not None and not old.same_rows_as(new):
+    if old is not None and not old.same_rows_as(new) and not _older_version(old, snap.schema):
         raise MergeError(f"the intraday schema of {snap.schema.key} differs from its historical definition "
                          f"{ns.definition_path(snap.table)}: historical and intraday rows would disagree")
     if old != new:
         write_definition(ns, new)
     return new
+
+
+def _sort_key(old: TableDefinition, schema) -> tuple[str, ...]:  # noqa: ANN001 - TableSchema
+    """The definition's sort key in ``schema``'s names: a column renamed since the definition's
+    version takes its new name, a column dropped since leaves the key."""
+    if not _older_version(old, schema):
+        return old.sort_by
+    from disd.schemaversions import origins
+
+    now = {was: name for name, was in origins(schema, old.schema_version).items() if was is not None}
+    return tuple(now[c] for c in old.sort_by if c in now)
+
+
+def _older_version(old: TableDefinition, schema) -> bool:  # noqa: ANN001 - TableSchema
+    """Whether ``old`` (the definition written by an earlier merge) is an older version of
+    ``schema``: merged files of it are then read in the newest version (projected by the version
+    recorded in each file), and the definition moves on to ``schema``'s version."""
+    earlier = schema.versions.get(old.schema_version)
+    return (old.schema_version < schema.version and earlier is not None
+            and tuple(earlier.columns) == tuple(old.columns) and old.partition_column == schema.partition_column)
+
+
+def file_metadata(schema) -> dict[str, str]:  # noqa: ANN001 - TableSchema
+    """What a merge records in each Parquet file: the schema version of its rows and every
+    version of the table (read back by ``disd.spark.readparquet.file_sources``)."""
+    return {"dis.schema_version": str(schema.version), "dis.schema_versions": schema.history_json()}
 
 
 def writable_partitions(ns: NamespaceRoot) -> list[str]:
@@ -357,7 +387,7 @@ def _merge(spark, req: MergeRequest, on_step: Step | None) -> MergeResult:  # no
                 raise MergeError(f"the Spark job failed: {_first_line(e)}") from e
             step("written")
             try:
-                files = finalize(staging)
+                files = finalize(staging, file_metadata(snap.schema), req.settings.parquet.compression)
                 step("finalized")
                 if sum(f.rows for f in files) != snap.rows:
                     # Rows arrived between the snapshot and the read (a forced merge of a live

@@ -5,7 +5,8 @@ timestamps rather than Spark's default INT96 (which other readers treat as legac
 limits in rows (``parquet.block.row.count.limit``) and bytes (``parquet.block.size``), a cap on
 rows per file, the codec, and no ``_SUCCESS`` marker.  The output goes to a staging directory
 (a ``file://`` URI: the database root is a local or shared POSIX filesystem, whatever Spark's
-default filesystem is) that ``disd.historical.publish`` turns into a location.
+default filesystem is) that ``disd.historical.publish`` turns into a location, recording the
+schema version of the rows in each file's metadata on the way (``stamp``).
 """
 
 from __future__ import annotations
@@ -52,3 +53,28 @@ def write_parquet(df, directory: os.PathLike[str] | str, settings: ParquetSettin
             spark.conf.unset(TIMESTAMP_CONF)
         else:
             spark.conf.set(TIMESTAMP_CONF, before)
+
+
+def stamp(path: os.PathLike[str] | str, metadata: dict[str, str], compression: str = "snappy") -> None:
+    """Add ``metadata`` to the key-value metadata of the Parquet file at ``path`` (replaced through
+    a temporary file beside it).  Spark's writer takes no file metadata of ours, so a merge's
+    files are rewritten once by pyarrow, row group by row group (the same row groups, types and
+    codec), keeping Spark's own keys."""
+    import pyarrow.parquet as pq
+
+    path = pathlib.Path(path)
+    pf = pq.ParquetFile(path)
+    schema = pf.schema_arrow
+    merged = {**(schema.metadata or {}), **{k.encode(): v.encode() for k, v in metadata.items()}}
+    codec = "none" if compression in ("none", "uncompressed") else compression
+    tmp = path.with_name(f".stamping-{path.name}")
+    try:
+        with pq.ParquetWriter(tmp, schema.with_metadata(merged), compression=codec) as w:
+            for i in range(pf.num_row_groups):
+                group = pf.read_row_group(i)
+                w.write_table(group, row_group_size=max(1, group.num_rows))
+        os.replace(tmp, path)
+    finally:
+        pf.close()
+        if tmp.exists():
+            tmp.unlink()

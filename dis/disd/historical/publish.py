@@ -43,6 +43,7 @@ from disd.historical.index import (
     write_manifest,
 )
 from disd.historical.layout import PARQUET_SUFFIX, NamespaceRoot, nested_locations
+from disd.historical.parquet import stamp
 
 Step = Callable[[str], None]
 STEPS = ("finalized", "sealed", "renamed", "linked", "indexed")
@@ -52,9 +53,12 @@ class OutputError(DisError):
     """The writer's output is not what a location needs (no data file, an unreadable footer)."""
 
 
-def finalize(staging: pathlib.Path) -> list[FileRecord]:
+def finalize(staging: pathlib.Path, metadata: dict[str, str] | None = None,
+             compression: str = "snappy") -> list[FileRecord]:
     """Rename the writer's data files to ``part-NNNNN.parquet`` in order, drop everything else,
-    and describe the files (rows from the footers, sizes, CRC32C)."""
+    add ``metadata`` to each file's key-value metadata (``disd.historical.parquet.stamp``: a merge
+    records the schema version there) and describe the files (rows from the footers, sizes,
+    CRC32C)."""
     parts = []
     for e in sorted(os.scandir(staging), key=lambda e: e.name):
         if e.is_file() and e.name.startswith("part-") and e.name.endswith(PARQUET_SUFFIX):
@@ -74,6 +78,11 @@ def finalize(staging: pathlib.Path) -> list[FileRecord]:
     out = []
     for name in names:
         path = staging / name
+        if metadata:
+            try:
+                stamp(path, metadata, compression)
+            except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
+                raise OutputError(f"{path}: cannot record {', '.join(metadata)} in it: {e}") from None
         try:
             rows = pq.read_metadata(path).num_rows
         except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad footer

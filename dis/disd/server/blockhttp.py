@@ -6,9 +6,11 @@ the same facts as the TableData service on a second port (``server.http_port``),
 TLS (and client certificates) and the same bearer token:
 
 ==========================================  ===================================================
-``GET /v1/tables``                          JSON: every table this DIS serves, with its schema
-``GET /v1/locations?namespace=&table=``     JSON: each location's published rows and the sizes
-                                            of its column files at that count (as ListLocations)
+``GET /v1/tables``                          JSON: every table this DIS serves, with its newest
+                                            schema and every version (``versions_json``)
+``GET /v1/locations?namespace=&table=``     JSON: each location's published rows, the sizes
+                                            of its column files at that count and the schema
+                                            version it is written in (as ListLocations)
 ``GET /v1/read?namespace=&table=&``         the bytes ``[start, stop)`` of one column file, as
 ``internal_partition=&column_partition=&``  one response body (``Content-Length``); refused
 ``file=&start=&stop=``                      (416) when ``stop`` is past the published size
@@ -212,7 +214,7 @@ class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
     def tables(self) -> dict:
         return {"tables": [
             {"namespace": s.namespace, "table": s.table, "partition_column": s.partition_column,
-             "schema_json": s.to_json(), "fingerprint": s.fingerprint}
+             "schema_json": s.to_json(), "fingerprint": s.fingerprint, "versions_json": s.history_json()}
             for s in self.engine.schemas if self.routed(s.namespace, s.table)]}
 
     def locations(self, namespace: str, table: str) -> dict:
@@ -223,7 +225,8 @@ class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
                 continue
             rows, files = loc.snapshot()
             out.append({"namespace": k.namespace, "table": k.table, "internal_partition": k.internal_partition,
-                        "column_partition": k.column_partition, "rows": rows, "files": files})
+                        "column_partition": k.column_partition, "rows": rows, "files": files,
+                        "schema_version": loc.schema_version})
         return {"block_size": self.block_size, "locations": out}
 
     # -- connections ------------------------------------------------------------------------------

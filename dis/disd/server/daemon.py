@@ -1,6 +1,9 @@
 """``dis serve``: the daemon's life cycle.
 
-Start: load schemas, open the storage engine (recovering every location from its checkpoint),
+Start: load schemas, open the storage engine (which declares each schema to the database's
+record of the table's versions, refusing a change the rules do not allow: ``dis serve`` then
+exits 2 naming the table, the versions and the column; then it recovers every location, each in
+its own schema version, from its checkpoint),
 start the flush/checkpoint scheduler, the gRPC server (Ingest, TableData, health, reflection),
 the Prometheus endpoint, then tell systemd READY=1.  Stop (SIGTERM/SIGINT): STOPPING=1, stop
 accepting and end the streams, then flush and checkpoint every location, exit 0.

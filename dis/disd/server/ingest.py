@@ -1,10 +1,17 @@
 """The Ingest service: one bidirectional stream per location, from a tailer.
 
 The protocol is in proto/disd/rpc/v1/dis.proto.  This module validates every message (names,
-schema fingerprint, file order, offsets, frame boundaries, checksums) before the storage engine
-sees a byte, so hostile or broken input gets a precise gRPC status and loses nothing.  When a
-stream ends for any reason, the location's open transaction is rolled back: its rows were never
-published, and the tailer resends them from the resume point.
+schema version and fingerprint, file order, offsets, frame boundaries, checksums) before the
+storage engine sees a byte, so hostile or broken input gets a precise gRPC status and loses
+nothing.  When a stream ends for any reason, the location's open transaction is rolled back: its
+rows were never published, and the tailer resends them from the resume point.
+
+Schema versions (docs/schema-versions.md): a stream's logs are in one version of the table, named
+by the header schema of its ``open``.  The DIS takes every version it holds, admits an older one
+it has not stored when the rules allow it, and refuses a newer one than the YAML declares.  A
+location is written in one version for ever: a stream of another version than its location is
+refused before anything is written, naming the remedy (a log-format suffix on the internal
+partition, so each version has its own locations).
 """
 
 from __future__ import annotations
@@ -90,20 +97,46 @@ class Session:
 def schema_mismatch(table: TableSchema, fingerprint: str, log_schema: "TableSchema | str | None",
                     where: str) -> RequestRefused:
     """FAILED_PRECONDITION naming the table and, when the log's schema is known (a file header, or
-    the ``schema_json`` of a tailer's ``open``), the columns that differ."""
+    the ``schema_json`` of a tailer's ``open``), the columns that differ.  ``table`` is the
+    version of the table the log is compared with (the one of the log's version number, when
+    the DIS holds it)."""
     if isinstance(log_schema, str) and log_schema:
-        try:
-            log_schema = TableSchema.from_json(log_schema, "<open.schema_json>")
-        except (SchemaError, ValueError):
-            log_schema = None
+        log_schema = parse_log_schema(log_schema)
     diff = ""
     if isinstance(log_schema, TableSchema) and log_schema.fingerprint == fingerprint:
         diff = column_differences(table, log_schema)
     detail = f": {diff}" if diff else " (its columns were not sent)"
+    same_number = (f" (both say version {table.version}: a changed schema needs a new version number)"
+                   if isinstance(log_schema, TableSchema) and log_schema.version == table.version else "")
     return RequestRefused(
         grpc.StatusCode.FAILED_PRECONDITION,
         f"{where}schema mismatch: the log's schema differs from table {table.key}{detail}; "
-        f"log fingerprint {fingerprint or '(none)'}, table fingerprint {table.fingerprint}",
+        f"log fingerprint {fingerprint or '(none)'}, table fingerprint {table.fingerprint}{same_number}",
+    )
+
+
+def parse_log_schema(text: str) -> TableSchema | None:
+    """The schema a tailer's ``open`` carries (``schema_json``), None when absent or unreadable
+    (the fingerprint alone then decides)."""
+    if not text:
+        return None
+    try:
+        return TableSchema.from_json(text, "<open.schema_json>")
+    except (SchemaError, ValueError):
+        return None
+
+
+def version_mismatch(key: LocationKey, location_version: int, log_version: int, where: str = "") -> RequestRefused:
+    """FAILED_PRECONDITION for a log of another schema version than its location: a location is
+    written in one version for ever, so the rows must go to another internal partition."""
+    suffixed = f"{key.internal_partition}-{log_version}"
+    return RequestRefused(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"{where}location {key} is written in schema version {location_version} of {key.table_key}, the log is "
+        f"version {log_version}: a location keeps the version it was created in, so nothing was written. "
+        f"Write each version to its own internal partition: the logger's "
+        f"set_suffix_internal_partition_with_log_format(True) logs version {log_version} to "
+        f"internal partition {suffixed!r}",
     )
 
 
@@ -307,14 +340,15 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 raise RequestRefused(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
             if not self.routed(key.namespace, key.table):
                 raise RequestRefused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
-            if first.open.schema_fingerprint != schema.fingerprint:
-                raise schema_mismatch(schema, first.open.schema_fingerprint, first.open.schema_json, "")
+            schema = self._stream_version(schema, first.open.schema_fingerprint, first.open.schema_json)
             try:
-                loc = self.engine.location(key, create=True)
+                loc = self.engine.location(key, create=True, version=schema.version)
             except LocationError as e:
                 raise RequestRefused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
             if loc.in_error:
                 raise RequestRefused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
+            if loc.schema_version != schema.version:
+                raise version_mismatch(key, loc.schema_version, schema.version)
             session = Session(key, tailer_id, context.peer(), context)
             with self.sessions.owner_lock(key):
                 self.sessions.add(session)
@@ -352,6 +386,47 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                         self._rollback(loc, session.key)
                 reason = "idle timeout" if session.idle_cancelled else ("taken over" if session.taken_over else "closed")
                 log.info("ingest stream closed", location=str(session.key), tailer=session.tailer_id, reason=reason)
+
+    def _stream_version(self, table: TableSchema, fingerprint: str, schema_json: str) -> TableSchema:
+        """The version of ``table`` a stream's logs are written in, from its ``open``: the version
+        the ``schema_json`` names when the DIS holds it with the same columns, or an older one the
+        database admits now (``StorageEngine.admit``).  Without ``schema_json`` (older tailers),
+        the newest version with the fingerprint.  Refused (FAILED_PRECONDITION) otherwise."""
+        logged = parse_log_schema(schema_json)
+        if logged is None or logged.fingerprint != fingerprint or logged.key != table.key:
+            matching = [s for s in table.versions.values() if s.fingerprint == fingerprint]
+            if matching:
+                return matching[-1]
+            raise schema_mismatch(table, fingerprint, logged, "")
+        return self._held_version(table, logged, "")
+
+    def _held_version(self, table: TableSchema, logged: TableSchema, where: str) -> TableSchema:
+        """``logged`` (a log header's schema) as the version the DIS holds, admitting an older
+        version the database has not stored; FAILED_PRECONDITION for a version newer than the
+        declared one, another version's columns under a held number, or a refused change."""
+        held = table.versions.get(logged.version)
+        if held is not None:
+            if held.fingerprint != logged.fingerprint:
+                raise schema_mismatch(held, logged.fingerprint, logged, where)
+            return held
+        if logged.version > table.version:
+            raise RequestRefused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{where}schema version {logged.version} of {table.key} in the log is newer than the version the DIS "
+                f"declares ({table.version}): declare it in the table's schema file (version: {logged.version}) "
+                f"and restart the DIS; log fingerprint {logged.fingerprint}",
+            )
+        try:
+            newest = self.engine.admit(logged)
+        except SchemaError as e:
+            raise RequestRefused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{where}schema mismatch: version {logged.version} of {table.key} in the log cannot be admitted "
+                f"to the versions the DIS holds ({', '.join(map(str, table.versions))}): {e.problem}",
+            ) from None
+        log.info("schema version admitted from a log header", table=table.key, version=logged.version,
+                 fingerprint=logged.fingerprint)
+        return newest.at_version(logged.version)
 
     @staticmethod
     def _rollback(loc, key: LocationKey) -> None:  # noqa: ANN001
@@ -395,8 +470,11 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 raise RequestRefused(grpc.StatusCode.DATA_LOSS, str(e)) from None
             if header is None:
                 raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{chunk.file_name}: first chunk lacks the whole header")
+            logged = header.schema
+            if logged.version != schema.version:
+                raise version_mismatch(s.key, schema.version, logged.version, f"{chunk.file_name}: ")
             if header.fingerprint != schema.fingerprint:
-                raise schema_mismatch(schema, header.fingerprint, header.schema, f"{chunk.file_name}: ")
+                raise schema_mismatch(schema, header.fingerprint, logged, f"{chunk.file_name}: ")
             start = header.size
         try:
             run = scan_frames(data, chunk.offset, schema, start=start, path=chunk.file_name)

@@ -45,6 +45,7 @@ SERVER_SERIES = (
     "dis_location_rows",
     "dis_location_checkpointed_rows",
     "dis_location_in_error",
+    "dis_location_schema_version",
     "dis_flush_age_seconds",
     "dis_checkpoint_age_seconds",
     "dis_checkpoint_interval_seconds",
@@ -57,6 +58,7 @@ class ServerCollector:
     """Gauges computed at scrape time from one server's engine and ingest sessions.
 
     Per location (labels ``table``, ``location``): published and checkpointed rows, error state,
+    the schema version it is written in (0 while in error before its version is known),
     whether a tailer is connected and whether it reports a problem, flush and checkpoint age and the checkpoint interval (the
     stale-checkpoint alert divides one by the other).  Per server: open ingest streams and the
     free and total bytes of the database root's filesystem; its locations, those in error, open
@@ -99,6 +101,9 @@ class ServerCollector:
                                       labels=lbl)
         in_error = GaugeMetricFamily("dis_location_in_error", "1 while the location is in error state, else 0",
                                      labels=lbl)
+        version = GaugeMetricFamily("dis_location_schema_version",
+                                    "Schema version of the table the location is written in (0: unknown, in error)",
+                                    labels=lbl)
         flush_age = GaugeMetricFamily("dis_flush_age_seconds", "Seconds since the location's last flush", labels=lbl)
         age = GaugeMetricFamily("dis_checkpoint_age_seconds", "Seconds since the location's last checkpoint",
                                 labels=lbl)
@@ -117,6 +122,7 @@ class ServerCollector:
             rows.add_metric(labels, loc.published_rows)
             ckpt_rows.add_metric(labels, loc.checkpointed_rows)
             in_error.add_metric(labels, 1.0 if loc.in_error else 0.0)
+            version.add_metric(labels, loc.schema_version)
             if loc.last_flush_time:
                 flush_age.add_metric(labels, max(0.0, now - loc.last_flush_time))
             if loc.last_checkpoint_time:
@@ -124,7 +130,7 @@ class ServerCollector:
             interval.add_metric(labels, self.engine.import_config(loc.key.table_key).checkpoint_interval_ms / 1000.0)
         total = GaugeMetricFamily("dis_connected_tailers", "Ingest streams currently open")
         total.add_metric([], len(sessions))
-        yield from (total, connected, problem, rows, ckpt_rows, in_error, flush_age, age, interval)
+        yield from (total, connected, problem, rows, ckpt_rows, in_error, version, flush_age, age, interval)
         avail, total_bytes = disk_usage(self.db_root)
         if not total_bytes:
             return

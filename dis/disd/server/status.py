@@ -72,6 +72,7 @@ def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None"
         tailer_problem_tailer=problem.tailer_id if problem else "",
         tailer_problem_age_s=max(0.0, now - problem.since) if problem else 0.0,
         checkpoint_changed_age_s=_changed_age(loc.path, now),
+        schema_version=loc.schema_version,
     )
 
 

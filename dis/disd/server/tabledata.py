@@ -30,6 +30,7 @@ def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
     return dis_pb2.LocationInfo(
         key=key_to_proto(loc.key), rows=rows, block_size=block_size,
         files=[dis_pb2.ColumnFile(name=n, size=sz) for n, sz in sorted(files.items())],
+        schema_version=loc.schema_version,  # its files are in this version; readers project to the newest
     )
 
 
@@ -79,7 +80,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         return dis_pb2.ListTablesResponse(
             tables=[
                 dis_pb2.TableInfo(namespace=s.namespace, table=s.table, partition_column=s.partition_column,
-                                  schema_json=s.to_json(), fingerprint=s.fingerprint)
+                                  schema_json=s.to_json(), fingerprint=s.fingerprint,
+                                  versions_json=s.history_json())
                 for s in self.engine.schemas if self.routed(s.namespace, s.table)
             ]
         )

@@ -105,10 +105,24 @@ class OutputColumn:
 @dataclass(frozen=True)
 class Projection:
     """The reader's output: the DIS columns to fetch and how to build each output column.
-    Plain values only, so it pickles into every input partition."""
+    Plain values only, so it pickles into every input partition.
+
+    ``table_json`` is the version of the table the read presents (its newest when the read was
+    planned); ``versions_json`` every version known (``TableSchema.history_json()`` of the newest
+    one; empty for a table of one version), so a task decodes a location or a historical file
+    written in another version and projects its rows (``disd.blocks.read_location``)."""
 
     table_json: str
     columns: tuple[OutputColumn, ...]
+    versions_json: str = ""
+
+    def table(self) -> TableSchema:
+        """The presented version, carrying every other known one (older or, for a streaming
+        query that started before a schema change, newer)."""
+        t = TableSchema.from_json(self.table_json, "the planned scan")
+        if self.versions_json:
+            t = t.with_history(TableSchema.from_history_json(self.versions_json, "the planned scan").versions.values())
+        return t
 
     @property
     def fetch(self) -> list[str]:
@@ -153,7 +167,7 @@ def projection(table: TableSchema, schema: StructType) -> Projection:
         out.append(OutputColumn(f.name, source, kind is None, kind, f.dataType.json(), f.nullable))
     if not out:
         raise DisSourceError("the schema has no fields")
-    return Projection(table.to_json(), tuple(out))
+    return Projection(table.to_json(), tuple(out), table.history_json() if len(table.versions) > 1 else "")
 
 
 def _check_cast(table: TableSchema, source: str, natural: DataType, wanted: DataType) -> None:

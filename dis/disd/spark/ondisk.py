@@ -47,11 +47,32 @@ class Resolved:
     partitioned: bool
     historical: bool  # a definition was found (historical rows are read)
     intraday: str | None  # "dis", "files" or None
+    versions_json: str = ""  # every known version of the table (empty: one version)
 
     def table(self):  # noqa: ANN201 - disd.schema.TableSchema
+        """The table's newest known version, carrying the others."""
         from disd.schema import TableSchema
 
+        if self.versions_json:
+            return TableSchema.from_history_json(self.versions_json, "the resolved table")
         return TableSchema.from_json(self.table_json, "the resolved table")
+
+
+def _resolved(table, default, partitioned: bool, historical: bool, intraday: str | None) -> Resolved:  # noqa: ANN001
+    return Resolved(table.to_json(), tuple(default), partitioned, historical, intraday,
+                    table.history_json() if len(table.versions) > 1 else "")
+
+
+def _with_versions(o: SourceOptions, schema):  # noqa: ANN001, ANN202
+    """``schema`` with the versions the database under option ``dbRoot`` stores for its table."""
+    from disd.blocks import ColumnFileError, table_versions
+
+    if not o.db_root:
+        return schema
+    try:
+        return table_versions(o.db_root, schema)
+    except ColumnFileError as e:
+        raise DisSourceError(f"option 'dbRoot': {e}") from None
 
 
 def _definition(o: SourceOptions, required: bool):  # noqa: ANN202
@@ -81,9 +102,9 @@ def _intraday_schema(o: SourceOptions, defn):  # noqa: ANN001, ANN202
             raise DisSourceError(f"option 'schemas': {e}") from None
         if s is None:
             raise DisSourceError(f"option 'schemas': no schema for {o.namespace}.{o.table} in {o.schemas}")
-        return s
+        return _with_versions(o, s)
     if defn is not None and defn.partitioned:
-        return defn.table_schema()
+        return _with_versions(o, defn.table_schema())
     raise DisSourceError(f"{o.namespace}.{o.table}: no schema to read its column files with; give option 'schemas' "
                          "(the DIS's schemas directory)")
 
@@ -95,8 +116,7 @@ def resolve(o: SourceOptions) -> Resolved:
     if o.source == "intraday":
         # Column files alone: the definition, if any, lends its columns; no historical rows.
         ischema = _intraday_schema(o, found[1] if found else None)
-        return Resolved(ischema.to_json(), tuple(ischema.column_names + [ischema.partition_column]), True,
-                        False, "files")
+        return _resolved(ischema, ischema.column_names + [ischema.partition_column], True, False, "files")
     defn = found[1] if found else None
     intraday = None
     ischema = None
@@ -107,19 +127,42 @@ def resolve(o: SourceOptions) -> Resolved:
             if not defn.partitioned:
                 raise DisSourceError(f"source 'all': {defn.key} is an unpartitioned historical table; "
                                      "read it with source 'historical'")
-            if (tuple(defn.columns), defn.partition_column) != (tuple(ischema.columns), ischema.partition_column):
+            if not _same_table(defn, ischema):
                 raise DisSourceError(
                     f"source 'all': the historical definition of {defn.key} ({_describe(defn.columns, defn.partition_column)}) "
                     f"differs from its intraday schema ({_describe(ischema.columns, ischema.partition_column)})")
     if defn is not None:
-        table = defn.table_schema()
-        default = defn.output_columns()
+        # The definition is the last merge's version; the table's newest known version (the
+        # intraday schema's, or the newest stored under dbRoot) may be later: historical files
+        # are then projected onto it by their recorded version (disd.spark.readparquet).
+        table = _historical_schema(o, defn, ischema)
+        default = defn.output_columns() if table.version == defn.schema_version else \
+            tuple(table.column_names + [table.partition_column])
         partitioned = defn.partitioned
     else:
         table = ischema
         default = tuple(ischema.column_names + [ischema.partition_column])
         partitioned = True
-    return Resolved(table.to_json(), default, partitioned, defn is not None, intraday)
+    return _resolved(table, default, partitioned, defn is not None, intraday)
+
+
+def _same_table(defn, ischema) -> bool:  # noqa: ANN001
+    """Whether a historical definition describes the rows of some version of the intraday
+    schema (the newest, or an older one the merged files were written in)."""
+    if defn.partition_column != ischema.partition_column:
+        return False
+    return any(tuple(defn.columns) == tuple(s.columns) for s in ischema.versions.values())
+
+
+def _historical_schema(o: SourceOptions, defn, ischema):  # noqa: ANN001, ANN202
+    """The definition's schema with the table's known versions: those of the intraday schema (a
+    DIS's or the schemas directory's) in ``all`` mode, else those stored under ``dbRoot``."""
+    from disd.historical.definitions import DefinitionError, with_versions
+
+    try:
+        return with_versions(defn, ischema.versions.values() if ischema is not None else None, o.db_root)
+    except DefinitionError as e:
+        raise DisSourceError(f"{e}; check option 'dbRoot'") from None
 
 
 def _describe(columns, partition_column) -> str:  # noqa: ANN001

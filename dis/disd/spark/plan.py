@@ -34,6 +34,9 @@ class Slice:
     stop: int
     files: tuple[tuple[str, int], ...]
     block_size: int
+    # The schema version the location is written in (0: not said, the scan's own version): the
+    # task decodes it in that version and projects its rows onto the scan's columns.
+    schema_version: int = 0
 
     @property
     def rows(self) -> int:
@@ -41,7 +44,7 @@ class Slice:
 
     def snapshot(self) -> LocationSnapshot:
         key = LocationKey(self.namespace, self.table, self.internal_partition, self.column_partition)
-        return LocationSnapshot(key, self.stop, dict(self.files), self.block_size, self.address)
+        return LocationSnapshot(key, self.stop, dict(self.files), self.block_size, self.address, self.schema_version)
 
 
 @dataclass(frozen=True)
@@ -125,4 +128,4 @@ def _slice(r: Range, a: int, b: int) -> Slice:
     s = r.snap
     k = s.key
     return Slice(s.address, k.namespace, k.table, k.internal_partition, k.column_partition, a, b,
-                 tuple(sorted(s.files.items())), s.block_size)
+                 tuple(sorted(s.files.items())), s.block_size, s.schema_version)

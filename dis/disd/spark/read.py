@@ -5,7 +5,9 @@ its own block source (``disd.blocks.open_block_source``: channels to the DIS tha
 slices or, with option ``dbRoot``, the column files read directly), reads each slice
 ``batch_rows`` rows at a time — the byte ranges of the columns it needs, decoded by
 ``disd.storage.columns`` — converts them to the exact Arrow schema Spark expects and closes the
-source when the partition is done.
+source when the partition is done.  A slice written in another schema version than the scan
+presents (``Slice.schema_version``) is decoded in its version and projected onto the scan's
+columns (``disd.blocks.read_location``).
 """
 
 from __future__ import annotations
@@ -32,11 +34,10 @@ def read_partition(part: object) -> Iterator[pa.RecordBatch]:
     if not isinstance(part, DisInputPartition) or not part.slices:
         return  # Spark's placeholder partition of an empty scan
     from disd.blocks import BlockSourceError, open_block_source, read_location
-    from disd.schema import TableSchema
 
     spec = part.spec
     proj = spec.projection
-    table = TableSchema.from_json(proj.table_json, "the planned scan")
+    table = proj.table()  # the scan's version, carrying the others its slices may be written in
     target = proj.arrow_schema()
     fetch_cols = proj.fetch
     # The one choice of where the bytes come from: the column files (option dbRoot, or a scan

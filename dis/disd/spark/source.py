@@ -17,10 +17,18 @@ filtered query on the loaded DataFrame (``PythonDataSourceV2.setReadInfo``) and 
 next query on that DataFrame that has no pushable filter, so ``df.where("Date = 'x'").count()``
 followed by ``df.count()`` would count day x twice.  A Python source has no hook that tells it a
 plan is being reused, so it must not prune by filters at all.
+
+Schema versions: a read presents the table's newest version as the DIS lists it when the read is
+loaded (``TableInfo.versions_json``); every input partition carries each location's version
+(``Slice.schema_version``) and every known version (``Projection.versions_json``), and a task
+decodes each location in its own version and projects it (``disd.blocks.read_location``).
+``DisStreamReader`` keeps its schema for the life of the query: locations in a version newer
+than the query's are projected onto the query's columns (``_Base.spec_for``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Iterator, Sequence
 
@@ -35,10 +43,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from disd.client import DisClientError
 from disd.spark.arrow import projection, spark_schema
 from disd.spark.errors import DisSourceError
 from disd.spark.filters import PartitionFilter
-from disd.spark.locations import connect, list_locations, table_schema
+from disd.spark.locations import connect, explain, list_locations, table_schema
 from disd.spark.ondisk import OnDiskSource
 from disd.spark.options import SourceOptions, parse_options
 from disd.spark.plan import Range, ReadSpec, plan_partitions
@@ -117,6 +126,34 @@ class _Base:
             self._client.close()
             self._client = None
 
+    def spec_for(self, snaps: Sequence) -> ReadSpec:
+        """The read spec for tasks over ``snaps`` (``LocationSnapshot``).  A location written in a
+        schema version the read does not know — the DIS was restarted with a newer version of the
+        table after the read (or the streaming query) started — makes the planner ask the DIS for
+        the table's versions again: the read keeps presenting its own version, and the tasks
+        project the newer rows onto it (docs/spark.md, "Schema versions")."""
+        table = self.projection.table()
+        unknown = sorted({s.schema_version for s in snaps if s.schema_version and s.schema_version not in table.versions})
+        if not unknown:
+            return self.spec
+        o = self.opts
+        try:
+            fresh = self.client.schema(o.namespace, o.table, refresh=True)
+        except DisClientError as e:
+            raise explain(e, o) from None
+        mine = fresh.versions.get(table.version)
+        if mine is None or mine.fingerprint != table.fingerprint:
+            raise DisSourceError(
+                f"{table.key}: the DIS no longer holds version {table.version} of the table as this read knows it "
+                f"(it holds versions {', '.join(str(v) for v in fresh.versions)}); start the read again")
+        missing = [v for v in unknown if v not in fresh.versions]
+        if missing:
+            raise DisSourceError(f"{table.key}: a location is written in schema version {missing[0]}, which the DIS "
+                                 f"does not list (versions {', '.join(str(v) for v in fresh.versions)})")
+        self.projection = dataclasses.replace(self.projection, versions_json=fresh.history_json())
+        self.spec = dataclasses.replace(self.spec, projection=self.projection)
+        return self.spec
+
     def filter_column(self) -> str:
         """The partition column's name as the reader's schema spells it."""
         for c in self.projection.columns:
@@ -141,10 +178,11 @@ class DisBatchReader(_Base, DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         try:
             snaps = list_locations(self.client, self.opts, self.partition_filter)
+            spec = self.spec_for(snaps)
         finally:
             self.close_client()
         ranges = [Range(s, 0, s.rows) for s in snaps]
-        return plan_partitions(ranges, self.spec, self.opts.rows_per_partition, self.opts.min_partitions)
+        return plan_partitions(ranges, spec, self.opts.rows_per_partition, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
@@ -250,7 +288,8 @@ class DisStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow
                     "them?); waited as long as options 'retrySeconds' and 'timeout' allow")
             time.sleep(0.2)
         ranges = [Range(snaps[k], a, b) for k, (a, b) in sorted(wanted.items())]
-        return plan_partitions(ranges, self.spec, self.opts.rows_per_partition, self.opts.min_partitions)
+        spec = self.spec_for([r.snap for r in ranges])
+        return plan_partitions(ranges, spec, self.opts.rows_per_partition, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

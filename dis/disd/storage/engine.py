@@ -9,6 +9,12 @@ reopens a location in error after an I/O error from its checkpoint when its back
 
 All file-system calls go through one ``FileSystem`` (``storage.fsio``), wrapped so its failures
 are counted in ``dis_io_errors_total``.
+
+Schema versions.  The engine declares every table's schema to the database's version record
+(``storage.versionstore``) when it is built, so ``schemas`` holds each table's newest version
+carrying every version the database holds; a change the rules refuse raises SchemaError there,
+before any location opens.  Each location is opened in its own version (the one its
+``table.size`` names; a new location takes the version of the log that creates it).
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ import structlog
 from disd.config import ImportConfig, StorageConfig
 from disd.errors import DisError
 from disd.names import InvalidNameError, LocationKey
-from disd.schema import SchemaRegistry
+from disd.schema import SchemaRegistry, TableSchema
 from disd.storage.filehandles import TrackedFileHandleFactory
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location
+from disd.storage.versionstore import VersionStore
 
 log = structlog.get_logger(__name__)
 
@@ -49,11 +56,14 @@ class StorageEngine:
                  import_default: ImportConfig | None = None, import_tables: dict[str, ImportConfig] | None = None,
                  fs: FileSystem = OS) -> None:
         self.db_root = str(db_root)
-        self.schemas = schemas
         self.storage = storage or StorageConfig()
         self.import_default = import_default or ImportConfig()
         self.import_tables = dict(import_tables or {})
         self.fs = MeteredFileSystem(fs)
+        # Each declared schema becomes the table's newest version, with the versions the database
+        # holds; raises SchemaError (naming table, versions, column) for a refused change.
+        self.versions = VersionStore(self.db_root, self.fs)
+        self.schemas = SchemaRegistry(self.versions.declare(s) for s in schemas)
         self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files, self.fs)
         self.io_retry = IoRetry(self.storage.io_retry_initial_ms / 1000.0, self.storage.io_retry_max_ms / 1000.0)
         self._locs: dict[LocationKey, Location] = {}
@@ -104,10 +114,26 @@ class StorageEngine:
             if key not in self._locs:
                 self.location(key)
 
-    def location(self, key: LocationKey, create: bool = True) -> Location:
+    def admit(self, logged: TableSchema) -> TableSchema:
+        """Make an older version first seen in a log header known (persisted in the table's
+        ``schema.versions``); the table's newest schema with its history.  SchemaError when the
+        rules refuse it (``disd.schemaversions.admit``)."""
+        newest = self.versions.admit(logged)
+        with self._lock:
+            if self.schemas.get(newest.namespace, newest.table) is not newest:
+                self.schemas = SchemaRegistry(newest if (s.namespace, s.table) == (newest.namespace, newest.table)
+                                              else s for s in self.schemas)
+        return newest
+
+    def location(self, key: LocationKey, create: bool = True, version: int | None = None) -> Location:
         """The open location for ``key``; opens (and recovers) it from disk, or creates it when
         ``create``.  Raises UnknownTableError without a schema, LookupError when absent and not
-        ``create``.  A location that cannot be recovered is returned in error state."""
+        ``create``.  A location that cannot be recovered is returned in error state.
+
+        ``version``: the schema version a location created now is written in (the version of
+        the log that creates it; default the table's newest).  An existing location keeps the
+        version its ``table.size`` names whatever ``version`` says: the caller compares
+        ``Location.schema_version``."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the storage engine is closed")
@@ -121,7 +147,8 @@ class StorageEngine:
             if not create and not os.path.isdir(path):
                 raise LookupError(f"no location {key}")
             loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
-                           self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry)
+                           self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
+                           create_version=version)
             self._locs[key] = loc
         self._published(loc)
         return loc

@@ -9,6 +9,13 @@ A location holds three row counts, always ``published <= committed <= written``:
 Checkpoints record the committed count, the file sizes at that count and the source record, and
 recovery truncates every column file back to them.  Everything is in docs/storage-format.md.
 
+Schema versions.  A location is written in exactly one version of its table, for ever: the one
+its ``table.size`` names (``schema_version``; in a record older than versions, the version whose
+fingerprint is the record's), or for a new location the version of the log that creates it.
+``schema`` is that version (its columns are the location's column files), ``table`` the table's
+newest schema carrying every version the database holds.  A record naming a version the
+database does not hold is damage: its files cannot be read with confidence.
+
 Errors.  Any failure of a write, truncate, flush or checkpoint puts the location in error state:
 its buffers and counts may now disagree with its files, so it accepts nothing until it is reopened
 from its last checkpoint.  A failure the OS reported with an errno (ENOSPC, EIO, ...) is retried:
@@ -58,6 +65,7 @@ from disd.storage.checkpoint import (
 from disd.storage.columnwriter import ColumnFileWriter
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
 from disd.storage.transactions import plan_transactions
+from disd.storage.versionstore import LocationVersionError, location_schema
 
 if TYPE_CHECKING:
     from disd.config import ImportConfig
@@ -123,11 +131,18 @@ class Location:
         import_config: "ImportConfig",
         on_publish: Callable[["Location"], None] | None = None,
         io_retry: IoRetry = IoRetry(),
+        create_version: int | None = None,
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be positive")
         self.key = key
-        self.schema = schema
+        # ``table``: the table's newest schema with every version the database holds.  ``schema``:
+        # the version this location is written in (its column files, its rows), which recovery
+        # reads from table.size; until then (and when that fails) the version it would be created in.
+        self.table = schema
+        self._create_version = create_version or schema.version
+        self.schema = schema.at_version(self._create_version)
+        self.schema_version = 0  # the version once known from table.size (0: unknown, in error)
         self.path = pathlib.Path(path)
         self.block_size = block_size
         self.import_config = import_config
@@ -177,12 +192,19 @@ class Location:
         fsio.make_dirs(fs, path)
         if remove_stale_temp(path, fs):
             log.info("removed a table.size.tmp left by an interrupted checkpoint", location=str(self.key))
-        names = self._file_names
         try:
             record = read_record(path, fs)
         except CheckpointError as e:
             raise _Damaged(f"{e}; refusing to guess which rows are committed "
                            "(restore table.size, or move the location away to re-ingest it from the logs)") from None
+        if record is not None:
+            try:
+                self._use_version(location_schema(self.table, record.schema_version, record.fingerprint))
+            except LocationVersionError as e:
+                raise _Damaged(str(e)) from None
+        else:
+            self._use_version(self.table.at_version(self._create_version))
+        names = self._file_names
         if record is None:
             with_data = sorted(n for n in names if fsio.size_or_zero(fs, os.path.join(path, n)) > 0)
             if with_data:
@@ -193,12 +215,8 @@ class Location:
                 )
             # A new location: its record exists (durably) before any column file does, so a
             # location with data and no table.size can only be damage, never a crash.
-            record = CheckpointRecord(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), self.schema.fingerprint,
-                                      dict(self.import_state))
+            record = self._record(0, {n: 0 for n in names}, SourcePosition(None, 0, 0))
             write_record(path, record, fs)
-        if record.fingerprint != self.schema.fingerprint:
-            raise _Damaged(f"table.size was written for schema fingerprint {record.fingerprint}, the table's schema "
-                           f"is now {self.schema.fingerprint}")
         sizes = record.files
         if set(sizes) != set(names):
             raise _Damaged(f"table.size lists column files {sorted(sizes)}, the schema needs {sorted(names)}")
@@ -231,6 +249,21 @@ class Location:
             self.import_state[k] = v
         self._last_checkpoint = (record.rows, tuple(sorted(record.files.items())), record.source)
 
+    def _use_version(self, schema: TableSchema) -> None:
+        """Open the location in ``schema`` (a version of its table): its column files are that
+        version's.  A reopen finds the same version (table.size never changes it)."""
+        if self.writers and schema.version != self.schema_version:
+            raise _Damaged(f"table.size now says schema version {schema.version}, the location was opened in "
+                           f"version {self.schema_version}")
+        self.schema = schema
+        self.schema_version = schema.version
+        self._file_names = [n for c in schema.columns for n in colfmt.file_names(c)]
+
+    def _record(self, rows: int, files: dict[str, int], source: SourcePosition) -> CheckpointRecord:
+        """The checkpoint record of this location's state, in its schema version."""
+        return CheckpointRecord(rows, files, source, self.schema.fingerprint, dict(self.import_state),
+                                schema_version=self.schema.version)
+
     def reopen(self) -> bool:
         """After an I/O error: reopen from the last checkpoint and accept rows again.
 
@@ -247,8 +280,7 @@ class Location:
             try:
                 self._open_from_checkpoint()
                 self.import_state["io_recoveries"] += 1
-                record = CheckpointRecord(self.committed_rows, dict(self.committed_sizes), self.source,
-                                          self.schema.fingerprint, dict(self.import_state))
+                record = self._record(self.committed_rows, dict(self.committed_sizes), self.source)
                 write_record(str(self.path), record, self.fs)
             except _Damaged as e:
                 metrics.LOCATION_RECOVERIES.labels("failed").inc()
@@ -471,8 +503,7 @@ class Location:
                 changed = self._flush_locked()
                 if self.in_error:
                     return False
-                record = CheckpointRecord(self.committed_rows, dict(self.committed_sizes), self.source,
-                                          self.schema.fingerprint, dict(self.import_state))
+                record = self._record(self.committed_rows, dict(self.committed_sizes), self.source)
                 handles = [w.handle for w in self.writers.values()]
             if changed and self._on_publish is not None:
                 self._on_publish(self)

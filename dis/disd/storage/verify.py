@@ -1,6 +1,8 @@
 """``dis verify --db-root DIR``: check every location on disk against its checkpoint, offline.
 
-For each location: table.size is present and intact, written for the current schema, every
+For each location: table.size is present and intact, written in a version of the table the
+database holds (``schema.versions`` with the declared schema; the location is checked against its
+own version's columns), every
 column file exists and holds at least the checkpointed bytes, fixed-width files hold exactly
 rows*width checkpointed bytes, and string offsets are monotonic, never point past their data
 file and end at the data size.  Bytes
@@ -19,6 +21,9 @@ from disd.schema import ColumnType, SchemaRegistry
 from disd.storage import columns as colfmt
 from disd.storage.checkpoint import CheckpointError, read_record
 from disd.storage.engine import location_path, subdirs
+from disd.schemaversions import declare
+from disd.storage import versionstore
+from disd.storage.versionstore import LocationVersionError, location_schema, with_stored_history
 
 
 def verify_location(db_root: str, key: LocationKey, schemas: SchemaRegistry) -> dict[str, Any]:
@@ -38,6 +43,14 @@ def verify_location(db_root: str, key: LocationKey, schemas: SchemaRegistry) -> 
     except CheckpointError as e:
         bad(str(e))
         return out
+    if rec is not None:
+        try:
+            schema = location_schema(schema, rec.schema_version, rec.fingerprint)
+        except LocationVersionError as e:
+            out["rows"] = rec.rows
+            bad(str(e))
+            return out
+        out["schema_version"] = schema.version
     if rec is None:
         with_data = [n for c in schema.columns for n in colfmt.file_names(c)
                      if os.path.exists(os.path.join(path, n)) and os.path.getsize(os.path.join(path, n)) > 0]
@@ -49,9 +62,6 @@ def verify_location(db_root: str, key: LocationKey, schemas: SchemaRegistry) -> 
         return out
     out["rows"] = rec.rows
     out["source"] = {"file": rec.source.file_name, "offset": rec.source.offset, "skip_rows": rec.source.skip_rows}
-    if rec.fingerprint != schema.fingerprint:
-        bad(f"checkpoint written for schema {rec.fingerprint}, table is {schema.fingerprint}")
-        return out
     for c in schema.columns:
         for name in colfmt.file_names(c):
             fpath = os.path.join(path, name)
@@ -91,7 +101,14 @@ def verify_location(db_root: str, key: LocationKey, schemas: SchemaRegistry) -> 
 
 
 def verify_db(db_root: str, schemas_dir: str) -> dict[str, Any]:
-    schemas = SchemaRegistry.load_dir(schemas_dir)
+    """Every location of ``db_root`` checked against its own version of its table: the declared
+    schemas carrying the versions the database stores (read only, as the DIS may be running)."""
+    declared = SchemaRegistry.load_dir(schemas_dir)
+    for s in declared:
+        # A YAML the DIS would refuse at start (a disallowed change, a reused or lower version
+        # number) is refused here first: SchemaError, naming the table, versions and column.
+        declare(versionstore.load(db_root, s.namespace, s.table), s)
+    schemas = SchemaRegistry(with_stored_history(db_root, s) for s in declared)  # VersionStoreError: damaged
     base = os.path.join(db_root, "Intraday")
     results = []
     if os.path.isdir(base):

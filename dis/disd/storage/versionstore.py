@@ -126,3 +126,38 @@ def with_stored_history(db_root: str, schema: TableSchema, fs: FileSystem = OS) 
         return schema
     newest = max([*stored, schema], key=lambda s: s.version)
     return newest.with_history([*stored, schema])
+
+
+class LocationVersionError(DisError):
+    """A location's ``table.size`` names a schema version (or fingerprint) the table does not
+    have: its column files cannot be read, so it needs an operator."""
+
+
+def location_schema(newest: TableSchema, schema_version: int, fingerprint: str) -> TableSchema:
+    """The version of the table a location's checkpoint record was written in.
+
+    ``schema_version`` is the record's ``schema_version`` (0 in records written before schema
+    versions: then the version whose fingerprint equals the record's, the newest of them if
+    several versions share their columns).  The version's fingerprint must equal the record's:
+    a record that says version 2 with version 1's columns is damage, not a reason to guess.
+    """
+    versions = newest.versions
+    known = ", ".join(f"{v} ({s.fingerprint})" for v, s in versions.items())
+    if schema_version:
+        schema = versions.get(schema_version)
+        if schema is None:
+            raise LocationVersionError(
+                f"table.size was written in schema version {schema_version} of {newest.key}, which the database "
+                f"does not hold (known versions: {known}); restore the table's schema.versions, or declare that "
+                "version")
+        if schema.fingerprint != fingerprint:
+            raise LocationVersionError(
+                f"table.size says schema version {schema_version} but fingerprint {fingerprint}; version "
+                f"{schema_version} of {newest.key} has fingerprint {schema.fingerprint}")
+        return schema
+    matching = [s for s in versions.values() if s.fingerprint == fingerprint]
+    if not matching:
+        raise LocationVersionError(
+            f"table.size was written for schema fingerprint {fingerprint}, which is no version of {newest.key} "
+            f"(the table's schema is now {newest.fingerprint}; known versions: {known})")
+    return matching[-1]

@@ -3,7 +3,9 @@ package disd.spark;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.execution.vectorized.Dictionary;
@@ -23,6 +25,12 @@ import org.apache.spark.unsafe.types.UTF8String;
  * in bulk and then scanned for the DIS's null sentinels (docs/storage-format.md).  The vectors are
  * reused from batch to batch, as Spark's own Parquet reader does; the partition column is a
  * constant vector per slice.
+ *
+ * <p>A location written in an older schema version is read in that version
+ * ({@link SchemaVersions}): each output column from its origin's file (renamed: the old name),
+ * converted from the old width where the column widened since (the old type's null sentinel
+ * stays null), or all null where the column was added since.  Every column is filled into the
+ * same vector class, so the generated code that reads the batches sees one implementation.
  */
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     static final VarHandle SHORTS = MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.LITTLE_ENDIAN);
@@ -43,6 +51,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     private int sliceIndex = -1;
     private Planner.Slice slice;
     private long pos;
+    /** Per schema version: for each output, its column in that version (null: added since). */
+    private final Map<Integer, TableSchema.Column[]> stored = new HashMap<>();
 
     ColumnarReader(ReadSpec spec, Planner.Part part) {
         this.spec = spec;
@@ -96,17 +106,43 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         slice = part.slices.get(sliceIndex);
         pos = slice.start;
         fetch.check(slice.location);
+        TableSchema.Column[] cols = storedColumns(slice.location.version);
         for (int i = 0; i < vectors.length; i++) {
             Projection.Output o = outputs.get(i);
+            TableSchema.Column c = cols[i];
             if (o.isPartition()) {
                 ((ConstantColumnVector) vectors[i]).setUtf8String(UTF8String.fromString(slice.location.columnPartition));
-            } else if (o.kind == TableSchema.Kind.STRING) {
-                cursors[i] = new StringCursor(fetch, slice, o.source);
+            } else if (c == null) {
+                cursors[i] = NullCursor.INSTANCE;
+            } else if (c.kind == TableSchema.Kind.STRING) {
+                cursors[i] = new StringCursor(fetch, slice, c.name);
             } else {
-                cursors[i] = new FixedCursor(fetch, slice, o);
+                cursors[i] = new FixedCursor(fetch, slice, c.name, c.kind, o.type);
             }
         }
         return true;
+    }
+
+    /** The column each output reads in schema version {@code version} (0: the newest). */
+    private TableSchema.Column[] storedColumns(int version) {
+        TableSchema newest = spec.projection.table;
+        int v = version <= 0 ? newest.version : version;
+        TableSchema.Column[] cols = stored.get(v);
+        if (cols == null) {
+            cols = new TableSchema.Column[outputs.size()];
+            TableSchema at = newest.atVersion(v);
+            Map<String, String> origin = v == newest.version ? null : SchemaVersions.origins(newest, v);
+            for (int i = 0; i < cols.length; i++) {
+                Projection.Output o = outputs.get(i);
+                if (o.isPartition()) {
+                    continue;
+                }
+                String name = origin == null ? o.source : origin.get(o.source);
+                cols[i] = name == null ? null : at.column(name);
+            }
+            stored.put(v, cols);
+        }
+        return cols;
     }
 
     @Override
@@ -154,18 +190,34 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** A fixed-width column: rows [start, stop) of {@code <Column>.dat}. */
+    /** A column added after the location's version: every row null. */
+    static final class NullCursor extends Cursor {
+        static final NullCursor INSTANCE = new NullCursor();
+
+        @Override
+        void fill(WritableColumnVector v, int n) {
+            v.setDictionary(null);
+            v.putNulls(0, n);
+        }
+
+        @Override
+        void close() {
+        }
+    }
+
+    /** A fixed-width column: rows [start, stop) of {@code <column>.dat}, stored as {@code kind},
+     *  presented as {@code type} (the same, or an exact widening of it). */
     static final class FixedCursor extends Cursor {
         final Fetch.Stream in;
         final TableSchema.Kind kind;
         final DataType type;
         final int width;
 
-        FixedCursor(Fetch fetch, Planner.Slice s, Projection.Output o) {
-            kind = o.kind;
-            type = o.type;
+        FixedCursor(Fetch fetch, Planner.Slice s, String column, TableSchema.Kind kind, DataType type) {
+            this.kind = kind;
+            this.type = type;
             width = kind.width;
-            in = fetch.open(s.location, o.source + ".dat", s.start * width, s.stop * width);
+            in = fetch.open(s.location, column + ".dat", s.start * width, s.stop * width);
         }
 
         @Override
@@ -273,53 +325,99 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             }
         }
 
-        /** An exact widening the user's schema asked for (Projection.converts). */
+        private long[] wide = new long[0];
+        private Object out;
+
+        /**
+         * An exact widening: a location written before the column widened, or a user's schema
+         * asking for a wider type (Projection.converts).  The stored values go to a long[] (a
+         * double[] for float), then to the new type's array, into the vector in bulk; rows holding
+         * the stored type's null sentinel are then marked null.
+         */
         private void widen(WritableColumnVector v, byte[] b, int n) {
+            if (kind == TableSchema.Kind.FLOAT) {
+                double[] d = doubles(n);
+                for (int i = 0; i < n; i++) {
+                    d[i] = Float.intBitsToFloat((int) INTS.get(b, i << 2));
+                }
+                v.putDoubles(0, n, d, 0);
+                for (int i = 0; i < n; i++) {
+                    if ((int) INTS.get(b, i << 2) == FLOAT_NULL) {
+                        v.putNull(i);
+                    }
+                }
+                return;
+            }
+            if (wide.length < n) {
+                wide = new long[n];
+            }
+            long[] x = wide;
+            long nil;
+            switch (kind) {
+                case BYTE:
+                    for (int i = 0; i < n; i++) {
+                        x[i] = b[i];
+                    }
+                    nil = Byte.MIN_VALUE;
+                    break;
+                case SHORT:
+                    for (int i = 0; i < n; i++) {
+                        x[i] = (short) SHORTS.get(b, i << 1);
+                    }
+                    nil = Short.MIN_VALUE;
+                    break;
+                case INT:
+                    for (int i = 0; i < n; i++) {
+                        x[i] = (int) INTS.get(b, i << 2);
+                    }
+                    nil = Integer.MIN_VALUE;
+                    break;
+                default:
+                    throw new IllegalStateException("no widening from " + kind + " to " + type);
+            }
+            if (type.equals(DataTypes.LongType)) {
+                v.putLongs(0, n, x, 0);
+            } else if (type.equals(DataTypes.IntegerType)) {
+                int[] t = out instanceof int[] && ((int[]) out).length >= n ? (int[]) out : new int[n];
+                out = t;
+                for (int i = 0; i < n; i++) {
+                    t[i] = (int) x[i];
+                }
+                v.putInts(0, n, t, 0);
+            } else if (type.equals(DataTypes.ShortType)) {
+                short[] t = out instanceof short[] && ((short[]) out).length >= n ? (short[]) out : new short[n];
+                out = t;
+                for (int i = 0; i < n; i++) {
+                    t[i] = (short) x[i];
+                }
+                v.putShorts(0, n, t, 0);
+            } else if (type.equals(DataTypes.FloatType)) {
+                float[] t = out instanceof float[] && ((float[]) out).length >= n ? (float[]) out : new float[n];
+                out = t;
+                for (int i = 0; i < n; i++) {
+                    t[i] = x[i];
+                }
+                v.putFloats(0, n, t, 0);
+            } else if (type.equals(DataTypes.DoubleType)) {
+                double[] t = doubles(n);
+                for (int i = 0; i < n; i++) {
+                    t[i] = x[i];
+                }
+                v.putDoubles(0, n, t, 0);
+            } else {
+                throw new IllegalStateException("no widening from " + kind + " to " + type);
+            }
             for (int i = 0; i < n; i++) {
-                long x;
-                double d = 0;
-                boolean isNull;
-                switch (kind) {
-                    case BYTE:
-                        x = b[i];
-                        isNull = x == Byte.MIN_VALUE;
-                        break;
-                    case SHORT:
-                        x = (short) SHORTS.get(b, i << 1);
-                        isNull = x == Short.MIN_VALUE;
-                        break;
-                    case INT:
-                        x = (int) INTS.get(b, i << 2);
-                        isNull = x == Integer.MIN_VALUE;
-                        break;
-                    case FLOAT:
-                        int bits = (int) INTS.get(b, i << 2);
-                        isNull = bits == FLOAT_NULL;
-                        d = Float.intBitsToFloat(bits);
-                        x = 0;
-                        break;
-                    default:
-                        throw new IllegalStateException("no widening from " + kind);
-                }
-                if (isNull) {
+                if (x[i] == nil) {
                     v.putNull(i);
-                    continue;
-                }
-                if (kind != TableSchema.Kind.FLOAT) {
-                    d = x;
-                }
-                if (type.equals(DataTypes.ShortType)) {
-                    v.putShort(i, (short) x);
-                } else if (type.equals(DataTypes.IntegerType)) {
-                    v.putInt(i, (int) x);
-                } else if (type.equals(DataTypes.LongType)) {
-                    v.putLong(i, x);
-                } else if (type.equals(DataTypes.FloatType)) {
-                    v.putFloat(i, (float) d);
-                } else {
-                    v.putDouble(i, d);
                 }
             }
+        }
+
+        private double[] doubles(int n) {
+            double[] t = out instanceof double[] && ((double[]) out).length >= n ? (double[]) out : new double[n];
+            out = t;
+            return t;
         }
 
         @Override

@@ -21,12 +21,20 @@ final class Dis {
         final String columnPartition;
         final long rows;
         final TreeMap<String, Long> files;
+        /** The schema version its rows are written in (0: not known, read as the newest). */
+        final int version;
 
         Location(String internalPartition, String columnPartition, long rows, TreeMap<String, Long> files) {
+            this(internalPartition, columnPartition, rows, files, 0);
+        }
+
+        Location(String internalPartition, String columnPartition, long rows, TreeMap<String, Long> files,
+                 int version) {
             this.internalPartition = internalPartition;
             this.columnPartition = columnPartition;
             this.rows = rows;
             this.files = files;
+            this.version = version;
         }
 
         /** The name of a location in streaming offsets. */
@@ -73,17 +81,48 @@ final class Dis {
             + options.where() + " (tables there: " + shown + "); check options 'namespace' and 'table'");
     }
 
+    /**
+     * The table's newest schema carrying its earlier versions: the DIS's {@code versions_json}
+     * (a DIS older than schema versions sends only {@code schema_json}); with option
+     * {@code dbRoot}, also the versions the database's {@code schema.versions} record holds.
+     */
     TableSchema schema() {
         Routing.Instance inst = owner();
         for (JsonNode t : http(inst).json("/v1/tables").get("tables")) {
             if (t.get("namespace").asText().equals(options.namespace) && t.get("table").asText().equals(options.table)) {
-                return TableSchema.fromJson(t.get("schema_json").asText());
+                JsonNode vj = t.get("versions_json");
+                TableSchema s = vj != null && !vj.isNull() && !vj.asText().isEmpty()
+                    ? TableSchema.fromHistoryJson(vj.asText(), "the DIS at " + inst.address + " sent")
+                    : TableSchema.fromJson(t.get("schema_json").asText());
+                return options.dbRoot == null ? s : SchemaVersions.withStoredHistory(options.dbRoot, s);
             }
         }
         throw unknownTable();
     }
 
-    /** The table's locations at its owner, as listed now. */
+    /**
+     * The table's locations at its owner, as listed now, each with the schema version it is
+     * written in: the DIS's {@code schema_version}; when the DIS does not say (0 or absent), with
+     * option {@code dbRoot} the location's own {@code table.size}, else {@code newest}'s version.
+     * A version {@code newest} does not know is an error here, on the driver.
+     */
+    List<Location> locations(TableSchema newest) {
+        List<Location> out = new ArrayList<>();
+        for (Location l : locations()) {
+            int v = l.version;
+            if (v <= 0 && options.dbRoot != null && l.rows > 0) {
+                v = SchemaVersions.locationVersion(options.dbRoot, newest, l);
+            }
+            if (v <= 0) {
+                v = newest.version;
+            }
+            newest.atVersion(v);
+            out.add(v == l.version ? l : new Location(l.internalPartition, l.columnPartition, l.rows, l.files, v));
+        }
+        return out;
+    }
+
+    /** The table's locations at its owner, as listed now (versions as the DIS says them). */
     List<Location> locations() {
         Routing.Instance inst = owner();
         JsonNode n = http(inst).json("/v1/locations?namespace=" + DisHttp.q(options.namespace) + "&table="
@@ -99,8 +138,9 @@ final class Dis {
                 Map.Entry<String, JsonNode> e = it.next();
                 files.put(e.getKey(), e.getValue().asLong());
             }
+            JsonNode sv = l.get("schema_version");
             out.add(new Location(l.get("internal_partition").asText(), l.get("column_partition").asText(),
-                l.get("rows").asLong(), files));
+                l.get("rows").asLong(), files, sv == null || sv.isNull() ? 0 : sv.asInt()));
         }
         return out;
     }

@@ -57,7 +57,7 @@ final class DisScan implements Scan, Batch {
         Dis dis = new Dis(options);
         Routing.Instance owner = dis.owner();
         List<Planner.Slice> ranges = new ArrayList<>();
-        for (Dis.Location l : dis.locations()) {
+        for (Dis.Location l : dis.locations(projection.table)) {
             String cp = l.columnPartition;
             if (l.rows > 0 && (options.partitions == null || options.partitions.contains(cp)) && filters.admits(cp)) {
                 ranges.add(new Planner.Slice(l, 0, l.rows));

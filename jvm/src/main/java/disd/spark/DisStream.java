@@ -73,7 +73,7 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         long deadline = System.nanoTime() + (long) (options.retryS * 1e9);
         while (true) {
             try {
-                return new Dis(options).locations();
+                return new Dis(options).locations(projection.table);
             } catch (DisSourceError e) {
                 if (!e.unreachable || System.nanoTime() > deadline) {
                     throw e;

@@ -47,6 +47,12 @@ public final class Probe {
             }
         }
         out.set("keys", keys);
+        if (req.has("versions")) {
+            out.set("versions", versions(req.get("versions")));
+        }
+        if (req.has("stored")) {
+            out.set("stored", stored(req.get("stored")));
+        }
         System.out.println(DisHttp.JSON.writeValueAsString(out));
     }
 
@@ -69,6 +75,58 @@ public final class Probe {
                 parts.add(slices);
             }
             res.add(parts);
+        }
+        return res;
+    }
+
+    /** Each case: a {@code history_json()} -> for each version, {"origins": {...}, "fingerprint": "..."},
+     *  or the error's message. */
+    static ArrayNode versions(JsonNode cases) {
+        ArrayNode res = DisHttp.JSON.createArrayNode();
+        for (JsonNode c : cases) {
+            ObjectNode r = DisHttp.JSON.createObjectNode();
+            try {
+                TableSchema newest = TableSchema.fromHistoryJson(c.asText(), "(case)");
+                for (TableSchema s : newest.versions.values()) {
+                    ObjectNode v = DisHttp.JSON.createObjectNode();
+                    v.set("origins", DisHttp.JSON.valueToTree(SchemaVersions.origins(newest, s.version)));
+                    v.put("fingerprint", SchemaVersions.fingerprint(s));
+                    r.set(String.valueOf(s.version), v);
+                }
+            } catch (DisSourceError e) {
+                r.put("error", e.getMessage());
+            }
+            res.add(r);
+        }
+        return res;
+    }
+
+    /** Each case: {"dbRoot", "schema_json" (what a DIS without versions sends), "locations": [[ip, cp]]}
+     *  -> {"versions": [the versions known with the database's record], "locations": [version, or
+     *  "error: ..."]}, or {"error": ...}. */
+    static ArrayNode stored(JsonNode cases) {
+        ArrayNode res = DisHttp.JSON.createArrayNode();
+        for (JsonNode c : cases) {
+            ObjectNode r = DisHttp.JSON.createObjectNode();
+            try {
+                String root = c.get("dbRoot").asText();
+                TableSchema newest = SchemaVersions.withStoredHistory(root,
+                    TableSchema.fromJson(c.get("schema_json").asText()));
+                r.set("versions", DisHttp.JSON.valueToTree(newest.versions.keySet()));
+                ArrayNode locs = DisHttp.JSON.createArrayNode();
+                for (JsonNode l : c.get("locations")) {
+                    try {
+                        locs.add(SchemaVersions.locationVersion(root, newest,
+                            new Dis.Location(l.get(0).asText(), l.get(1).asText(), 1, new TreeMap<>())));
+                    } catch (DisSourceError e) {
+                        locs.add("error: " + e.getMessage());
+                    }
+                }
+                r.set("locations", locs);
+            } catch (DisSourceError e) {
+                r.put("error", e.getMessage());
+            }
+            res.add(r);
         }
         return res;
     }
