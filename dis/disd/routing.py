@@ -9,6 +9,20 @@ matching pattern owns the table.  Tailers send each location to its owner; reade
 location from its owner.  A single address is the routing of one instance that takes everything.
 ``http_address`` is where the JVM Spark reader finds the instance's block endpoint (default: the
 address's port + 1, the DIS's default ``server.http_port``).
+
+An entry may instead name a **replica set**: several DISes that each hold a full copy of its
+tables (hot replicas, docs/replicas.md)::
+
+    instances:
+      - name: market
+        tables: ["Market.*"]
+        replicas:
+          - {name: dis-a1, address: 10.0.0.1:22021}
+          - {name: dis-a2, address: 10.0.0.2:22021, http_address: 10.0.0.2:22022}
+      - {name: dis-b, address: 127.0.0.1:22041, tables: ["*"]}
+
+Tailers send every location of the entry's tables to every replica; readers read from any
+replica that has published what they need.  An entry with ``address`` is a set of one replica.
 """
 
 from __future__ import annotations
@@ -21,11 +35,29 @@ from disd.config import ConfigError, ConfigReader, load_yaml
 
 
 @dataclass(frozen=True)
+class Replica:
+    """One DIS of a routing entry."""
+
+    name: str
+    address: str
+    http_address: str | None = None  # the block endpoint, for the JVM Spark reader
+
+
+@dataclass(frozen=True)
 class Instance:
+    """A routing entry: the tables it owns and the DIS, or the replica set, that serves them.
+    ``address``/``http_address`` are the first replica's (the only one's for a plain entry)."""
+
     name: str
     address: str
     tables: tuple[str, ...] = ("*",)
     http_address: str | None = None  # the block endpoint, for the JVM Spark reader
+    replicas: tuple[Replica, ...] = ()  # empty: one replica, ``address``
+
+    @property
+    def members(self) -> tuple[Replica, ...]:
+        """Every replica of the entry (one for a plain entry), in the routing file's order."""
+        return self.replicas or (Replica(self.name, self.address, self.http_address),)
 
     def owns(self, namespace: str, table: str) -> bool:
         key = f"{namespace}.{table}"
@@ -46,9 +78,15 @@ class Routing:
                 return inst
         return None
 
+    def replicas(self, namespace: str, table: str) -> tuple[Replica, ...]:
+        """The DISes holding a table: its entry's replicas (empty when no entry owns it)."""
+        inst = self.owner(namespace, table)
+        return inst.members if inst is not None else ()
+
     @property
     def addresses(self) -> list[str]:
-        return [i.address for i in self.instances]
+        """Every DIS of the routing (each replica of each entry) once, in the file's order."""
+        return list(dict.fromkeys(r.address for i in self.instances for r in i.members))
 
 
 def parse_routing(data: object, source: str) -> Routing:
@@ -61,18 +99,48 @@ def parse_routing(data: object, source: str) -> Routing:
     for i, item in enumerate(raw):
         ir = ConfigReader(source, item, f"instances[{i}].")
         address = ir.get("address", str, None)
-        if not address or ":" not in address:
-            raise ConfigError(source, ir.key("address"), "must be host:port")
-        name = ir.get("name", str, address)
+        raw_replicas = ir.get("replicas", list, None)
+        if address is not None and raw_replicas is not None:
+            raise ConfigError(source, ir.key("replicas"), "give either 'address' (one DIS) or 'replicas', not both")
+        if raw_replicas is None:
+            if not address or ":" not in address:
+                raise ConfigError(source, ir.key("address"), "must be host:port")
+        elif not raw_replicas:
+            raise ConfigError(source, ir.key("replicas"), "must list at least one {address: host:port}")
+        name = ir.get("name", str, address or f"instances[{i}]")
         tables = ir.get("tables", list, ["*"])
         if not all(isinstance(t, str) and t for t in tables):
             raise ConfigError(source, ir.key("tables"), "must be a list of <Namespace>.<Table> patterns")
         http_address = ir.get("http_address", str, None)
         if http_address is not None and ":" not in http_address:
             raise ConfigError(source, ir.key("http_address"), "must be host:port")
+        if raw_replicas is not None and http_address is not None:
+            raise ConfigError(source, ir.key("http_address"), "goes on each replica of a replica set")
         ir.finish()
-        out.append(Instance(name, address, tuple(tables), http_address))
+        replicas = _replicas(source, f"instances[{i}].replicas", raw_replicas) if raw_replicas is not None else ()
+        if replicas:
+            address = replicas[0].address
+            http_address = replicas[0].http_address
+        out.append(Instance(name, address, tuple(tables), http_address, replicas))
     return Routing(tuple(out))
+
+
+def _replicas(source: str, where: str, raw: list) -> tuple[Replica, ...]:
+    out: list[Replica] = []
+    for j, item in enumerate(raw):
+        rr = ConfigReader(source, item, f"{where}[{j}].")
+        address = rr.get("address", str, None)
+        name = rr.get("name", str, address)
+        http_address = rr.get("http_address", str, None)
+        rr.finish()
+        if not address or ":" not in address:
+            raise ConfigError(source, rr.key("address"), "must be host:port")
+        if any(r.address == address for r in out):
+            raise ConfigError(source, rr.key("address"), f"{address} is already a replica of this entry")
+        if http_address is not None and ":" not in http_address:
+            raise ConfigError(source, rr.key("http_address"), "must be host:port")
+        out.append(Replica(name, address, http_address))
+    return tuple(out)
 
 
 def load_routing(path: str | pathlib.Path) -> Routing:
