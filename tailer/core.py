@@ -1,8 +1,11 @@
-"""The tailer: finds binary logs, and streams each location's files to the DIS that owns it.
+"""The tailer: finds binary logs, and streams each location's files to the DIS that owns it (to
+every replica of its routing entry, when the entry names a replica set).
 
 One scanner thread watches the log directories (inotify when the kernel offers it, else polling
 every ``poll_interval_ms``) and keeps, per location, its files ordered by time stamp.  Each
-location gets a ``LocationWorker`` thread (``disd.tailer.stream``) holding its Ingest stream.
+location gets a ``LocationWorker`` thread (``disd.tailer.stream``) per replica of its entry, each
+holding its own Ingest stream from that replica's resume point: a replica that is down or slow
+holds back only its own workers, and catches up from the files on disk when it comes back.
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
 (``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
 ``retention`` configured, one more thread (``disd.tailer.retention``) deletes or moves the logs
@@ -13,7 +16,8 @@ Programmatic use (tests, ``dis demo``)::
 
     t = Tailer(parse_tailer_config({"dis": "127.0.0.1:22021", "log_dirs": ["var/logs"]})).start()
     t.wait_idle(30)      # every complete frame known so far is acknowledged by the DIS
-    t.status()           # per location: file, sent_offset, acked_offset, state, ...
+    t.status()           # per location: file, sent_offset, acked_offset, state, ..., replicas
+    t.replica_status()   # per replica: address, connected, bytes_behind, locations
     t.stop()
 """
 
@@ -49,7 +53,8 @@ class Tailer:
         self._scan_lock = threading.Lock()
         self._files: dict[LocationKey, LocationFiles] = {}
         self._last_scan = Scan({}, {})
-        self._workers: dict[LocationKey, LocationWorker] = {}
+        # per location, its workers in the routing's replica order (one per replica)
+        self._workers: dict[LocationKey, list[LocationWorker]] = {}
         self._reported: set[str] = set()
         self._scanner: threading.Thread | None = None
         self._started = False
@@ -75,8 +80,19 @@ class Tailer:
             return list(self._files)
 
     def workers(self) -> list[LocationWorker]:
+        """Every worker: one per (location, replica)."""
         with self._lock:
-            return list(self._workers.values())
+            return [w for ws in self._workers.values() for w in ws]
+
+    def locations_streamed(self) -> list[LocationKey]:
+        """The locations that have workers (every location found since the start)."""
+        with self._lock:
+            return list(self._workers)
+
+    def workers_of(self, key: LocationKey) -> list[LocationWorker]:
+        """The workers of one location, one per replica, in the routing's order."""
+        with self._lock:
+            return list(self._workers.get(key, ()))
 
     def files_of(self, key: LocationKey) -> LocationFiles:
         with self._lock:
@@ -104,10 +120,14 @@ class Tailer:
                 if not self._halt.is_set():
                     for k in found.locations:
                         if k not in self._workers:
-                            new.append(self._workers.setdefault(k, LocationWorker(self, k)))
-                workers = list(self._workers.values())
+                            members = self.config.routing.replicas(k.namespace, k.table)
+                            ws = [LocationWorker(self, k, r) for r in members] or [LocationWorker(self, k, None)]
+                            self._workers[k] = ws
+                            new.extend(ws)
+                workers = [w for ws in self._workers.values() for w in ws]
             for w in new:
-                log.info("new location", location=str(w.key), files=len(found.locations[w.key].files))
+                log.info("new location", location=str(w.key), files=len(found.locations[w.key].files),
+                         replica=w.replica.name if w.replica else None, dis=w.replica.address if w.replica else None)
                 w.start()
             for w in workers:
                 w.wake.set()
@@ -120,8 +140,7 @@ class Tailer:
             workers = self._workers
             for n in names:
                 parsed = LogFileName.try_parse(n)
-                w = workers.get(parsed.location) if parsed else None
-                if w is not None:
+                for w in (workers.get(parsed.location, ()) if parsed else ()):
                     w.wake.set()
         if self.csv is not None and any(".csv." in n for n in names):
             self.csv.wake.set()
@@ -129,10 +148,12 @@ class Tailer:
     def _spool_grew(self, name: str) -> None:
         parsed = LogFileName.try_parse(name)
         with self._lock:
-            w = self._workers.get(parsed.location) if parsed else None
-            known = w is not None and any(f.name == name for f in self._files.get(parsed.location, LocationFiles(parsed.location)).files)
+            ws = list(self._workers.get(parsed.location, ())) if parsed else []
+            lf = self._files.get(parsed.location) if parsed else None
+            known = bool(ws) and lf is not None and any(f.name == name for f in lf.files)
         if known:
-            w.wake.set()
+            for w in ws:
+                w.wake.set()
         else:
             self.watcher.poke()
 
@@ -199,8 +220,7 @@ class Tailer:
             return
         self._halt.set()
         self.watcher.close()
-        with self._lock:
-            workers = list(self._workers.values())
+        workers = self.workers()
         for w in workers:
             w.stop()
         deadline = time.monotonic() + timeout
@@ -217,7 +237,7 @@ class Tailer:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
             self._metrics_server = None
-        stuck = [str(w.key) for w in workers if w.is_alive()]
+        stuck = [f"{w.key} -> {w.replica.name if w.replica else '-'}" for w in workers if w.is_alive()]
         if stuck:
             log.warning("location workers still busy at stop", locations=stuck)
         log.info("tailer stopped")
@@ -232,11 +252,36 @@ class Tailer:
 
     def status(self) -> dict[str, dict]:
         """Per location (``ns/table/ip/cp``): state, file, sent_offset, acked_file, acked_offset,
-        committed_rows, in_flight_bytes, dis, error, problem (what the DIS is told is wrong on this
-        side: a corrupt frame, files whose names do not parse; None when nothing)."""
+        committed_rows, in_flight_bytes, dis, replica, error, problem (what the DIS is told is
+        wrong on this side: a corrupt frame, files whose names do not parse; None when nothing),
+        of the stream to the entry's first replica; and ``replicas``: the same per replica name,
+        for every replica of the entry."""
         with self._lock:
-            workers = list(self._workers.items())
-        return {str(k): w.status() for k, w in sorted(workers, key=lambda kw: str(kw[0]))}
+            workers = [(str(k), list(ws)) for k, ws in self._workers.items()]
+        out = {}
+        for k, ws in sorted(workers):
+            per = {(w.replica.name if w.replica else "-"): w.status() for w in ws}
+            out[k] = dict(next(iter(per.values()))) | {"replicas": per}
+        return out
+
+    def replica_status(self) -> dict[str, dict]:
+        """Per replica name (every DIS this tailer streams to): address, connected (see
+        ``replica_connected``), bytes_behind (log bytes past its acknowledged positions, summed
+        over its locations), locations (how many it is sent), states (workers by state)."""
+        out: dict[str, dict] = {}
+        for w in self.workers():
+            if w.replica is None:
+                continue
+            r = out.setdefault(w.replica.name, {"address": w.replica.address, "bytes_behind": 0, "locations": 0,
+                                                "states": {}, "_reach": []})
+            r["bytes_behind"] += w.bytes_behind(self.files_of(w.key))
+            r["locations"] += 1
+            st = w.status()["state"]
+            r["states"][st] = r["states"].get(st, 0) + 1
+            r["_reach"].append(w.reachable)
+        for r in out.values():
+            r["connected"] = replica_connected(r.pop("_reach"))
+        return out
 
     def csv_status(self) -> dict[str, dict]:
         """Per CSV file: spool_file, csv_offset, csv_size, rows, finished, error."""
@@ -252,9 +297,7 @@ class Tailer:
         self.rescan()
         if self.csv is not None and not self.csv.quiet_since(since if since is not None else time.monotonic()):
             return False
-        with self._lock:
-            workers = list(self._workers.values())
-        return all(w.idle() for w in workers)
+        return all(w.idle() for w in self.workers())
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Block until ``idle()`` (True) or ``timeout`` seconds pass (False)."""
@@ -266,3 +309,12 @@ class Tailer:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
+
+
+def replica_connected(reachable: list[bool | None]) -> bool:
+    """A replica is connected when one of its workers has an open stream to it or got an answer
+    from it at its last attempt; not connected when its workers' attempts fail and none has; a
+    replica no worker has tried yet counts as connected (nothing is failing)."""
+    if any(r is True for r in reachable):
+        return True
+    return not any(r is False for r in reachable)

@@ -4,19 +4,31 @@ Everything is computed at scrape time from the running ``Tailer`` by a ``TailerC
 tailer's own registry (with the process metrics): two tailers in one process (tests, ``dis demo``)
 never collide, and nothing is registered on prometheus_client's default registry.
 
-Series (labels ``table``, ``location`` per location, as the DIS's):
+Series (labels ``table``, ``location`` per location, as the DIS's; a location routed to a replica
+set is streamed to each replica, and its series cover all of them: ``bytes_behind`` is that of the
+replica furthest behind, the counters are summed over the replicas' streams, corrupt frames counted
+once however many streams found them):
 
 - ``dis_tailer_files_watched{kind}``: log files found by the last scan (``binlog``: binary logs,
   spool logs included; ``csv``: CSV files of ``csv_tables``)
 - ``dis_tailer_files_skipped{reason}``: files of the log directories that are not streamed, by
   reason: the part of the name that is wrong (``namespace_kind``, ``month``, ``suffix``, ...,
   ``fields`` when parts are missing) or ``csv_not_configured``
-- ``dis_tailer_locations``: locations with a worker
+- ``dis_tailer_locations``: locations with workers (one per replica of the location's entry)
 - ``dis_tailer_bytes_behind``: log bytes of the location not yet acknowledged by the DIS
 - ``dis_tailer_acked_bytes_total``: bytes the DIS acknowledged
 - ``dis_tailer_corrupt_frames_total``: corrupt frames found (each one counted once)
 - ``dis_tailer_reconnects_total``: failed streams, reconnected with backoff
 - ``dis_tailer_refusals_total{code}``: streams the DIS refused (schema mismatch, unknown table, ...)
+
+Per replica (labels ``replica``: its name in the routing, ``address``), for every DIS the tailer
+streams at least one location to (a plain routing entry is a replica set of one):
+
+- ``dis_tailer_replica_connected``: 1 when the tailer has an open stream to the replica or it
+  answered the last attempt of one of its locations (a refusal is an answer); 0 when its streams'
+  attempts fail (down, unreachable).  Alert ``DisReplicaDown``.
+- ``dis_tailer_replica_bytes_behind``: log bytes on disk past the replica's acknowledged positions,
+  summed over its locations: what it has to catch up.  Alert ``DisReplicaLagging``.
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from disd.tailer.core import replica_connected
 
 if TYPE_CHECKING:
     from disd.tailer.core import Tailer
@@ -40,6 +54,8 @@ SERIES = (
     "dis_tailer_corrupt_frames_total",
     "dis_tailer_reconnects_total",
     "dis_tailer_refusals_total",
+    "dis_tailer_replica_connected",
+    "dis_tailer_replica_bytes_behind",
 )
 
 
@@ -72,19 +88,48 @@ class TailerCollector:
         refusals = CounterMetricFamily("dis_tailer_refusals_total",
                                        "Ingest streams of the location the DIS refused, by gRPC status",
                                        labels=[*lbl, "code"])
-        workers = self.tailer.workers()
-        for w in workers:
-            labels = [w.key.table_key, str(w.key)]
-            behind.add_metric(labels, w.bytes_behind(self.tailer.files_of(w.key)))
-            c = w.counters()
-            acked.add_metric(labels, c["acked_bytes"])
-            corrupt.add_metric(labels, c["corrupt_frames"])
-            reconnects.add_metric(labels, c["reconnects"])
-            for code, n in sorted(c["refusals"].items()):
+        rlbl = ["replica", "address"]
+        r_connected = GaugeMetricFamily("dis_tailer_replica_connected",
+                                        "1 when the tailer has an open stream to the replica or it answered the "
+                                        "last attempt; 0 when its streams fail", labels=rlbl)
+        r_behind = GaugeMetricFamily("dis_tailer_replica_bytes_behind",
+                                     "Log bytes on disk past the replica's acknowledged positions, summed over "
+                                     "its locations", labels=rlbl)
+        per_replica: dict[tuple[str, str], list] = {}  # (name, address) -> [bytes behind, reachability]
+        keys = self.tailer.locations_streamed()
+        for key in keys:
+            ws = self.tailer.workers_of(key)
+            lf = self.tailer.files_of(key)
+            labels = [key.table_key, str(key)]
+            most = 0
+            acked_n = reconnects_n = 0
+            seen: set = set()
+            codes: collections.Counter[str] = collections.Counter()
+            for w in ws:
+                b = w.bytes_behind(lf)
+                most = max(most, b)
+                c = w.counters()
+                acked_n += c["acked_bytes"]
+                reconnects_n += c["reconnects"]
+                seen |= c["corrupt_seen"]
+                codes.update(c["refusals"])
+                if w.replica is not None:
+                    r = per_replica.setdefault((w.replica.name, w.replica.address), [0, []])
+                    r[0] += b
+                    r[1].append(w.reachable)
+            behind.add_metric(labels, most)
+            acked.add_metric(labels, acked_n)
+            corrupt.add_metric(labels, len(seen))
+            reconnects.add_metric(labels, reconnects_n)
+            for code, n in sorted(codes.items()):
                 refusals.add_metric([*labels, code], n)
-        locations = GaugeMetricFamily("dis_tailer_locations", "Locations the tailer streams (one worker each)")
-        locations.add_metric([], len(workers))
-        yield from (locations, behind, acked, corrupt, reconnects, refusals)
+        for (name, address), (b, reach) in sorted(per_replica.items()):
+            r_connected.add_metric([name, address], 1 if replica_connected(reach) else 0)
+            r_behind.add_metric([name, address], b)
+        locations = GaugeMetricFamily("dis_tailer_locations", "Locations the tailer streams (one worker per replica "
+                                      "each)")
+        locations.add_metric([], len(keys))
+        yield from (locations, behind, acked, corrupt, reconnects, refusals, r_connected, r_behind)
 
 
 def tailer_registry(tailer: "Tailer") -> CollectorRegistry:

@@ -15,7 +15,13 @@ A file of a location is *covered* by a checkpoint at ``(F, offset, skip_rows)`` 
 
 and in both cases it is not the location's newest file, the one a logger may still be writing.
 Nothing is removed while the DIS is unreachable, reports no checkpoint for the location, or
-while the location is in error.  Only files in ``log_dirs`` are touched: never CSV spool logs,
+while the location is in error.
+
+A location routed to a replica set (docs/replicas.md) is streamed to every replica, and each may
+need to resume from its own checkpoint: every replica is asked, and a file is removed only when
+the *oldest* of their checkpoints covers it.  A replica that cannot be asked (down, unreachable)
+or has no checkpoint of the location keeps every file of it: when it comes back it catches up
+from those files.  Only files in ``log_dirs`` are touched: never CSV spool logs,
 whose removal would make the CSV be transcoded again.
 """
 
@@ -32,6 +38,7 @@ import grpc
 import structlog
 
 from disd.names import LocationKey
+from disd.routing import Replica
 from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
@@ -53,6 +60,19 @@ class Checkpoint:
     file_name: str
     offset: int
     skip_rows: int = 0
+
+
+def oldest_checkpoint(ckpts: Iterable[Checkpoint | None]) -> Checkpoint | None:
+    """The least advanced of the replicas' checkpoints of one location; None when one of them has
+    none (that replica needs every file)."""
+    out: Checkpoint | None = None
+    for c in ckpts:
+        if c is None or not c.file_name:
+            return None
+        if out is None or (order_of(c.file_name), c.offset, c.skip_rows) < (order_of(out.file_name), out.offset,
+                                                                          out.skip_rows):
+            out = c
+    return out
 
 
 def covered_files(files: list[LogFile], ckpt: Checkpoint | None,
@@ -80,8 +100,8 @@ class RetentionStatus:
 
 
 class LogRetention(threading.Thread):
-    """One thread: every ``interval_ms``, ask each DIS for the checkpoints of this tailer's
-    locations and remove the covered files."""
+    """One thread: every ``interval_ms``, ask each DIS (every replica) for the checkpoints of
+    this tailer's locations and remove the files every replica's checkpoint covers."""
 
     def __init__(self, tailer: "Tailer", config: RetentionConfig, halt: threading.Event) -> None:
         super().__init__(name="tailer retention", daemon=True)
@@ -115,24 +135,30 @@ class LogRetention(threading.Thread):
     def run_once(self) -> list[str]:
         """One pass over every location; returns the paths removed."""
         errors_before = self.status()["errors"]
-        by_owner: dict[str, list[LocationKey]] = {}
+        by_address: dict[str, list[LocationKey]] = {}
+        members: dict[LocationKey, tuple[Replica, ...]] = {}
         for key in self.tailer.locations():
-            owner = self.tailer.config.routing.owner(key.namespace, key.table)
-            if owner is not None:
-                by_owner.setdefault(owner.address, []).append(key)
+            replicas = self.tailer.config.routing.replicas(key.namespace, key.table)
+            if replicas:
+                members[key] = replicas
+                for r in replicas:
+                    by_address.setdefault(r.address, []).append(key)
+        answers = {address: self._checkpoints(address, keys) for address, keys in by_address.items()}
         removed: list[str] = []
-        for address, keys in by_owner.items():
-            checkpoints = self._checkpoints(address, keys)
-            if checkpoints is None:
+        for key, replicas in members.items():
+            per = [answers[r.address] for r in replicas]
+            if any(a is None for a in per):
+                continue  # a replica that cannot be asked keeps every file of its locations
+            ckpt = oldest_checkpoint(a.get(key) for a in per)  # type: ignore[union-attr]
+            if ckpt is None:
                 continue
-            for key in keys:
-                files = [f for f in self.tailer.files_of(key).files
-                         if os.path.realpath(os.path.dirname(f.path)) in self.log_dirs]
-                for f in covered_files(files, checkpoints.get(key), _size):
-                    if self.halt.is_set():
-                        return removed
-                    if self._remove(f, key, checkpoints[key]):
-                        removed.append(f.path)
+            files = [f for f in self.tailer.files_of(key).files
+                     if os.path.realpath(os.path.dirname(f.path)) in self.log_dirs]
+            for f in covered_files(files, ckpt, _size):
+                if self.halt.is_set():
+                    return removed
+                if self._remove(f, key, ckpt):
+                    removed.append(f.path)
         with self._lock:
             self._status.passes += 1
             if self._status.errors == errors_before:
@@ -178,6 +204,7 @@ class LogRetention(threading.Thread):
         with self._lock:
             self._status.removed_files += 1
             self._status.removed_bytes += size
+        # "the DIS checkpoint": the oldest of the replicas' checkpoints (one for a plain entry)
         log.info("log file covered by the DIS checkpoint: " + ("deleted" if self.config.mode == "delete" else "moved"),
                  location=str(key), file=f.path, bytes=size, move_to=self.config.move_to,
                  checkpoint_file=ckpt.file_name, checkpoint_offset=ckpt.offset)

@@ -1,4 +1,12 @@
-"""One location's worker: an Ingest stream to the DIS that owns it, fed with whole frames.
+"""One location's worker for one DIS: an Ingest stream to one replica of the routing entry that
+owns the location, fed with whole frames.
+
+A location routed to a replica set (hot replicas, docs/replicas.md) gets one worker per replica:
+each has its own stream, its own resume point (the one that replica gives), its own acks and
+backoff, so a dead or slow replica never holds the others back, and one that comes back resumes
+from its own position in the log files on disk.  Problems found in the files (a corrupt frame, a
+refused schema change) are found by each worker and reported to its own replica; a refusal is one
+replica's and stops only that replica's stream.
 
 The worker opens ``Ingest.Stream`` with the location and the schema fingerprint of the file it is
 at, learns the resume point, and sends the files of the location in order from there.  It never
@@ -50,6 +58,7 @@ from disd.errors import DisError
 from disd.names import LocationKey
 from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_to_proto
+from disd.routing import Replica
 from disd.rpc.v1 import dis_pb2
 from disd.schema import TableSchema
 from disd.schemaversions import SchemaChangeError, check_change
@@ -101,21 +110,32 @@ class WorkerStatus:
     acked_offset: int = 0  # the DIS has ingested every byte of ``acked_file`` before this
     committed_rows: int = 0
     in_flight_bytes: int = 0
-    dis: str | None = None
+    dis: str | None = None  # the replica's address
+    replica: str | None = None  # the replica's name in the routing
     error: str | None = None
     problem: str | None = None  # what the DIS is told is wrong on this side; filled in by status()
 
 
 class LocationWorker(threading.Thread):
-    def __init__(self, tailer: "Tailer", key: LocationKey) -> None:
-        super().__init__(name=f"tailer {key}", daemon=True)
+    """Streams one location to one replica (``replica`` None: no routing entry takes the
+    location's table, refused as NOT_ROUTED until one does)."""
+
+    def __init__(self, tailer: "Tailer", key: LocationKey, replica: Replica | None = None) -> None:
+        if replica is None:
+            members = tailer.config.routing.replicas(key.namespace, key.table)
+            replica = members[0] if members else None
+        super().__init__(name=f"tailer {key}" + (f" -> {replica.name}" if replica else ""), daemon=True)
         self.tailer = tailer
         self.key = key
+        self.replica = replica
         self.cfg = tailer.config
         self.wake = threading.Event()
         self._halt = tailer._halt
         self._lock = threading.Lock()
-        self._status = WorkerStatus()
+        self._status = WorkerStatus(dis=replica.address if replica else None, replica=replica.name if replica else None)
+        # did the replica answer the last attempt (a resume point or a refusal: True), or did the
+        # attempt fail to reach it (False)?  None before the first attempt: for the replica metrics
+        self.reachable: bool | None = None
         self._session: IngestSession | None = None
         self._hint: str | None = None  # the file the next stream opens with (its fingerprint)
         self._corrupt: tuple[str, int, tuple] | None = None  # (path, offset, stat) that stopped us
@@ -142,7 +162,7 @@ class LocationWorker(threading.Thread):
         self.corrupt_frames = 0
         self.acked_bytes = 0
         self.refusals: collections.Counter[str] = collections.Counter()
-        self.log = log.bind(location=str(key))
+        self.log = log.bind(location=str(key), replica=replica.name if replica else None)
 
     # -- status ------------------------------------------------------------------------------
 
@@ -152,10 +172,12 @@ class LocationWorker(threading.Thread):
             return asdict(self._status) | {"problem": problem}
 
     def counters(self) -> dict:
-        """acked_bytes, corrupt_frames, reconnects, refusals (by gRPC status): for the metrics."""
+        """acked_bytes, corrupt_frames, corrupt_seen (the (path, offset) of each), reconnects,
+        refusals (by gRPC status): for the metrics."""
         with self._lock:
             return {"acked_bytes": self.acked_bytes, "corrupt_frames": self.corrupt_frames,
-                    "reconnects": self.reconnects, "refusals": dict(self.refusals)}
+                    "corrupt_seen": set(self._corrupt_seen), "reconnects": self.reconnects,
+                    "refusals": dict(self.refusals)}
 
     def _set(self, **kw: object) -> None:
         with self._lock:
@@ -218,6 +240,8 @@ class LocationWorker(threading.Thread):
             except RefusedByDis as e:
                 with self._lock:
                     self.refusals[e.code] += 1
+                    if e.code != "NOT_ROUTED":
+                        self.reachable = True  # it answered
                 self._set(state="refused", error=str(e), in_flight_bytes=0)
                 self._note_refusal(e)
                 first = str(e) not in reported  # the same refusal again is logged at info
@@ -244,6 +268,7 @@ class LocationWorker(threading.Thread):
                 detail = str(classify(e)) if isinstance(e, grpc.RpcError) else str(e)
                 with self._lock:
                     self.reconnects += 1
+                    self.reachable = False
                 self._set(state="reconnecting", error=detail, in_flight_bytes=0)
                 first = detail not in reported
                 reported.add(detail)
@@ -401,11 +426,11 @@ class LocationWorker(threading.Thread):
             self._idle_wait()
             return False
         self._opening_file, header = opening
-        owner = self.cfg.routing.owner(self.key.namespace, self.key.table)
-        if owner is None:
+        replica = self.replica
+        if replica is None:
             raise RefusedByDis("NOT_ROUTED", f"no DIS in the routing takes {self.key.table_key}")
-        self._set(state="connecting", dis=owner.address)
-        channel = open_channel(owner.address, self.cfg.security)
+        self._set(state="connecting", dis=replica.address)
+        channel = open_channel(replica.address, self.cfg.security)
         try:
             session = IngestSession(channel, self.cfg.max_in_flight_bytes, self._halt, self._on_ack)
             self._session = session
@@ -417,6 +442,7 @@ class LocationWorker(threading.Thread):
                     schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id,
                     schema_json=header.schema.to_json()))
                 with self._lock:
+                    self.reachable = True
                     if self._refused is not None and self._refused[2] and self._refused[0] == self._opening_file:
                         self._refused = None  # the DIS takes the file it refused
                 self._follow(session, header, resume)
