@@ -11,21 +11,23 @@ published (docs/storage-format.md).  So a snapshot pins what a read returns, and
 that serves the bytes below a snapshot's sizes serves the same bytes.  Implementations can differ
 in everything else:
 
-* ``GrpcBlocks`` — a DIS over gRPC: locations as the owning DIS lists them (published sizes,
-  ``routing`` says which DIS owns a table), ranges fetched as 64 KiB blocks in one ``ReadBlocks``
-  stream (``ReadBlock`` calls against a DIS without it), over channels with ``ClientSecurity``.
+* ``GrpcBlocks`` — DISes over gRPC: locations as the owning DIS lists them (published sizes,
+  ``routing`` says which DIS, or which set of hot replicas, owns a table), ranges fetched as
+  64 KiB blocks in one ``ReadBlocks`` stream (``ReadBlock`` calls against a DIS without it), over
+  channels with ``ClientSecurity``.  A read whose replica goes down continues on another replica
+  that has published the bytes it reads (docs/replicas.md).
 * ``LocalColumnFiles`` — the column files under a database root, read with ``pread``: on the DIS
   host or a shared mount.  It serves snapshots listed by a DIS (published sizes: Spark's
   ``dbRoot`` option) and lists locations itself at their ``table.size`` checkpoints (no DIS
   needed: the rows a checkpoint covers never change either).
 
-``open_block_source`` is the one place that picks an implementation.  Later sources (a JVM
-reader, replicas with failover, a caching proxy) plug in here: they take the same snapshots and
-must return the same bytes.
+``open_block_source`` is the one place that picks an implementation.  Later sources (a caching
+proxy) plug in here: they take the same snapshots and must return the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -37,7 +39,7 @@ import pyarrow as pa
 from disd.config import DEFAULT_BLOCK_SIZE_BYTES
 from disd.errors import DisError
 from disd.names import InvalidNameError, LocationKey
-from disd.routing import Routing, resolve
+from disd.routing import Instance, Routing, resolve
 from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_from_proto, key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
@@ -219,18 +221,44 @@ class _NotYetPublished(Exception):
     rows it had published (a crash loses what was not checkpointed until the tailer resends it)."""
 
 
+#: How long a replica that failed a call is asked last (after the other replicas of its set).
+DOWN_S = 5.0
+
+
+def replica_order(location: str, addresses: Sequence[str]) -> list[str]:
+    """The replicas of a set in a location's own stable order (rendezvous hashing): by the first
+    8 bytes of ``sha256("<location>@<address>")`` (big-endian, unsigned) descending, then address
+    (a linear checksum such as CRC-32 would order two replicas the same way for every key).  ``location`` is a location key
+    as ``str(LocationKey)`` (``Namespace/Table/internal/column``).  Readers spread locations over
+    a set by trying them in this order: every reader picks the same replica for a location, and a
+    replica that is down moves only its own locations to the others."""
+    return sorted(addresses, key=lambda a: (-int.from_bytes(
+        hashlib.sha256(f"{location}@{a}".encode()).digest()[:8], "big"), a))
+
+
 class GrpcBlocks:
     """Blocks from DIS instances over gRPC: one channel per address, opened on first use.
 
-    Locations are listed at the DIS that owns the table (``routing``); a snapshot's bytes are
-    read from the DIS that listed it (``snap.address``).
+    Which DIS: ``routing`` says which entry owns a table, and an entry is a set of replicas
+    (one for a plain entry) holding byte-identical column files (docs/replicas.md).  A table is
+    listed at every replica of its entry that answers, in parallel; each location is taken from
+    the most advanced of them (the most rows), ties going to the first in the location's
+    ``replica_order``, so in-sync replicas share the reads of a table's locations.  A snapshot's
+    bytes are read from the replica that listed it (``snap.address``).
 
-    A DIS restart is a pause, not an error: every call that finds its DIS unreachable
-    (``UNAVAILABLE``) is tried again on a fresh channel, with backoff, for up to ``retry_s``
-    seconds, and so is a read of bytes the DIS does not serve yet (after a crash it republishes
-    the rows a snapshot pinned once its tailer has resent them: the same rows, the same bytes).
-    Only then does the caller get an error, which says how long it waited.  ``retry_s=0`` fails
-    at once (interactive commands)."""
+    A replica that goes down is a detour, not an error: a read that fails because its replica is
+    unreachable (``UNAVAILABLE``, or ``DEADLINE_EXCEEDED`` when there is another replica to ask)
+    continues on another replica of the set, but only on one whose ListLocations says it has
+    published at least the end of the range read (bytes below a published size are the same on
+    every replica; bytes above it a replica never said it has).  Listing, catalogue calls and
+    subscriptions move to another replica the same way.
+
+    A DIS restart is a pause, not an error: when no replica can serve a call (a set of one whose
+    DIS restarts), it is tried again on fresh channels, with backoff, for up to ``retry_s``
+    seconds, and so is a read of bytes no replica serves yet (after a crash a DIS republishes the
+    rows a snapshot pinned once its tailer has resent them: the same rows, the same bytes).  Only
+    then does the caller get an error, which says how long it waited.  ``retry_s=0`` asks each
+    replica once (interactive commands)."""
 
     def __init__(self, routing: Routing, security: ClientSecurity | None = None, timeout_s: float = 30.0,
                  retry_s: float = DEFAULT_RETRY_S) -> None:
@@ -241,6 +269,14 @@ class GrpcBlocks:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, dis_pb2_grpc.TableDataStub] = {}
         self._unary_only: set[str] = set()  # DIS addresses without ReadBlocks
+        self._down: dict[str, float] = {}  # address -> when a call to it last failed (monotonic)
+        # What each replica said it published, per location (ListLocations answers): the sizes a
+        # read may take from it when it fails over there.  Sizes only grow, so an old answer
+        # only understates (re-asked then); a replica that lost rows in a crash serves short,
+        # which a read detects (_NotYetPublished) and moves on.
+        self._published: dict[tuple[str, LocationKey], dict[str, int]] = {}
+        # Where reads of a snapshot went after its own replica failed: (key, snap.address) -> address.
+        self._moved: dict[tuple[LocationKey, str], str] = {}
 
     # -- plumbing ------------------------------------------------------------------------------
     def stub(self, address: str) -> dis_pb2_grpc.TableDataStub:
@@ -260,6 +296,27 @@ class GrpcBlocks:
         self._stubs.pop(address, None)
         if ch is not None:
             ch.close()
+
+    def _mark_down(self, address: str) -> None:
+        self._down[address] = time.monotonic()
+        self._forget(address)
+
+    def _is_down(self, address: str) -> bool:
+        t = self._down.get(address)
+        return t is not None and time.monotonic() - t < DOWN_S
+
+    def _healthy_first(self, addresses: Sequence[str]) -> list[str]:
+        """``addresses`` in their order, those that failed lately last."""
+        return sorted(addresses, key=self._is_down)
+
+    @staticmethod
+    def _replica_down(e: grpc.RpcError, others: bool) -> bool:
+        """Whether a failed call says its replica is down (ask another, or again later) rather
+        than refusing for a reason that stays.  A call that timed out counts when ``others``
+        (another replica can answer); a DIS of its own keeps answering DEADLINE_EXCEEDED at once."""
+        if restarting(e):
+            return True
+        return others and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
     def _retrying(self, address: str, attempt: Callable[[], T]) -> T:
         """``attempt()``, again while its DIS is unreachable or has not yet republished what it
@@ -284,11 +341,81 @@ class GrpcBlocks:
             time.sleep(min(delay, deadline - now))
             delay = min(delay * 2, RETRY_MAX_S)
 
+    def _any_replica(self, addresses: Sequence[str], attempt: Callable[[str], T]) -> tuple[str, T]:
+        """``(address, attempt(address))`` from the first replica of ``addresses`` (healthy ones
+        first) that answers; rounds over them, with backoff, for up to ``retry_s`` seconds while
+        none does.  Each round tries every replica once, so ``retry_s=0`` still fails over."""
+        others = len(addresses) > 1
+        deadline: float | None = None
+        delay = RETRY_INITIAL_S
+        while True:
+            failures: list[str] = []
+            for address in self._healthy_first(addresses):
+                try:
+                    return address, attempt(address)
+                except grpc.RpcError as e:
+                    if not self._replica_down(e, others):
+                        raise explain(e, address) from None
+                    failures.append(str(explain(e, address)))
+                    self._mark_down(address)
+            now = time.monotonic()
+            deadline = now + self.retry_s if deadline is None else deadline
+            if now >= deadline:
+                raise DisClientError(_failed(failures, self.retry_s)) from None
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    def _call_any(self, addresses: Sequence[str], method: str, request):  # noqa: ANN001, ANN202
+        """``method(request)`` at the first replica of ``addresses`` that answers: (address, reply)."""
+        return self._any_replica(
+            addresses, lambda a: getattr(self.stub(a), method)(request, timeout=self.timeout_s))
+
+    def _list_replicas(self, addresses: Sequence[str], request) -> dict[str, object]:  # noqa: ANN001
+        """ListLocations at every replica of ``addresses`` that answers, asked in parallel: replicas
+        that failed lately are asked only when no other answers.  At least one answer, or (after
+        ``retry_s``) the error."""
+        others = len(addresses) > 1
+        deadline: float | None = None
+        delay = RETRY_INITIAL_S
+        while True:
+            healthy = [a for a in addresses if not self._is_down(a)]
+            answers: dict[str, object] = {}
+            failures: list[str] = []
+            refused: BlockSourceError | None = None
+            for ask in ([healthy, [a for a in addresses if a not in healthy]] if healthy else [list(addresses)]):
+                pending = {a: self.stub(a).ListLocations.future(request, timeout=self.timeout_s) for a in ask}
+                for a, fut in pending.items():
+                    try:
+                        answers[a] = fut.result()
+                    except grpc.RpcError as e:
+                        if not self._replica_down(e, others):
+                            refused = refused or explain(e, a)
+                            continue
+                        failures.append(str(explain(e, a)))
+                        self._mark_down(a)
+                if answers:
+                    return answers
+            if refused is not None:
+                raise refused
+            now = time.monotonic()
+            deadline = now + self.retry_s if deadline is None else deadline
+            if now >= deadline:
+                raise DisClientError(_failed(failures, self.retry_s)) from None
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, RETRY_MAX_S)
+
     def _owner(self, namespace: str, table: str) -> str:
+        return self._entry(namespace, table).address
+
+    def _entry(self, namespace: str, table: str) -> Instance:
         inst = self.routing.owner(namespace, table)
         if inst is None:
             raise DisClientError(f"no DIS instance in the routing takes {namespace}.{table}")
-        return inst.address
+        return inst
+
+    def replicas(self, namespace: str, table: str) -> list[str]:
+        """The addresses of the replicas holding a table, in the routing file's order."""
+        return [r.address for r in self._entry(namespace, table).members]
 
     def close(self) -> None:
         for ch in self._channels.values():
@@ -306,59 +433,124 @@ class GrpcBlocks:
     def locations(self, namespace: str | None = None, table: str | None = None,
                   wanted: Wanted | None = None) -> list[LocationSnapshot]:
         """Published locations of a table (of every table when none is named), each listed by
-        the DIS that owns its table."""
-        if namespace and table:
-            addresses = [self._owner(namespace, table)]
-        else:
-            addresses = self.routing.addresses
+        a replica of the entry that owns its table: the most advanced one that answered (see
+        the class docstring)."""
+        entries = [self._entry(namespace, table)] if namespace and table else list(self.routing.instances)
+        request = dis_pb2.ListLocationsRequest(namespace=namespace or "", table=table or "")
         out = []
-        for address in addresses:
-            resp = self._call(address, "ListLocations",
-                              dis_pb2.ListLocationsRequest(namespace=namespace or "", table=table or ""))
-            for m in resp.locations:
-                snap = LocationSnapshot.from_msg(m, address)
-                inst = self.routing.owner(snap.key.namespace, snap.key.table)
-                if inst is not None and inst.address == address and (wanted is None or wanted(snap.key.column_partition)):
-                    out.append(snap)
+        for inst in entries:
+            addresses = [r.address for r in inst.members]
+            found: dict[LocationKey, list[LocationSnapshot]] = {}
+            for address, resp in self._list_replicas(addresses, request).items():
+                for m in resp.locations:
+                    snap = LocationSnapshot.from_msg(m, address)
+                    self._published[(address, snap.key)] = snap.files
+                    if self.routing.owner(snap.key.namespace, snap.key.table) != inst:
+                        continue
+                    if wanted is None or wanted(snap.key.column_partition):
+                        found.setdefault(snap.key, []).append(snap)
+            for key, snaps in found.items():
+                most = max(s.rows for s in snaps)
+                order = replica_order(str(key), addresses)
+                out.append(min((s for s in snaps if s.rows == most), key=lambda s: order.index(s.address)))
         return sorted(out, key=lambda s: (s.key.namespace, s.key.table, s.key.column_partition, s.key.internal_partition))
 
     def read_range(self, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
         """Bytes [start, stop) of a column file: its blocks in one ReadBlocks stream (a DIS
-        without ReadBlocks is read block by block with ReadBlock, READ_AHEAD in flight)."""
+        without ReadBlocks is read block by block with ReadBlock, READ_AHEAD in flight), from
+        ``snap.address`` or, when that replica is down, from another replica of its set that has
+        published at least ``stop`` bytes of the file (see the class docstring)."""
         stop = min(stop, snap.files.get(file, 0))
         if stop <= start:
             return b""
+        candidates = self._read_candidates(snap)
+        if len(candidates) == 1:
+            return self._retrying(snap.address, lambda: self._read_from(snap.address, snap, file, start, stop))
+        others = True
+        deadline: float | None = None
+        delay = RETRY_INITIAL_S
+        while True:
+            failures: list[str] = []
+            moved = self._moved.get((snap.key, snap.address))
+            for address in sorted(candidates, key=lambda a: (a != moved, self._is_down(a))):
+                try:
+                    if address != snap.address and not self._has_published(address, snap.key, file, stop):
+                        have = self._published.get((address, snap.key), {}).get(file, 0)
+                        failures.append(f"the DIS at {address} has published {have} bytes of {file} "
+                                        f"of {snap.key}, fewer than {stop}")
+                        continue
+                    data = self._read_from(address, snap, file, start, stop)
+                except grpc.RpcError as e:
+                    if not self._replica_down(e, others):
+                        raise explain(e, address) from None
+                    failures.append(str(explain(e, address)))
+                    self._mark_down(address)
+                    continue
+                except _NotYetPublished as e:
+                    failures.append(str(e))
+                    continue
+                if address != snap.address:
+                    self._moved[(snap.key, snap.address)] = address
+                return data
+            now = time.monotonic()
+            deadline = now + self.retry_s if deadline is None else deadline
+            if now >= deadline:
+                raise DisClientError(f"{snap.key}: no replica serves bytes [{start}, {stop}) of {file}: "
+                                     + _failed(failures, self.retry_s)) from None
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    def _read_candidates(self, snap: LocationSnapshot) -> list[str]:
+        """``snap.address`` and, when it is a replica of a set, the set's other replicas in the
+        location's ``replica_order``."""
+        inst = self.routing.owner(snap.key.namespace, snap.key.table)
+        addresses = [r.address for r in inst.members] if inst is not None else []
+        if snap.address not in addresses:
+            return [snap.address]
+        return [snap.address] + [a for a in replica_order(str(snap.key), addresses) if a != snap.address]
+
+    def _has_published(self, address: str, key: LocationKey, file: str, size: int) -> bool:
+        """Whether the replica at ``address`` said it published at least ``size`` bytes of
+        ``file`` of location ``key`` (asking its ListLocations when what it said last is less).
+        RpcError when it cannot be asked."""
+        if self._published.get((address, key), {}).get(file, 0) >= size:
+            return True
+        resp = self.stub(address).ListLocations(
+            dis_pb2.ListLocationsRequest(namespace=key.namespace, table=key.table), timeout=self.timeout_s)
+        for m in resp.locations:
+            self._published[(address, key_from_proto(m.key))] = {f.name: int(f.size) for f in m.files}
+        return self._published.get((address, key), {}).get(file, 0) >= size
+
+    def _read_from(self, address: str, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
+        """Bytes [start, stop) of ``file`` from the DIS at ``address``, which must have published
+        at least ``stop`` of them; _NotYetPublished when it serves fewer."""
         bs = snap.block_size
         first, last = start // bs, (stop - 1) // bs
+        if address in self._unary_only:
+            parts = self._read_blocks_unary(address, snap, file, first, last)
+        else:
+            try:
+                parts = self._read_blocks_stream(address, snap, file, first, last)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._unary_only.add(address)
+                parts = self._read_blocks_unary(address, snap, file, first, last)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        off = start - first * bs
+        out = data[off : off + (stop - start)]
+        if len(out) != stop - start:
+            raise _NotYetPublished(f"{snap.key}: {file} returned {len(out)} bytes, expected {stop - start} "
+                                   f"(the DIS at {address} publishes less than the snapshot read)")
+        return out
 
-        def attempt() -> bytes:
-            if snap.address in self._unary_only:
-                parts = self._read_blocks_unary(snap, file, first, last)
-            else:
-                try:
-                    parts = self._read_blocks_stream(snap, file, first, last)
-                except grpc.RpcError as e:
-                    if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                        raise
-                    self._unary_only.add(snap.address)
-                    parts = self._read_blocks_unary(snap, file, first, last)
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            off = start - first * bs
-            out = data[off : off + (stop - start)]
-            if len(out) != stop - start:
-                raise _NotYetPublished(f"{snap.key}: {file} returned {len(out)} bytes, expected {stop - start} "
-                                       f"(the DIS at {snap.address} publishes less than the snapshot read)")
-            return out
-
-        return self._retrying(snap.address, attempt)
-
-    def _read_blocks_stream(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
+    def _read_blocks_stream(self, address: str, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
         req = dis_pb2.ReadBlocksRequest(location=key_to_proto(snap.key), file=file, first_block=first,
                                         block_count=last - first + 1)
-        return [b for m in self.stub(snap.address).ReadBlocks(req, timeout=self.timeout_s) for b in m.blocks]
+        return [b for m in self.stub(address).ReadBlocks(req, timeout=self.timeout_s) for b in m.blocks]
 
-    def _read_blocks_unary(self, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
-        stub = self.stub(snap.address)
+    def _read_blocks_unary(self, address: str, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
+        stub = self.stub(address)
         key = key_to_proto(snap.key)
         parts: list[bytes] = []
         pending: list = []
@@ -375,6 +567,12 @@ class GrpcBlocks:
                 f.cancel()
             raise
         return parts
+
+
+def _failed(failures: Sequence[str], retry_s: float) -> str:
+    """What a call that no replica answered says: each replica's failure, and how long it tried."""
+    waited = f" (tried for {retry_s:g} s)" if retry_s > 0 else ""
+    return "; ".join(dict.fromkeys(failures)) + waited
 
 
 # -- from the column files ----------------------------------------------------------------------

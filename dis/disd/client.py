@@ -9,7 +9,9 @@
 Reads go through the block seam (``disd.blocks``): a ``Client`` is the gRPC ``BlockSource``,
 fetching raw 64 KiB blocks of the column files (many in one stream) that ``disd.storage.columns``
 rebuilds into Arrow arrays; only the rows published when the location was listed are read, so a
-read is repeatable however far ingestion has moved on.  ``table_from_blocks`` reads a table from
+read is repeatable however far ingestion has moved on.  With a routing entry of hot replicas, every
+call goes to a replica that answers and a read continues on another replica when its own goes down
+(``disd.blocks.GrpcBlocks``).  ``table_from_blocks`` reads a table from
 any ``BlockSource``.  Used by ``dis ls``, the Spark source and users with pandas.
 """
 
@@ -50,11 +52,14 @@ class Client(GrpcBlocks):
 
     # -- catalogue -----------------------------------------------------------------------------
     def tables(self) -> list[TableSchema]:
-        """Every table's newest schema, carrying its earlier versions (``TableSchema.history``)."""
+        """Every table's newest schema, carrying its earlier versions (``TableSchema.history``):
+        each routing entry's tables as one of its replicas that answers lists them."""
         out: dict[tuple[str, str], TableSchema] = {}
-        for address in self.routing.addresses:
-            for t in self._call(address, "ListTables", dis_pb2.ListTablesRequest()).tables:
-                if self.routing.owner(t.namespace, t.table) is None or self._owner(t.namespace, t.table) != address:
+        for inst in self.routing.instances:
+            address, reply = self._call_any([r.address for r in inst.members], "ListTables",
+                                            dis_pb2.ListTablesRequest())
+            for t in reply.tables:
+                if self.routing.owner(t.namespace, t.table) != inst:
                     continue
                 s = table_info_schema(t, address)
                 out[(s.namespace, s.table)] = s
@@ -62,12 +67,13 @@ class Client(GrpcBlocks):
         return sorted(out.values(), key=lambda s: s.key)
 
     def schema(self, namespace: str, table: str, refresh: bool = False) -> TableSchema:
-        """The table's newest schema with its earlier versions, as its DIS holds them (asked once
-        per client; ``refresh`` asks again: a DIS restarted with a newer version of the table)."""
+        """The table's newest schema with its earlier versions, as its DIS (a replica of its set
+        that answers) holds them (asked once per client; ``refresh`` asks again: a DIS restarted
+        with a newer version of the table)."""
         s = None if refresh else self._schemas.get((namespace, table))
         if s is None:
-            address = self._owner(namespace, table)
-            for t in self._call(address, "ListTables", dis_pb2.ListTablesRequest()).tables:
+            address, reply = self._call_any(self.replicas(namespace, table), "ListTables", dis_pb2.ListTablesRequest())
+            for t in reply.tables:
                 if t.namespace == namespace and t.table == table:
                     s = self._schemas[(namespace, table)] = table_info_schema(t, address)
             if s is None:
@@ -76,25 +82,44 @@ class Client(GrpcBlocks):
 
     def subscribe(self, namespace: str | None = None, table: str | None = None) -> Iterator[LocationSnapshot]:
         """Every matching location now, then one snapshot per new location or size change.
-        Reads from the owner of the table (or the first instance when no table is given)."""
-        address = self._owner(namespace, table) if namespace and table else self.routing.addresses[0]
+
+        Follows one replica of the table's entry (of the first entry when no table is given).
+        When its stream ends because that DIS went away, it subscribes again: to another replica
+        of the set when one answers, else to the same DIS once it is back (within ``retry_s``).
+        The new stream starts with every matching location's current size, so no change is
+        missed; a size smaller than one already given for a location (a replica behind the one
+        followed before, or a DIS that lost unflushed rows) is held back until it is reached
+        again, so the sizes of a location never go down."""
+        if namespace and table:
+            addresses = self.replicas(namespace, table)
+        else:
+            addresses = [r.address for r in self.routing.instances[0].members]
         request = dis_pb2.SubscribeRequest(namespace=namespace or "", table=table or "")
+        given: dict = {}
         while True:
-            # A DIS restart ends the stream with UNAVAILABLE: subscribe again (the new stream
-            # starts with every matching location's current size, so no change is missed).
-            stream = self._retrying(address, lambda: _first_and_rest(self.stub(address).Subscribe(request)))
+            address, stream = self._any_replica(
+                addresses, lambda a: _first_and_rest(self.stub(a).Subscribe(request)))
             try:
                 for m in stream:
-                    yield LocationSnapshot.from_msg(m, address)
+                    snap = LocationSnapshot.from_msg(m, address)
+                    if snap.rows < given.get(snap.key, 0):
+                        continue
+                    given[snap.key] = snap.rows
+                    yield snap
                 return
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.CANCELLED:
                     return
-                if not restarting(e) or self.retry_s <= 0:
+                if not restarting(e) or (self.retry_s <= 0 and len(addresses) == 1):
                     raise explain(e, address) from None
+                self._mark_down(address)
 
     def status(self, address: str | None = None) -> dis_pb2.StatusResponse:
-        return self._call(address or self.routing.addresses[0], "Status", dis_pb2.StatusRequest())
+        """The Status of the DIS at ``address`` (default: the first DIS of the routing that
+        answers)."""
+        if address is not None:
+            return self._call(address, "Status", dis_pb2.StatusRequest())
+        return self._call_any(self.routing.addresses, "Status", dis_pb2.StatusRequest())[1]
 
     # -- data ----------------------------------------------------------------------------------
     def read_location(self, snap: LocationSnapshot, columns: Sequence[str] | None = None,

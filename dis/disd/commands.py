@@ -120,19 +120,68 @@ def _cmd_status(args: argparse.Namespace) -> int:
     version, rows, flush and checkpoint age, the checkpoint's source record, the connected
     tailer, errors and the last problem its tailer reported."""
     from disd.client import DisClientError
+    from disd.config import ConfigError
 
+    down: list[tuple[str, str]] = []
     try:
         with _connect(args) as c:
-            replies = [(a, c.status(a)) for a in c.routing.addresses]
-    except DisClientError as e:
+            routing = c.routing
+            if args.routing:
+                # Every DIS of the routing file, each replica of each set: one that does not
+                # answer is a row of the report, not the end of it.
+                replies = []
+                for a in routing.addresses:
+                    try:
+                        replies.append((a, c.status(a)))
+                    except DisClientError as e:
+                        down.append((a, str(e)))
+            else:
+                replies = [(a, c.status(a)) for a in routing.addresses]
+    except (DisClientError, ConfigError, OSError) as e:
         print(f"dis status: {e}", file=sys.stderr)
         return 1
     report = status_report(replies)
+    if args.routing:
+        report["unreachable"] = [{"dis": a, "error": err} for a, err in down]
+        report["replicas"] = replica_report(routing, replies, dict(down))
     if args.json:
         print(json.dumps(report))
     else:
         print(format_status(report))
-    return 0
+    return 1 if down else 0
+
+
+def replica_report(routing, replies: list, down: dict[str, str]) -> dict:  # noqa: ANN001 - Routing
+    """``dis status --routing``'s view of replica sets: per routing entry its replicas and whether
+    each answered, and per table location one row per replica of its entry with the rows that
+    replica has published and its lag (rows behind the most advanced replica of the location).
+    An unreachable replica's rows are unknown (None); a reachable one without the location has 0."""
+    by_address = dict(replies)
+    entries, rows = [], []
+    for inst in routing.instances:
+        members = inst.members
+        entries.append({"entry": inst.name, "tables": list(inst.tables), "replicas": [
+            {"replica": r.name, "dis": r.address, "reachable": r.address in by_address, "error": down.get(r.address)}
+            for r in members]})
+        published: dict[tuple, dict[str, int]] = {}
+        for r in members:
+            st = by_address.get(r.address)
+            for l in st.locations if st is not None else ():
+                k = l.key
+                if routing.owner(k.namespace, k.table) != inst:
+                    continue
+                key = (k.namespace, k.table, k.internal_partition, k.column_partition)
+                published.setdefault(key, {})[r.address] = int(l.rows)
+        for key in sorted(published):
+            have = published[key]
+            most = max(have.values())
+            for r in members:
+                reachable = r.address in by_address
+                n = have.get(r.address, 0) if reachable else None
+                rows.append({"entry": inst.name, "namespace": key[0], "table": key[1], "internal_partition": key[2],
+                             "column_partition": key[3], "replica": r.name, "dis": r.address,
+                             "reachable": reachable, "rows": n, "lag": None if n is None else most - n})
+    return {"entries": entries, "locations": rows}
 
 
 def _age_s(v: float) -> float | None:
@@ -190,6 +239,8 @@ def format_status(report: dict) -> str:
         disk = (f"  disk {_gib(i['disk_free_bytes'])} free of {_gib(i['disk_total_bytes'])}"
                 if i["disk_total_bytes"] else "")
         lines.append(f"DIS {i['dis']}  version {i['version']}  up {i['uptime_s']:.0f}s{disk}")
+    for u in report.get("unreachable", ()):
+        lines.append(f"DIS {u['dis']}  UNREACHABLE  {u['error']}")
     lines.append("")
     lines += _grid([["TABLE", "LOCATIONS", "ROWS", "TAILERS", "ERRORS"]] + [
         [t["table"], str(t["locations"]), str(t["rows"]), f"{t['tailers']}/{t['locations']}", str(t["errors"])]
@@ -204,7 +255,25 @@ def format_status(report: dict) -> str:
         f"{r['tailer']['id']} ({r['tailer']['peer']})" if r["tailer"] else "-", r["error"] or "-",
         _tailer_problem(r["tailer_problem"]),
     ] for r in report["locations"]])
+    if "replicas" in report:
+        lines += ["", *format_replicas(report["replicas"])]
     return "\n".join(lines)
+
+
+def format_replicas(rep: dict) -> list[str]:
+    """The replica sections of ``dis status --routing``: each entry's replicas and their health,
+    then per location and replica the rows and the lag behind the most advanced replica."""
+    lines = _grid([["ENTRY", "REPLICA", "DIS", "HEALTH"]] + [
+        [e["entry"], r["replica"], r["dis"], "ok" if r["reachable"] else "UNREACHABLE"]
+        for e in rep["entries"] for r in e["replicas"]])
+    if rep["locations"]:
+        lines.append("")
+        lines += _grid([["LOCATION", "REPLICA", "DIS", "ROWS", "LAG", "HEALTH"]] + [[
+            f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}", r["replica"], r["dis"],
+            "-" if r["rows"] is None else str(r["rows"]), "-" if r["lag"] is None else str(r["lag"]),
+            "ok" if r["reachable"] else "UNREACHABLE",
+        ] for r in rep["locations"]])
+    return lines
 
 
 def _tailer_problem(p: dict | None) -> str:

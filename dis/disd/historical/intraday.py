@@ -96,22 +96,28 @@ class SourceSnapshot:
 
 
 def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceSnapshot:  # noqa: ANN001
-    """The published locations of ``value`` at the DIS that owns the table (``disd.client.Client``)."""
+    """The published locations of ``value`` at the DIS that owns the table (``disd.client.Client``).
+
+    With a set of hot replicas, each location is pinned as the replica that listed it has
+    published it (the most advanced one, ``disd.blocks.GrpcBlocks.locations``), and its tailer and
+    checkpoint facts come from that replica's Status.  The pinned rows are identical on every
+    replica, so the merge's read of them may come from any replica that has published them."""
     try:
         schema = client.schema(namespace, table)
         snaps = [s for s in client.locations(namespace, table)
                  if (s.key.namespace, s.key.table, s.key.column_partition) == (namespace, table, value)]
-        address = client.routing.owner(namespace, table).address
+        addresses = sorted({s.address for s in snaps}) or [client.replicas(namespace, table)[0]]
         status = {}
-        for l in client.status(address).locations:
-            k = l.key
-            if (k.namespace, k.table, k.column_partition) == (namespace, table, value):
-                status[k.internal_partition] = l
+        for address in addresses:
+            for l in client.status(address).locations:
+                k = l.key
+                if (k.namespace, k.table, k.column_partition) == (namespace, table, value):
+                    status[(address, k.internal_partition)] = l
     except BlockSourceError as e:
         raise SourceError(str(e)) from None
     locs = []
     for s in sorted(snaps, key=lambda s: s.key.internal_partition):
-        st = status.get(s.key.internal_partition)
+        st = status.get((s.address, s.key.internal_partition))
         locs.append(IntradayLocation(
             s.key.internal_partition, s.rows, dict(s.files),
             tailer=(st.tailer or None) if st is not None else None,
@@ -120,7 +126,7 @@ def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceS
             rows_past_checkpoint=max(0, int(st.rows) - int(st.checkpointed_rows)) if st is not None else 0,
             schema_version=s.schema_version,
         ))
-    return SourceSnapshot(namespace, table, value, schema, "dis", address, tuple(locs))
+    return SourceSnapshot(namespace, table, value, schema, "dis", ",".join(addresses), tuple(locs))
 
 
 def snapshot_from_files(db_root: str, schema: TableSchema, value: str, now: float | None = None) -> SourceSnapshot:

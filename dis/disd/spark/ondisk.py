@@ -227,7 +227,8 @@ class OnDiskReader(DataSourceReader):
             finally:
                 client.close()
             # dbRoot names the historical root here, not that DIS's: its tasks read over gRPC.
-            spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, retry_s=o.retry_s)
+            spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, retry_s=o.retry_s,
+                            routing=o.routing_value())
         else:
             snaps = file_locations(o, self.resolved.table(), wanted)
             spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, o.db_root)

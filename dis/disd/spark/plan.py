@@ -17,13 +17,15 @@ from pyspark.sql.datasource import InputPartition
 from disd.binlog import LocationKey
 from disd.blocks import DEFAULT_RETRY_S, LocationSnapshot
 from disd.historical.scan import split_size
+from disd.routing import Routing
 from disd.security import ClientSecurity
 from disd.spark.arrow import Projection
 
 
 @dataclass(frozen=True)
 class Slice:
-    """Rows [start, stop) of one location, read from ``address``."""
+    """Rows [start, stop) of one location, read from ``address`` (the replica that listed it;
+    another replica of its set that has published ``stop`` rows when that one is down)."""
 
     address: str
     namespace: str
@@ -57,6 +59,9 @@ class ReadSpec:
     batch_rows: int
     db_root: str | None = None  # read the column files under it (disd.blocks.open_block_source)
     retry_s: float = DEFAULT_RETRY_S  # ride out an unreachable DIS this long (option retrySeconds)
+    # The DISes of the read (options 'address'/'routing'): a task reads each slice from the
+    # replica that listed it and fails over to the other replicas of its set (disd.blocks.GrpcBlocks).
+    routing: Routing | None = None
 
 
 class DisInputPartition(InputPartition):

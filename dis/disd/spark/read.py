@@ -2,7 +2,8 @@
 
 Runs in a Python worker on an executor with nothing but the pickled input partition: it opens
 its own block source (``disd.blocks.open_block_source``: channels to the DIS that listed the
-slices or, with option ``dbRoot``, the column files read directly), reads each slice
+slices, failing over to the other replicas of its routing entry, or, with option ``dbRoot``, the
+column files read directly), reads each slice
 ``batch_rows`` rows at a time — the byte ranges of the columns it needs, decoded by
 ``disd.storage.columns`` — converts them to the exact Arrow schema Spark expects and closes the
 source when the partition is done.  A slice written in another schema version than the scan
@@ -42,8 +43,8 @@ def read_partition(part: object) -> Iterator[pa.RecordBatch]:
     fetch_cols = proj.fetch
     # The one choice of where the bytes come from: the column files (option dbRoot, or a scan
     # planned from them) or the DIS that listed the slices.
-    source = open_block_source(db_root=spec.db_root, address=part.slices[0].address,
-                               security=spec.security, timeout_s=spec.timeout_s,
+    source = open_block_source(db_root=spec.db_root, address=None if spec.routing else part.slices[0].address,
+                               routing=spec.routing, security=spec.security, timeout_s=spec.timeout_s,
                                origin="option 'dbRoot'", retry_s=spec.retry_s)
     try:
         for sl in part.slices:

@@ -113,7 +113,8 @@ class _Base:
                 raise DisSourceError(
                     f"option 'columns' ({', '.join(o.columns)}) differs from the schema given with "
                     f".schema(...) ({', '.join(c.name for c in self.projection.columns)}); give one of them")
-        self.spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, o.db_root, o.retry_s)
+        self.spec = ReadSpec(self.projection, o.security, o.timeout_s, o.batch_rows, o.db_root, o.retry_s,
+                             None if o.db_root else o.routing_value())
 
     @property
     def client(self):  # noqa: ANN201
@@ -234,6 +235,7 @@ class DisStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self._setup(options, schema)
         self._target: dict | None = None
+        self._seen: dict[str, int] = {}  # the most rows listed for each location so far
 
     def _snapshots(self) -> dict:
         o = self.opts
@@ -241,7 +243,14 @@ class DisStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow
                 if o.partitions is None or s.key.column_partition in o.partitions}
 
     def _available(self) -> dict:
-        return {k: s.rows for k, s in self._snapshots().items() if s.rows > 0}
+        """Each location's published rows: the most any listing has shown.  A listing may come
+        from a replica behind the one listed before (that one went down); offsets mean the same
+        on every replica, so the rows already seen stay available, and ``partitions`` waits for a
+        replica that has published them."""
+        for k, s in self._snapshots().items():
+            if s.rows > self._seen.get(k, 0):
+                self._seen[k] = s.rows
+        return {k: v for k, v in self._seen.items() if v > 0}
 
     def initialOffset(self) -> dict:  # noqa: N802
         if self.opts.starting_offsets == "latest":
@@ -271,8 +280,9 @@ class DisStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow
         wanted = {k: (int(start.get(k, 0)), int(v)) for k, v in end.items() if int(v) > int(start.get(k, 0))}
         if not wanted:
             return []
-        # A DIS that crashed republishes what it lost once its tailer resends it: wait as long
-        # as a restart may take (option retrySeconds), at least the call timeout.
+        # A DIS that crashed republishes what it lost once its tailer resends it, and a replica
+        # behind a dead one catches up: wait as long as a restart may take (option
+        # retrySeconds), at least the call timeout.
         deadline = time.monotonic() + max(self.opts.timeout_s, self.opts.retry_s)
         while True:
             snaps = self._snapshots()

@@ -94,7 +94,9 @@ final class DisHttp {
     /** The body of a GET; {@code expected} bytes (checked) unless negative. */
     Body open(String pathQuery, long expected) {
         for (int attempt = 0; ; attempt++) {
-            Conn c = take();
+            // The retry goes on a new connection: after a DIS restart every kept one is dead, and
+            // taking another from the pool would fail the same way.
+            Conn c = attempt == 0 ? take() : null;
             boolean reused = c != null;
             try {
                 if (c == null) {
