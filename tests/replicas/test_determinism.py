@@ -260,7 +260,7 @@ def test_three_diss_fed_differently_write_identical_files(tmp_path):
 
         def feeding():
             try:
-                feed_all(port, logs, rng, max_frames_bytes=(100, 600), pause_s=0.004)
+                feed_all(port, logs, rng, max_frames_bytes=(100, 400), pause_s=0.006)
             except grpc.RpcError as e:
                 failure.append(e)
 
