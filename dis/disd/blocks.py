@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Self, Sequence, TypeVar
@@ -295,7 +296,10 @@ class GrpcBlocks:
         ch = self._channels.pop(address, None)
         self._stubs.pop(address, None)
         if ch is not None:
-            ch.close()
+            # Closed off the caller's thread: grpcio's Channel.close() was seen to block for good
+            # after a refused TLS handshake on a loaded machine, which would hang the reader
+            # instead of letting it retry or fail with its message.
+            threading.Thread(target=ch.close, name="dis-channel-close", daemon=True).start()
 
     def _mark_down(self, address: str) -> None:
         self._down[address] = time.monotonic()
