@@ -180,6 +180,8 @@ abstract class Fetch implements Closeable {
                             }
                             body = h.open(pathQuery(loc, file, pos, stop), stop - pos);
                             bodyStart = pos;
+                            deadline = 0; // a later failure gets its own retrySeconds
+                            delayMs = Retry.INITIAL_MS;
                             if (r != replica) {
                                 replica = r;
                                 moved.put(loc.offsetKey(), r);
