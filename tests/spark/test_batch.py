@@ -129,9 +129,8 @@ def test_errors_name_the_cause(spark, trade_address, dis_reader):
         (lambda: reader(spark, trade_address, columns="Sym,Nope").load(), "has no column 'Nope'"),
         (lambda: reader(spark, trade_address).schema("Nope string").load().collect(), "is not a column"),
         (lambda: spark.read.format("dis").option("table", "Market.Trade").load(), "option 'address'"),
+        (lambda: reader(spark, "127.0.0.1:1", retrySeconds="1").load(), "(tried for 1 s)"),
     ]
-    if dis_reader == "python":  # the JVM reader's batch planning does not retry yet (docs/spark.md)
-        cases.append((lambda: reader(spark, "127.0.0.1:1", retrySeconds="1").load(), "(tried for 1 s)"))
     for run, words in cases:
         with pytest.raises(Exception) as e:
             run()

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from disd.binlog import LocationKey
@@ -257,3 +258,53 @@ def test_dbroot_versions_come_from_the_column_files(probe, tmp_path):
     assert got[4].startswith("error: ") and "damaged/2026-11-20/T/table.size" in got[4] and "checksum" in got[4]
     assert got[5] == 0
     assert before["stored"][0]["locations"][1].startswith("error: ")  # version 1 unknown without the record
+
+
+def test_routing_replica_sets_parse_and_fail_as_in_python(probe, tmp_path):
+    """Routing.java reads the ``replicas:`` form as ``disd.routing`` does: the same members (each
+    block endpoint its ``http_address`` or the address's port + 1) and, for a malformed entry, the
+    same message naming the entry and key."""
+    from disd.config import ConfigError
+    from disd.routing import load_routing
+
+    r1 = {"name": "a1", "address": "127.0.0.1:22021"}
+    r2 = {"name": "a2", "address": "127.0.0.2:22021", "http_address": "127.0.0.2:9000"}
+    cases = [
+        {"instances": [{"name": "market", "tables": ["Market.*"], "replicas": [r1, r2]},
+                       {"address": "h:5", "http_address": "h:7"}]},
+        {"instances": [{"replicas": [{"address": "h:1"}]}]},
+        {"instances": [{"address": "h:1", "replicas": [r1]}]},
+        {"instances": [{"replicas": []}]},
+        {"instances": [{"replicas": "h:1"}]},
+        {"instances": [{"replicas": [r1], "http_address": "h:2"}]},
+        {"instances": [{"replicas": [r1, {"address": "127.0.0.1:22021"}]}]},
+        {"instances": [{"replicas": [r1, {"name": "x"}]}]},
+        {"instances": [{"replicas": [r1, {"address": "nohost"}]}]},
+        {"instances": [{"replicas": [{"address": "h:1", "http_address": "h"}]}]},
+        {"instances": [{"replicas": [{"address": "h:1", "port": 5}]}]},
+        {"instances": [{"replicas": ["h:1"]}]},
+        {"instances": [{"replicas": [{"address": 5}]}]},
+        {"instances": [{"replicas": [r1], "tables": ["Market.*", ""]}]},
+        {"instances": [{"address": "h:1", "colour": "red"}]},
+        {"instances": []},
+        {"instance": [{"address": "h:1"}]},
+        ["h:1"],
+    ]
+    paths = []
+    for i, data in enumerate(cases):
+        p = (tmp_path / f"routing{i}.yaml").resolve()
+        p.write_text(yaml.safe_dump(data))
+        paths.append(str(p))
+    got = probe({"plan": [], "admit": [], "options": [], "glob": [], "filters": [], "keys": [], "routing": paths})
+    errors = 0
+    for path, answer in zip(paths, got["routing"]):
+        try:
+            routing = load_routing(path)
+        except ConfigError as e:
+            errors += 1
+            assert answer == f"dis source: option 'routing': cannot use {path}: {e}", (path, answer)
+            continue
+        assert answer == [[i.name, [[r.name, r.address, r.http_address or
+                                     f"{r.address.rsplit(':', 1)[0]}:{int(r.address.rsplit(':', 1)[1]) + 1}"]
+                                    for r in i.members]] for i in routing.instances], (path, answer)
+    assert errors == len(cases) - 2

@@ -120,22 +120,51 @@ final class DisHttp {
                     c.closeQuietly();
                 }
                 if (reused && attempt == 0) {
-                    continue; // a kept connection the DIS had closed meanwhile: once more on a new one
+                    // A kept connection the DIS had closed meanwhile (a restart closes them all):
+                    // drop the others kept for it and try once more on a new one.
+                    drain();
+                    continue;
                 }
                 throw failure(e);
             }
         }
     }
 
+    /**
+     * An error answer.  503 (a location closed or in error, as while a DIS shuts down or recovers)
+     * and 416 (fewer bytes published than asked: a DIS that restarted and has not yet re-ingested
+     * rows it had published) are worth asking again; the others stay.
+     */
     private DisSourceError httpError(int status, String msg) {
-        if (status == 401) {
+        if (status == 401 || status == 403) {
             return new DisSourceError("DIS at " + disName + " refused the credentials: " + msg
                 + " — check options 'token'/'tokenFile', 'ca', 'cert' and 'key'");
         }
-        return new DisSourceError("DIS at " + disName + ": " + msg + " (HTTP " + status + ")");
+        return new DisSourceError(status == 503 || status == 416, "DIS at " + disName + ": " + msg + " (HTTP " + status
+            + ")", null);
+    }
+
+    /** Whether a TLS failure is the connection breaking (the DIS went away mid-handshake or
+     *  mid-response: retry) rather than a refusal (an alert, an untrusted certificate: stays). */
+    static boolean brokenNotRefused(SSLException e) {
+        String m = String.valueOf(e.getMessage()).toLowerCase(Locale.ROOT);
+        if (m.contains("alert") || m.contains("certificate") || m.contains("pkix") || m.contains("unrecognized")
+            || m.contains("protocol")) {
+            return false;
+        }
+        for (Throwable c = e.getCause(); c != null; c = c.getCause()) {
+            if (c instanceof java.net.SocketException || c instanceof EOFException
+                || c instanceof SocketTimeoutException) {
+                return true;
+            }
+        }
+        return m.contains("connection reset") || m.contains("broken pipe") || m.contains("remote host terminated");
     }
 
     DisSourceError failure(IOException e) {
+        if (e instanceof SSLException && brokenNotRefused((SSLException) e)) {
+            return new DisSourceError(true, "DIS at " + disName + " (block endpoint " + endpoint + "): " + e, e);
+        }
         if (e instanceof SSLException) {
             return new DisSourceError("DIS at " + disName + " refused the credentials: TLS with its block endpoint "
                 + endpoint + " failed: " + e.getMessage() + " — check options 'ca', 'cert', 'key' and 'serverName'", e);
@@ -175,6 +204,37 @@ final class DisHttp {
             }
             throw e;
         }
+    }
+
+    /** Close the connections kept for this endpoint. */
+    private void drain() {
+        ArrayDeque<Conn> q = IDLE.get(poolKey);
+        if (q == null) {
+            return;
+        }
+        synchronized (q) {
+            while (!q.isEmpty()) {
+                q.pollFirst().closeQuietly();
+            }
+        }
+    }
+
+    /**
+     * The size of {@code file} this DIS publishes now for a location ({@code /v1/locations}), or
+     * -1 when it does not list the location or the file.  Asked before a read moves to this DIS:
+     * a read never asks for bytes the DIS did not say it published.
+     */
+    long published(String namespace, String table, String internalPartition, String columnPartition, String file) {
+        JsonNode n = json("/v1/locations?namespace=" + q(namespace) + "&table=" + q(table));
+        for (JsonNode l : n.get("locations")) {
+            if (l.get("namespace").asText().equals(namespace) && l.get("table").asText().equals(table)
+                && l.get("internal_partition").asText().equals(internalPartition)
+                && l.get("column_partition").asText().equals(columnPartition)) {
+                JsonNode size = l.get("files").get(file);
+                return size == null ? -1 : size.asLong();
+            }
+        }
+        return -1;
     }
 
     private Conn take() {

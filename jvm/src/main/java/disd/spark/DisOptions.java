@@ -47,7 +47,7 @@ final class DisOptions implements Serializable {
     final int minPartitions;
     final int batchRows;
     final double timeoutS;
-    /** How long streaming offsets and planning ride out an unreachable DIS (option retrySeconds). */
+    /** How long load(), planning, streaming offsets and task reads ride out an unreachable DIS (option retrySeconds). */
     final double retryS;
     final Security security;
     final Long maxRowsPerTrigger;

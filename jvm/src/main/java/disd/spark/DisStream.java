@@ -68,41 +68,29 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         this.offHeap = offHeap;
     }
 
-    /** The listing; while the DIS cannot be reached (a restart), tried again for up to 'retrySeconds'. */
-    private List<Dis.Location> listing() {
-        long deadline = System.nanoTime() + (long) (options.retryS * 1e9);
-        while (true) {
-            try {
-                return new Dis(options).locations(projection.table);
-            } catch (DisSourceError e) {
-                if (!e.unreachable || System.nanoTime() > deadline) {
-                    throw e;
-                }
-                try {
-                    Thread.sleep(250);
-                } catch (InterruptedException ie) {
-                    Thread.currentThread().interrupt();
-                    throw e;
-                }
-            }
-        }
+    /** What every replica of the table's owner publishes now; while none can be reached (a
+     *  restart), asked again for up to option 'retrySeconds'. */
+    private Dis.Listing listing() {
+        return new Dis(options).listing();
     }
 
-    private Map<String, Dis.Location> snapshots() {
-        Map<String, Dis.Location> out = new TreeMap<>();
-        for (Dis.Location l : listing()) {
-            if (options.partitions == null || options.partitions.contains(l.columnPartition)) {
-                out.put(l.offsetKey(), l);
-            }
+    private boolean wanted(String key) {
+        if (options.partitions == null) {
+            return true;
         }
-        return out;
+        return options.partitions.contains(key.substring(key.indexOf('/') + 1));
     }
 
+    /**
+     * Per location, the most rows a replica has published.  A replica behind another (or one that
+     * restarted and has not yet re-ingested rows) may list fewer than an offset already covers;
+     * offsets still never move back ({@link #admit} starts from the previous offset).
+     */
     private Map<String, Long> available() {
         Map<String, Long> out = new TreeMap<>();
-        for (Map.Entry<String, Dis.Location> e : snapshots().entrySet()) {
-            if (e.getValue().rows > 0) {
-                out.put(e.getKey(), e.getValue().rows);
+        for (Map.Entry<String, Long> e : listing().mostRows().entrySet()) {
+            if (e.getValue() > 0 && wanted(e.getKey())) {
+                out.put(e.getKey(), e.getValue());
             }
         }
         return out;
@@ -243,21 +231,24 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
             return new InputPartition[0];
         }
         long deadline = System.nanoTime() + (long) (Math.max(options.timeoutS, options.retryS) * 1e9);
-        Map<String, Dis.Location> snaps;
+        Dis dis = new Dis(options);
+        Map<String, Dis.Location> snaps = new TreeMap<>();
         while (true) {
-            snaps = snapshots();
+            Dis.Listing listing = dis.listing();
+            Map<String, Long> most = listing.mostRows();
             String shortKey = null;
             long have = 0;
             long need = 0;
             for (Map.Entry<String, long[]> e : wanted.entrySet()) {
-                Dis.Location l = snaps.get(e.getKey());
-                long rows = l == null ? 0 : l.rows;
-                if (rows < e.getValue()[1]) {
+                // read from a replica that has published the batch's end (the preferred one if it has)
+                Dis.Location l = listing.pick(e.getKey(), e.getValue()[1]);
+                if (l == null) {
                     shortKey = e.getKey();
-                    have = rows;
+                    have = most.getOrDefault(e.getKey(), 0L);
                     need = e.getValue()[1];
                     break;
                 }
+                snaps.put(e.getKey(), dis.versioned(l, projection.table));
             }
             if (shortKey == null) {
                 break;
@@ -278,8 +269,7 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         for (Map.Entry<String, long[]> e : wanted.entrySet()) {
             ranges.add(new Planner.Slice(snaps.get(e.getKey()), e.getValue()[0], e.getValue()[1]));
         }
-        Routing.Instance owner = new Dis(options).owner(); // from the routing: no call to the DIS
-        return Planner.plan(ranges, owner.httpAddress, owner.address, options.rowsPerPartition, options.minPartitions);
+        return Planner.plan(ranges, dis.owner().members, options.rowsPerPartition, options.minPartitions);
     }
 
     @Override

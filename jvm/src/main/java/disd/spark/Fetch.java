@@ -59,35 +59,152 @@ abstract class Fetch implements Closeable {
     public abstract void close();
 
     // -- over the network -------------------------------------------------------------------------
+    /**
+     * Ranges from the block endpoints of the owner's replicas.  A range is read from the replica
+     * that listed its location.  When that read fails because its DIS went away (refused, reset,
+     * timed out, 503) or serves fewer bytes than were published (416: it restarted and has not
+     * yet re-ingested them), the rest of the range is read from a replica that says (its
+     * {@code /v1/locations}) it has published at least the range's end: another replica, or the
+     * same one once it is back.  Replicas' files are byte-identical for the same rows, so the
+     * bytes continue exactly.  After option {@code retrySeconds} without one, the read fails
+     * saying how long it tried.  Refusals (token, TLS) fail at once.
+     */
     static final class Http extends Fetch {
-        final DisHttp http;
+        final DisHttp[] replicas;
         final String namespace;
         final String table;
+        final double retryS;
+        /** Per location, the replica its reads moved to after a failure (later ranges go there first). */
+        private final Map<String, Integer> moved = new HashMap<>();
 
-        Http(DisHttp http, String namespace, String table) {
-            this.http = http;
+        Http(DisHttp[] replicas, String namespace, String table, double retryS) {
+            this.replicas = replicas;
             this.namespace = namespace;
             this.table = table;
+            this.retryS = retryS;
         }
 
         @Override
         Stream open(Dis.Location loc, String file, long start, long stop) {
             planned(loc, file, stop, namespace + "." + table);
-            String pq = "/v1/read?namespace=" + DisHttp.q(namespace) + "&table=" + DisHttp.q(table)
+            return new Resuming(loc, file, start, stop);
+        }
+
+        String pathQuery(Dis.Location loc, String file, long start, long stop) {
+            return "/v1/read?namespace=" + DisHttp.q(namespace) + "&table=" + DisHttp.q(table)
                 + "&internal_partition=" + DisHttp.q(loc.internalPartition) + "&column_partition="
                 + DisHttp.q(loc.columnPartition) + "&file=" + DisHttp.q(file) + "&start=" + start + "&stop=" + stop;
-            final DisHttp.Body body = http.open(pq, stop - start);
-            return new Stream() {
-                @Override
-                public void read(byte[] dst, int off, int len) {
-                    body.readFully(dst, off, len);
-                }
+        }
 
-                @Override
-                public void close() {
-                    body.close();
+        /** One range: a response body, reopened from where it broke on a replica that has the bytes. */
+        final class Resuming implements Stream {
+            final Dis.Location loc;
+            final String file;
+            final long stop;
+            long pos;            // the next byte to hand out
+            DisHttp.Body body;   // serves [bodyStart, stop); null: to be reopened
+            long bodyStart;
+            int replica;
+            long deadline;       // set at the first failure
+            long delayMs = Retry.INITIAL_MS;
+            DisSourceError last;
+
+            Resuming(Dis.Location loc, String file, long start, long stop) {
+                this.loc = loc;
+                this.file = file;
+                this.pos = start;
+                this.stop = stop;
+                Integer m = moved.get(loc.offsetKey());
+                this.replica = m != null ? m : Math.min(loc.replica, replicas.length - 1);
+                if (stop > start) {
+                    try {
+                        body = replicas[replica].open(pathQuery(loc, file, start, stop), stop - start);
+                        bodyStart = start;
+                    } catch (DisSourceError e) {
+                        failed(e);
+                    }
                 }
-            };
+            }
+
+            @Override
+            public void read(byte[] dst, int off, int len) {
+                if (pos + len > stop) {
+                    throw new DisSourceError("reading past the end of a range of " + file);
+                }
+                int done = 0;
+                while (done < len) {
+                    if (body == null) {
+                        reopen();
+                    }
+                    try {
+                        body.readFully(dst, off + done, len - done);
+                        pos += len - done;
+                        done = len;
+                    } catch (DisSourceError e) {
+                        long reached = bodyStart + (body.length - body.remaining);
+                        done += (int) (reached - pos);
+                        pos = reached;
+                        body.close();
+                        body = null;
+                        failed(e);
+                    }
+                }
+            }
+
+            private void failed(DisSourceError e) {
+                if (!e.unreachable) {
+                    throw e;
+                }
+                last = e;
+                if (deadline == 0) {
+                    deadline = System.nanoTime() + (long) (retryS * 1e9);
+                }
+            }
+
+            /** [pos, stop) from the first replica (this one first, then the others in order) that
+             *  has published at least {@code stop} bytes of the file, waiting with backoff. */
+            private void reopen() {
+                while (true) {
+                    for (int i = 0; i < replicas.length; i++) {
+                        int r = (replica + i) % replicas.length;
+                        DisHttp h = replicas[r];
+                        try {
+                            long size = h.published(namespace, table, loc.internalPartition, loc.columnPartition,
+                                file);
+                            if (size < stop) {
+                                last = new DisSourceError(true, namespace + "." + table + "/" + loc.offsetKey() + ": "
+                                    + file + ": bytes up to " + stop + " are needed, the DIS at " + h.disName
+                                    + " publishes " + Math.max(0, size) + " (it restarted and has not yet re-ingested "
+                                    + "them?)", null);
+                                continue;
+                            }
+                            body = h.open(pathQuery(loc, file, pos, stop), stop - pos);
+                            bodyStart = pos;
+                            deadline = 0; // a later failure gets its own retrySeconds
+                            delayMs = Retry.INITIAL_MS;
+                            if (r != replica) {
+                                replica = r;
+                                moved.put(loc.offsetKey(), r);
+                            }
+                            return;
+                        } catch (DisSourceError e) {
+                            failed(e);
+                        }
+                    }
+                    if (System.nanoTime() - deadline >= 0) {
+                        throw Retry.gaveUp(last, retryS);
+                    }
+                    delayMs = Retry.sleep(delayMs, deadline);
+                }
+            }
+
+            @Override
+            public void close() {
+                if (body != null) {
+                    body.close();
+                    body = null;
+                }
+            }
         }
 
         @Override

@@ -34,18 +34,17 @@ final class Planner {
         }
     }
 
-    /** What one task reads: slices of the locations of one DIS. */
+    /** What one task reads: slices of the locations of one table, each from the replica that
+     *  listed it ({@code Location.replica}), any other replica of the set when that one fails. */
     static final class Part implements InputPartition {
         private static final long serialVersionUID = 1L;
         final int index;
-        final String endpoint;  // the DIS's block endpoint
-        final String disName;   // its gRPC address, for messages
+        final List<Routing.Replica> replicas;  // the owner's replicas (one for a plain entry)
         final List<Slice> slices;
 
-        Part(int index, String endpoint, String disName, List<Slice> slices) {
+        Part(int index, List<Routing.Replica> replicas, List<Slice> slices) {
             this.index = index;
-            this.endpoint = endpoint;
-            this.disName = disName;
+            this.replicas = replicas;
             this.slices = slices;
         }
 
@@ -88,7 +87,8 @@ final class Planner {
         return -Math.floorDiv(-a, b);
     }
 
-    static Part[] plan(List<Slice> ranges, String endpoint, String disName, long rowsPerPartition, int minPartitions) {
+    static Part[] plan(List<Slice> ranges, List<Routing.Replica> replicas, long rowsPerPartition, int minPartitions) {
+        replicas = new ArrayList<>(replicas);
         List<Slice> rs = new ArrayList<>();
         long total = 0;
         for (Slice r : ranges) {
@@ -140,7 +140,7 @@ final class Planner {
             for (long[] p : items) {
                 slices.add(new Slice(rs.get((int) p[1]).location, p[2], p[3]));
             }
-            out.add(new Part(out.size(), endpoint, disName, slices));
+            out.add(new Part(out.size(), replicas, slices));
         }
         return out.toArray(new Part[0]);
     }

@@ -10,7 +10,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * Everything a task needs besides its slices (the reader factory Spark ships to executors):
- * the output columns, the security settings, the batch size, {@code dbRoot} for local reads and
+ * the output columns, the security settings, how long reads ride out a DIS restart or failure
+ * ({@code retrySeconds}), the batch size, {@code dbRoot} for local reads and
  * which column vectors to fill (Spark's own choice, {@code spark.sql.columnVector.offheap.enabled},
  * so the JVM's generated code sees the same vector class as for Parquet).
  */
@@ -20,6 +21,8 @@ final class ReadSpec implements PartitionReaderFactory {
     final Projection projection;
     final Security security;
     final double timeoutS;
+    /** How long a read rides out its DIS's restart or failure (option retrySeconds). */
+    final double retryS;
     final int batchRows;
     final String dbRoot;
     final boolean offHeap;
@@ -29,6 +32,7 @@ final class ReadSpec implements PartitionReaderFactory {
         this.projection = projection;
         this.security = o.security;
         this.timeoutS = o.timeoutS;
+        this.retryS = o.retryS;
         this.batchRows = o.batchRows;
         this.dbRoot = o.dbRoot;
         this.offHeap = offHeap;
@@ -38,9 +42,14 @@ final class ReadSpec implements PartitionReaderFactory {
     Fetch fetch(Planner.Part part) {
         TableSchema t = projection.table;
         if (dbRoot != null) {
-            return new Fetch.Local(dbRoot, t.namespace, t.table, part.disName);
+            return new Fetch.Local(dbRoot, t.namespace, t.table, part.replicas.get(0).address);
         }
-        return new Fetch.Http(new DisHttp(part.endpoint, part.disName, hint, security, timeoutS), t.namespace, t.table);
+        DisHttp[] replicas = new DisHttp[part.replicas.size()];
+        for (int i = 0; i < replicas.length; i++) {
+            Routing.Replica r = part.replicas.get(i);
+            replicas[i] = new DisHttp(r.httpAddress, r.address, hint, security, timeoutS);
+        }
+        return new Fetch.Http(replicas, t.namespace, t.table, retryS);
     }
 
     @Override

@@ -50,6 +50,9 @@ public final class Probe {
         if (req.has("versions")) {
             out.set("versions", versions(req.get("versions")));
         }
+        if (req.has("routing")) {
+            out.set("routing", routings(req.get("routing")));
+        }
         if (req.has("stored")) {
             out.set("stored", stored(req.get("stored")));
         }
@@ -67,7 +70,8 @@ public final class Probe {
                 ranges.add(new Planner.Slice(loc, r.get(1).asLong(), r.get(2).asLong()));
             }
             ArrayNode parts = DisHttp.JSON.createArrayNode();
-            for (Planner.Part p : Planner.plan(ranges, "h:1", "h:0", c.get("rpp").asLong(), c.get("min").asInt())) {
+            for (Planner.Part p : Planner.plan(ranges,
+                java.util.Collections.singletonList(new Routing.Replica("h:0", "h:0", "h:1")), c.get("rpp").asLong(), c.get("min").asInt())) {
                 ArrayNode slices = DisHttp.JSON.createArrayNode();
                 for (Planner.Slice s : p.slices) {
                     slices.add(DisHttp.JSON.createArrayNode().add(s.location.offsetKey()).add(s.start).add(s.stop));
@@ -170,6 +174,28 @@ public final class Probe {
             try {
                 DisOptions.parse(o);
                 res.add("ok");
+            } catch (DisSourceError e) {
+                res.add(e.getMessage());
+            }
+        }
+        return res;
+    }
+
+    /** Each case: a routing file -> [[name, [[replica name, address, http_address], ...]], ...], or
+     *  the error's message. */
+    static ArrayNode routings(JsonNode cases) {
+        ArrayNode res = DisHttp.JSON.createArrayNode();
+        for (JsonNode c : cases) {
+            try {
+                ArrayNode insts = DisHttp.JSON.createArrayNode();
+                for (Routing.Instance i : Routing.load(c.asText()).instances) {
+                    ArrayNode members = DisHttp.JSON.createArrayNode();
+                    for (Routing.Replica r : i.members) {
+                        members.add(DisHttp.JSON.createArrayNode().add(r.name).add(r.address).add(r.httpAddress));
+                    }
+                    insts.add(DisHttp.JSON.createArrayNode().add(i.name).add(members));
+                }
+                res.add(insts);
             } catch (DisSourceError e) {
                 res.add(e.getMessage());
             }
