@@ -389,7 +389,15 @@ def _merge(spark, req: MergeRequest, on_step: Step | None) -> MergeResult:  # no
             try:
                 files = finalize(staging, file_metadata(snap.schema), req.settings.parquet.compression)
                 step("finalized")
-                if sum(f.rows for f in files) != snap.rows:
+                written = sum(f.rows for f in files)
+                if written < snap.rows:
+                    # Fewer rows than the snapshot pinned: the read listed a replica behind the
+                    # one the snapshot came from (the advanced one died in between).  Publishing
+                    # would hide rows until the next merge, so nothing is published.
+                    raise MergeError(f"the read returned {written} rows of the {snap.rows} the snapshot pinned "
+                                     f"(from {snap.where}): a replica behind the snapshot served it; nothing was "
+                                     "published, run the merge again")
+                if written != snap.rows:
                     # Rows arrived between the snapshot and the read (a forced merge of a live
                     # partition): the files hold what Spark read, which no identity describes,
                     # so the next merge writes a new version.
