@@ -178,9 +178,13 @@ def _random_chain(rnd: random.Random, n_versions: int) -> list:
 
 
 def test_schema_versions_compose_as_the_python_rules(probe):
-    """The JVM reader's SchemaVersions (origins of every newest column in every version, and the
-    columns' fingerprint a pre-versions table.size is matched by) equals disd.schemaversions /
-    disd.schema on random valid chains of renames, swaps, adds, drops and widenings."""
+    """The JVM reader's SchemaVersions (origins of every newest column in every version, the
+    columns' fingerprint a pre-versions table.size is matched by, and, for a query fixed in any
+    version, the column of every other version each of its columns is read from: origins in an
+    older one, the column it became in a newer one) equals disd.schemaversions / disd.schema /
+    disd.blocks.version_projection on random valid chains of renames, swaps, adds, drops and
+    widenings."""
+    from disd.blocks import version_projection
     from disd.schema import SchemaError, TableSchema
     from disd.schemaversions import check_chain, origins
 
@@ -208,6 +212,14 @@ def test_schema_versions_compose_as_the_python_rules(probe):
         for v, s in n.versions.items():
             assert answer[str(v)]["origins"] == origins(n, v), (n.history_json(), v)
             assert answer[str(v)]["fingerprint"] == s.fingerprint, (n.history_json(), v)
+            query = s.with_history(n.versions.values())
+            for w in n.versions:
+                assert answer[str(v)]["sources"][str(w)] == version_projection(query, w).sources, (
+                    n.history_json(), v, w)
+    backward = sum(1 for n in newest for v in n.versions for w in n.versions if w > v and any(
+        src not in (None, c) for c, src in version_projection(n.at_version(v).with_history(n.versions.values()), w)
+        .sources.items()))
+    assert backward > 30, "the random chains must exercise columns renamed after a query's version"
 
 
 def test_dbroot_versions_come_from_the_column_files(probe, tmp_path):

@@ -9,12 +9,18 @@ The database is written by the storage engine itself: two locations in version 1
 ``table.size`` recording ``schema_version``, one only the fingerprint, as records written before
 versions do), one in version 2 through a real in-process DIS, and the table's ``schema.versions``.
 The expected rows are the Python rules' own projection (``schemaversions.projection(...).apply``).
+
+A streaming query keeps the version it started with: a location of a version admitted while it
+runs is read back onto the query's columns (tests/versioned_db.py's table, through a DIS restarted
+with the newer version).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
 import types
 import urllib.request
 
@@ -30,7 +36,8 @@ from disd.schemaversions import projection
 from disd.storage import checkpoint, versionstore
 from disd.storage.engine import StorageEngine, location_path
 
-from support import Feeder, start_dis_server
+import versioned_db
+from support import Feeder, start_dis_server, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -115,6 +122,12 @@ def _comparable(r: dict) -> dict:
     r["TimeUs"] = None if t is None else (t.value // 1000 if hasattr(t, "value") else
                                           int(t.timestamp()) * 1_000_000 + t.microsecond)
     return r
+
+
+def _sorted_rows(t: pa.Table) -> list[tuple]:
+    """The rows of ``t`` as tuples, in one order whatever order they were read in (nulls last)."""
+    return sorted(zip(*(t.column(c).to_pylist() for c in t.column_names)),
+                  key=lambda r: tuple((v is None, v if v is not None else 0) for v in r))
 
 
 def _write_old_locations(db_root) -> None:
@@ -243,3 +256,70 @@ def test_jvm_reader_prunes_filters_and_widens_further_across_versions(jvm_spark,
     got = sorted((x.Date, x.Flag) for x in r.collect() if x.Flag is not None)
     want = sorted((x["Date"], x["Flag"]) for x in expected_rows() if x["Flag"] is not None)
     assert got == want
+
+
+def test_a_jvm_stream_keeps_its_schema_when_a_newer_version_appears(jvm_spark, tmp_path):
+    """A streaming query of the JVM reader started in version 1 keeps going after the DIS restarts
+    with version 2 (Id widened int -> long, Px renamed Price and widened, Gone dropped, New added)
+    and a location of version 2 appears: every row arrives once, in version 1's columns (renamed
+    back, widened values cast back exactly, the dropped column null, the added one not shown).
+    A version 2 value that version 1's type cannot hold then fails the query with an error that
+    says to restart it, rather than presenting a wrong number."""
+    db = versioned_db.build(tmp_path / "db", versions=(1,))
+    s1 = versioned_db.write_schema_dir(tmp_path / "schemas-v1", versioned_db.V1_DICT)
+    s2 = versioned_db.write_schema_dir(tmp_path / "schemas-v2", versioned_db.V2_DICT)
+    srv = start_dis_server(db, schemas=s1)
+    port = srv.port
+    received: list[pa.Table] = []
+    lock = threading.Lock()
+
+    def sink(batch_df, batch_id) -> None:  # noqa: ANN001
+        t = batch_df.toArrow()
+        with lock:
+            received.append(t)
+
+    def count() -> int:
+        with lock:
+            return sum(t.num_rows for t in received)
+
+    q = None
+    try:
+        df = (jvm_spark.readStream.format("dis").option("reader", "jvm").option("address", f"127.0.0.1:{port}")
+              .option("namespace", "Test").option("table", "Evolve").option("batchRows", "700").load())
+        assert df.columns == ["Id", "Px", "Sym", "Gone", "Qty", "Date"]
+        q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+        wait_for(lambda: count() >= 78_000, 120, 0.2, "the version 1 rows")
+        srv.stop(0.5)
+        srv = start_dis_server(db, schemas=s2, port=port)
+        feeder = Feeder(srv)
+        v2 = versioned_db.rows(2, 78_000, 2_000)
+        feeder.append(versioned_db.V2_LOC, v2)
+        wait_for(lambda: count() >= 80_000 or q.exception() is not None, 120, 0.2, "the version 2 rows")
+        time.sleep(1.0)  # a duplicate would arrive now
+        assert q.exception() is None, q.exception()
+        with lock:
+            got = pa.concat_tables(received)
+        assert got.schema.names == ["Id", "Px", "Sym", "Gone", "Qty", "Date"]
+        assert got.num_rows == 80_000
+        v1 = [versioned_db.rows(1, start, n) for version, start, n in versioned_db.LOCS.values() if version == 1]
+        want = pa.concat_tables([*v1, pa.table({
+            "Id": v2["Id"].cast(pa.int32()), "Px": v2["Price"].cast(pa.float32()), "Sym": v2["Sym"],
+            "Gone": pa.nulls(2_000, pa.string()), "Qty": v2["Qty"]})])
+        assert _sorted_rows(got.drop_columns(["Date"])) == _sorted_rows(want)
+        new = got.filter(pc.and_(pc.equal(got["Date"], versioned_db.DAY2), pc.greater_equal(got["Id"], 78_000)))
+        assert new.num_rows == 2_000 - 2_000 // 5 and new["Gone"].null_count == new.num_rows
+
+        # Id beyond int in version 2: version 1's type cannot present it
+        big = versioned_db.rows(2, 80_000, 10)
+        big = big.set_column(0, "Id", pa.array([2**40 + i for i in range(10)], pa.int64()))
+        feeder.append(versioned_db.V2_LOC, big)
+        wait_for(lambda: q.exception() is not None, 120, 0.2, "the query to fail on a value int cannot hold")
+        msg = str(q.exception())
+        assert "restart the query" in msg and "cannot hold" in msg and str(2**40) in msg, msg
+        assert "Test.Evolve column 'Id'" in msg and "feed1-2/" + versioned_db.DAY2 in msg, msg
+        assert count() == 80_000
+    finally:
+        if q is not None:
+            q.stop()
+        srv.stop(0.5)

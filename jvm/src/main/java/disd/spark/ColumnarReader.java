@@ -31,6 +31,12 @@ import org.apache.spark.unsafe.types.UTF8String;
  * converted from the old width where the column widened since (the old type's null sentinel
  * stays null), or all null where the column was added since.  Every column is filled into the
  * same vector class, so the generated code that reads the batches sees one implementation.
+ *
+ * <p>A streaming query keeps the version it started in, so it may meet a location written in a
+ * newer version ({@link Planner.Part#schema} then knows it): each output column is read from the
+ * column it became there ({@link SchemaVersions#sources}: renamed forward, null when dropped
+ * since), and a column widened since is narrowed back to the query's type after a range check per
+ * batch, which fails with a message to restart the query when a value does not fit.
  */
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     static final VarHandle SHORTS = MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.LITTLE_ENDIAN);
@@ -117,21 +123,23 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             } else if (c.kind == TableSchema.Kind.STRING) {
                 cursors[i] = new StringCursor(fetch, slice, c.name);
             } else {
-                cursors[i] = new FixedCursor(fetch, slice, c.name, c.kind, o.type);
+                cursors[i] = new FixedCursor(fetch, slice, c.name, c.kind, o.type, o.kind, spec.projection.table.key(),
+                    o.source);
             }
         }
         return true;
     }
 
-    /** The column each output reads in schema version {@code version} (0: the newest). */
+    /** The column each output reads in schema version {@code version} (0: the query's): in an
+     *  older version its origin, in a newer one (a stream's) the column it became. */
     private TableSchema.Column[] storedColumns(int version) {
-        TableSchema newest = spec.projection.table;
-        int v = version <= 0 ? newest.version : version;
+        TableSchema query = part.schema != null ? part.schema : spec.projection.table;
+        int v = version <= 0 ? query.version : version;
         TableSchema.Column[] cols = stored.get(v);
         if (cols == null) {
             cols = new TableSchema.Column[outputs.size()];
-            TableSchema at = newest.atVersion(v);
-            Map<String, String> origin = v == newest.version ? null : SchemaVersions.origins(newest, v);
+            TableSchema at = query.atVersion(v);
+            Map<String, String> origin = v == query.version ? null : SchemaVersions.sources(query, v);
             for (int i = 0; i < cols.length; i++) {
                 Projection.Output o = outputs.get(i);
                 if (o.isPartition()) {
@@ -206,24 +214,61 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     }
 
     /** A fixed-width column: rows [start, stop) of {@code <column>.dat}, stored as {@code kind},
-     *  presented as {@code type} (the same, or an exact widening of it). */
+     *  presented as {@code type} (the same, or an exact widening of it); or, when the location is
+     *  in a version newer than the query's, where the column widened after the query started, stored
+     *  as {@code kind} and narrowed back to the query's {@code queryKind} first. */
     static final class FixedCursor extends Cursor {
         final Fetch.Stream in;
         final TableSchema.Kind kind;
         final DataType type;
         final int width;
+        /** The query's type when it is narrower than the stored one, else null. */
+        final TableSchema.Kind narrowTo;
+        /** The column and location, for the error when a value does not fit {@code narrowTo}. */
+        final String what;
+        final int version;
 
         FixedCursor(Fetch fetch, Planner.Slice s, String column, TableSchema.Kind kind, DataType type) {
+            this(fetch, s, column, kind, type, kind, "", column);
+        }
+
+        FixedCursor(Fetch fetch, Planner.Slice s, String column, TableSchema.Kind kind, DataType type,
+                    TableSchema.Kind queryKind, String table, String queryColumn) {
             this.kind = kind;
             this.type = type;
             width = kind.width;
+            narrowTo = queryKind != null && queryKind != kind && narrows(kind, queryKind) ? queryKind : null;
+            what = table + " column '" + queryColumn + "'" + (queryColumn.equals(column) ? "" : " (now '" + column + "')")
+                + " in location " + s.location.offsetKey();
+            version = s.location.version;
             in = fetch.open(s.location, column + ".dat", s.start * width, s.stop * width);
+        }
+
+        /** Whether {@code stored} is a widening of {@code query} (docs/schema-versions.md). */
+        static boolean narrows(TableSchema.Kind stored, TableSchema.Kind query) {
+            switch (query) {
+                case BYTE:
+                    return stored == TableSchema.Kind.SHORT || stored == TableSchema.Kind.INT
+                        || stored == TableSchema.Kind.LONG;
+                case SHORT:
+                    return stored == TableSchema.Kind.INT || stored == TableSchema.Kind.LONG;
+                case INT:
+                    return stored == TableSchema.Kind.LONG;
+                case FLOAT:
+                    return stored == TableSchema.Kind.DOUBLE;
+                default:
+                    return false;
+            }
         }
 
         @Override
         void fill(WritableColumnVector v, int n) {
             byte[] b = buffer(n * width);
             in.read(b, 0, n * width);
+            if (narrowTo != null) {
+                narrow(v, b, n);
+                return;
+            }
             if (!type.equals(kind.spark())) {
                 widen(v, b, n);
                 return;
@@ -326,6 +371,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         }
 
         private long[] wide = new long[0];
+        private float[] floats = new float[0];
         private Object out;
 
         /**
@@ -375,6 +421,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 default:
                     throw new IllegalStateException("no widening from " + kind + " to " + type);
             }
+            put(v, x, n, nil);
+        }
+
+        /** {@code x[0..n)} into {@code v} as {@code type}, rows equal to {@code nil} null. */
+        private void put(WritableColumnVector v, long[] x, int n, long nil) {
             if (type.equals(DataTypes.LongType)) {
                 v.putLongs(0, n, x, 0);
             } else if (type.equals(DataTypes.IntegerType)) {
@@ -391,6 +442,13 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                     t[i] = (short) x[i];
                 }
                 v.putShorts(0, n, t, 0);
+            } else if (type.equals(DataTypes.ByteType)) {
+                byte[] t = out instanceof byte[] && ((byte[]) out).length >= n ? (byte[]) out : new byte[n];
+                out = t;
+                for (int i = 0; i < n; i++) {
+                    t[i] = (byte) x[i];
+                }
+                v.putBytes(0, n, t, 0);
             } else if (type.equals(DataTypes.FloatType)) {
                 float[] t = out instanceof float[] && ((float[]) out).length >= n ? (float[]) out : new float[n];
                 out = t;
@@ -412,6 +470,108 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                     v.putNull(i);
                 }
             }
+        }
+
+        /**
+         * A column that widened after the query started, read from a location of the newer
+         * version: the stored values to a long[] (a double[] for double), checked against the
+         * query's type (a value outside its range — for float, a finite double beyond float's
+         * range — fails the batch: the query's type cannot present it), then put as the query
+         * presents the column; the stored type's null sentinel stays null.
+         */
+        private void narrow(WritableColumnVector v, byte[] b, int n) {
+            if (kind == TableSchema.Kind.DOUBLE) {
+                double[] d = doubles(n);
+                for (int i = 0; i < n; i++) {
+                    d[i] = Double.longBitsToDouble((long) LONGS.get(b, i << 3));
+                }
+                for (int i = 0; i < n; i++) {
+                    double x = d[i];
+                    float f = (float) x;
+                    if (Float.isInfinite(f) && !Double.isInfinite(x) && (long) LONGS.get(b, i << 3) != DOUBLE_NULL) {
+                        throw doesNotFit(Double.toString(x));
+                    }
+                    d[i] = f;
+                }
+                if (type.equals(DataTypes.FloatType)) {
+                    if (floats.length < n) {
+                        floats = new float[n];
+                    }
+                    float[] t = floats;
+                    for (int i = 0; i < n; i++) {
+                        t[i] = (float) d[i];
+                    }
+                    v.putFloats(0, n, t, 0);
+                } else {
+                    v.putDoubles(0, n, d, 0);
+                }
+                for (int i = 0; i < n; i++) {
+                    if ((long) LONGS.get(b, i << 3) == DOUBLE_NULL) {
+                        v.putNull(i);
+                    }
+                }
+                return;
+            }
+            if (wide.length < n) {
+                wide = new long[n];
+            }
+            long[] x = wide;
+            long nil;
+            switch (kind) {
+                case SHORT:
+                    for (int i = 0; i < n; i++) {
+                        x[i] = (short) SHORTS.get(b, i << 1);
+                    }
+                    nil = Short.MIN_VALUE;
+                    break;
+                case INT:
+                    for (int i = 0; i < n; i++) {
+                        x[i] = (int) INTS.get(b, i << 2);
+                    }
+                    nil = Integer.MIN_VALUE;
+                    break;
+                case LONG:
+                    for (int i = 0; i < n; i++) {
+                        x[i] = (long) LONGS.get(b, i << 3);
+                    }
+                    nil = Long.MIN_VALUE;
+                    break;
+                default:
+                    throw new IllegalStateException("no narrowing from " + kind + " to " + narrowTo);
+            }
+            long lo;
+            long hi;
+            switch (narrowTo) {
+                case BYTE:
+                    lo = Byte.MIN_VALUE;
+                    hi = Byte.MAX_VALUE;
+                    break;
+                case SHORT:
+                    lo = Short.MIN_VALUE;
+                    hi = Short.MAX_VALUE;
+                    break;
+                case INT:
+                    lo = Integer.MIN_VALUE;
+                    hi = Integer.MAX_VALUE;
+                    break;
+                default:
+                    throw new IllegalStateException("no narrowing from " + kind + " to " + narrowTo);
+            }
+            for (int i = 0; i < n; i++) {
+                long y = x[i];
+                if ((y < lo || y > hi) && y != nil) {
+                    throw doesNotFit(Long.toString(y));
+                }
+            }
+            put(v, x, n, nil);
+        }
+
+        private DisSourceError doesNotFit(String value) {
+            String stored = kind.name().toLowerCase(java.util.Locale.ROOT);
+            String query = narrowTo.name().toLowerCase(java.util.Locale.ROOT);
+            return new DisSourceError(what + " holds " + value + " (a " + stored + " in schema version " + version
+                + "), which the query's type " + query + " cannot hold: the column widened to " + stored
+                + " after this streaming query started; restart the query to read the table in its newest version");
         }
 
         private double[] doubles(int n) {

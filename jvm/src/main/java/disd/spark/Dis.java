@@ -202,15 +202,19 @@ final class Dis {
 
     /** {@code l} with its schema version settled (see {@link #locations(TableSchema)}). */
     Location versioned(Location l, TableSchema newest) {
+        int v = versionOf(l, newest);
+        newest.atVersion(v);
+        return v == l.version ? l : l.withVersion(v);
+    }
+
+    /** The schema version {@code l}'s rows are written in (see {@link #locations(TableSchema)}),
+     *  whether or not {@code newest} knows it. */
+    int versionOf(Location l, TableSchema newest) {
         int v = l.version;
         if (v <= 0 && options.dbRoot != null && l.rows > 0) {
             v = SchemaVersions.locationVersion(options.dbRoot, newest, l);
         }
-        if (v <= 0) {
-            v = newest.version;
-        }
-        newest.atVersion(v);
-        return v == l.version ? l : l.withVersion(v);
+        return v <= 0 ? newest.version : v;
     }
 
     /**

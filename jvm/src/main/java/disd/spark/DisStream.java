@@ -61,11 +61,18 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
     final Projection projection;
     final boolean offHeap;
     private Map<String, Long> target;
+    /**
+     * The query's schema: its version and columns are fixed when the query starts (Spark fixes a
+     * stream's schema), but it learns the table's later versions when a location written in one
+     * appears, so those rows are read back onto the query's columns instead of failing the query.
+     */
+    private TableSchema schema;
 
     DisStream(DisOptions options, Projection projection, boolean offHeap) {
         this.options = options;
         this.projection = projection;
         this.offHeap = offHeap;
+        this.schema = projection.table;
     }
 
     /** What every replica of the table's owner publishes now; while none can be reached (a
@@ -248,7 +255,11 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
                     need = e.getValue()[1];
                     break;
                 }
-                snaps.put(e.getKey(), dis.versioned(l, projection.table));
+                if (!schema.versions.containsKey(dis.versionOf(l, schema))) {
+                    // admitted since the query started (a DIS restarted with a newer YAML): ask again
+                    schema = schema.knowing(dis.schema());
+                }
+                snaps.put(e.getKey(), dis.versioned(l, schema));
             }
             if (shortKey == null) {
                 break;
@@ -269,7 +280,14 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         for (Map.Entry<String, long[]> e : wanted.entrySet()) {
             ranges.add(new Planner.Slice(snaps.get(e.getKey()), e.getValue()[0], e.getValue()[1]));
         }
-        return Planner.plan(ranges, dis.owner().members, options.rowsPerPartition, options.minPartitions);
+        Planner.Part[] parts = Planner.plan(ranges, dis.owner().members, options.rowsPerPartition,
+            options.minPartitions);
+        if (schema != projection.table) {
+            for (int i = 0; i < parts.length; i++) {
+                parts[i] = parts[i].withSchema(schema);
+            }
+        }
+        return parts;
     }
 
     @Override

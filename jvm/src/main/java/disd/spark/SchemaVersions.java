@@ -10,6 +10,7 @@ import java.nio.file.Paths;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -78,6 +79,32 @@ final class SchemaVersions {
         Map<String, String> out = new LinkedHashMap<>();
         for (String c : newest.columnNames()) {
             out.put(c, current.get(c));
+        }
+        return out;
+    }
+
+    /**
+     * For each column of {@code schema}, the column of {@code version} of the table its values
+     * are read from (null: none, all null), as {@code disd.blocks.version_projection}: for an
+     * older (or the same) version its {@link #origins}; for a newer one (a streaming query whose
+     * schema was fixed before the table moved on) the column each of {@code schema}'s columns
+     * became there — renamed forward, null when a later version dropped it (a column added since
+     * is no column's source).
+     */
+    static Map<String, String> sources(TableSchema schema, int version) {
+        if (version <= schema.version) {
+            return origins(schema, version);
+        }
+        TableSchema newer = schema.atVersion(version).withHistory(new ArrayList<>(schema.versions.values()));
+        Map<String, String> back = new HashMap<>();
+        for (Map.Entry<String, String> e : origins(newer, schema.version).entrySet()) {
+            if (e.getValue() != null) {
+                back.put(e.getValue(), e.getKey());
+            }
+        }
+        Map<String, String> out = new LinkedHashMap<>();
+        for (String c : schema.columnNames()) {
+            out.put(c, back.get(c));
         }
         return out;
     }

@@ -100,6 +100,20 @@ final class TableSchema implements Serializable {
         return new TableSchema(namespace, table, partitionColumn, columns, version, all);
     }
 
+    /**
+     * This schema (its version and columns unchanged) also knowing every version {@code other}
+     * knows: how a streaming query, whose schema is fixed when it starts, learns versions the DIS
+     * admitted since, so it can read their locations in its own columns.
+     */
+    TableSchema knowing(TableSchema other) {
+        for (Integer v : other.versions.keySet()) {
+            if (!versions.containsKey(v)) {
+                return withHistory(new ArrayList<>(other.versions.values()));
+            }
+        }
+        return this;
+    }
+
     static TableSchema fromJson(String json) {
         try {
             return fromNode(DisHttp.JSON.readTree(json));

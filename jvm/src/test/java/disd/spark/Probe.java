@@ -83,8 +83,8 @@ public final class Probe {
         return res;
     }
 
-    /** Each case: a {@code history_json()} -> for each version, {"origins": {...}, "fingerprint": "..."},
-     *  or the error's message. */
+    /** Each case: a {@code history_json()} -> for each version, {"origins": {...}, "fingerprint": "...",
+     *  "sources": {each version: what a query in this version reads from it}}, or the error's message. */
     static ArrayNode versions(JsonNode cases) {
         ArrayNode res = DisHttp.JSON.createArrayNode();
         for (JsonNode c : cases) {
@@ -95,6 +95,13 @@ public final class Probe {
                     ObjectNode v = DisHttp.JSON.createObjectNode();
                     v.set("origins", DisHttp.JSON.valueToTree(SchemaVersions.origins(newest, s.version)));
                     v.put("fingerprint", SchemaVersions.fingerprint(s));
+                    // a query (a stream) whose schema is this version, reading each version's rows
+                    TableSchema query = s.withHistory(new ArrayList<>(newest.versions.values()));
+                    ObjectNode sources = DisHttp.JSON.createObjectNode();
+                    for (int w : newest.versions.keySet()) {
+                        sources.set(String.valueOf(w), DisHttp.JSON.valueToTree(SchemaVersions.sources(query, w)));
+                    }
+                    v.set("sources", sources);
                     r.set(String.valueOf(s.version), v);
                 }
             } catch (DisSourceError e) {
