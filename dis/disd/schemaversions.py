@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -161,9 +162,26 @@ class Projection:
                 arrays.append(pa.nulls(stored.num_rows, f.type))
             else:
                 col = stored.column(src)
-                arrays.append(col if col.type == f.type else pc.cast(col, f.type, safe=True))
+                arrays.append(col if col.type == f.type else _exact_cast(col, f.type, name))
             fields.append(f)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _exact_cast(col: pa.ChunkedArray, to: pa.DataType, name: str) -> pa.ChunkedArray:
+    """``col`` as ``to`` with every value unchanged, else ``pyarrow.ArrowInvalid``.  Arrow's safe
+    cast already refuses an integer out of range; a finite double beyond float's range it would
+    turn into infinity, so that is checked here (only a reader whose schema is older than the
+    rows, a streaming query across a version change, narrows)."""
+    if pa.types.is_float64(col.type) and pa.types.is_float32(to):
+        finite = pc.is_finite(col)
+        over = pc.and_kleene(finite, pc.greater(pc.abs(col), _FLOAT32_MAX))
+        if pc.any(over).as_py():
+            bad = pc.filter(col, over)[0].as_py()
+            raise pa.ArrowInvalid(f"column {name!r}: double value {bad!r} is out of float's range")
+    return pc.cast(col, to, safe=True)
 
 
 def projection(newest: TableSchema, version: int, columns: Sequence[str] | None = None) -> Projection:
