@@ -217,6 +217,27 @@ def restarting(e: grpc.RpcError) -> bool:
     return not any(w in details.lower() for w in _NOT_A_RESTART)
 
 
+class _Backoff:
+    """The pauses of a call that waits out unreachable DISes: 0.1 s doubling up to 2 s between
+    rounds, for at most ``retry_s`` seconds from the first failed round."""
+
+    def __init__(self, retry_s: float) -> None:
+        self.retry_s = retry_s
+        self.deadline: float | None = None
+        self.delay = RETRY_INITIAL_S
+
+    def expired(self) -> bool:
+        """True once ``retry_s`` has passed since the first call (which starts the clock)."""
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + self.retry_s
+        return now >= self.deadline
+
+    def sleep(self) -> None:
+        time.sleep(max(0.0, min(self.delay, (self.deadline or 0.0) - time.monotonic())))
+        self.delay = min(self.delay * 2, RETRY_MAX_S)
+
+
 class _NotYetPublished(Exception):
     """A DIS served fewer bytes than a snapshot pins: it restarted and has not yet re-ingested
     rows it had published (a crash loses what was not checkpointed until the tailer resends it)."""
@@ -325,8 +346,7 @@ class GrpcBlocks:
     def _retrying(self, address: str, attempt: Callable[[], T]) -> T:
         """``attempt()``, again while its DIS is unreachable or has not yet republished what it
         reads, for up to ``retry_s`` seconds; then the error, as a ``DisClientError``."""
-        deadline: float | None = None
-        delay = RETRY_INITIAL_S
+        backoff = _Backoff(self.retry_s)
         while True:
             try:
                 return attempt()
@@ -336,22 +356,18 @@ class GrpcBlocks:
                 failure: BlockSourceError = explain(e, address)
             except _NotYetPublished as e:
                 failure = DisClientError(str(e))
-            now = time.monotonic()
-            deadline = now + self.retry_s if deadline is None else deadline
-            if now >= deadline:
+            if backoff.expired():
                 waited = f" (tried for {self.retry_s:g} s)" if self.retry_s > 0 else ""
                 raise type(failure)(f"{failure}{waited}") from None
             self._forget(address)
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, RETRY_MAX_S)
+            backoff.sleep()
 
     def _any_replica(self, addresses: Sequence[str], attempt: Callable[[str], T]) -> tuple[str, T]:
         """``(address, attempt(address))`` from the first replica of ``addresses`` (healthy ones
         first) that answers; rounds over them, with backoff, for up to ``retry_s`` seconds while
         none does.  Each round tries every replica once, so ``retry_s=0`` still fails over."""
         others = len(addresses) > 1
-        deadline: float | None = None
-        delay = RETRY_INITIAL_S
+        backoff = _Backoff(self.retry_s)
         while True:
             failures: list[str] = []
             for address in self._healthy_first(addresses):
@@ -362,12 +378,9 @@ class GrpcBlocks:
                         raise explain(e, address) from None
                     failures.append(str(explain(e, address)))
                     self._mark_down(address)
-            now = time.monotonic()
-            deadline = now + self.retry_s if deadline is None else deadline
-            if now >= deadline:
+            if backoff.expired():
                 raise DisClientError(_failed(failures, self.retry_s)) from None
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, RETRY_MAX_S)
+            backoff.sleep()
 
     def _call_any(self, addresses: Sequence[str], method: str, request):  # noqa: ANN001, ANN202
         """``method(request)`` at the first replica of ``addresses`` that answers: (address, reply)."""
@@ -379,8 +392,7 @@ class GrpcBlocks:
         that failed lately are asked only when no other answers.  At least one answer, or (after
         ``retry_s``) the error."""
         others = len(addresses) > 1
-        deadline: float | None = None
-        delay = RETRY_INITIAL_S
+        backoff = _Backoff(self.retry_s)
         while True:
             healthy = [a for a in addresses if not self._is_down(a)]
             answers: dict[str, object] = {}
@@ -401,12 +413,9 @@ class GrpcBlocks:
                     return answers
             if refused is not None:
                 raise refused
-            now = time.monotonic()
-            deadline = now + self.retry_s if deadline is None else deadline
-            if now >= deadline:
+            if backoff.expired():
                 raise DisClientError(_failed(failures, self.retry_s)) from None
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, RETRY_MAX_S)
+            backoff.sleep()
 
     def _owner(self, namespace: str, table: str) -> str:
         return self._entry(namespace, table).address
@@ -471,8 +480,7 @@ class GrpcBlocks:
         if len(candidates) == 1:
             return self._retrying(snap.address, lambda: self._read_from(snap.address, snap, file, start, stop))
         others = True
-        deadline: float | None = None
-        delay = RETRY_INITIAL_S
+        backoff = _Backoff(self.retry_s)
         while True:
             failures: list[str] = []
             moved = self._moved.get((snap.key, snap.address))
@@ -496,13 +504,10 @@ class GrpcBlocks:
                 if address != snap.address:
                     self._moved[(snap.key, snap.address)] = address
                 return data
-            now = time.monotonic()
-            deadline = now + self.retry_s if deadline is None else deadline
-            if now >= deadline:
+            if backoff.expired():
                 raise DisClientError(f"{snap.key}: no replica serves bytes [{start}, {stop}) of {file}: "
                                      + _failed(failures, self.retry_s)) from None
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, RETRY_MAX_S)
+            backoff.sleep()
 
     def _read_candidates(self, snap: LocationSnapshot) -> list[str]:
         """``snap.address`` and, when it is a replica of a set, the set's other replicas in the

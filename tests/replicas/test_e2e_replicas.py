@@ -30,6 +30,7 @@ from disd.client import connect
 from disd.logger import IntradayLoggerBuilder
 from support import (BIN, SCHEMAS, Proc, free_port, free_port_pair, start_dis_process, trade_rows, wait_for,
                      write_dis_config)
+from support.sinks import SizeSink
 
 from replicas.test_determinism import assert_identical
 
@@ -64,23 +65,6 @@ class Replica:
         with connect(self.address, retry_s=0) as c:
             return {f"{s.key.internal_partition}/{s.key.column_partition}": s.rows
                     for s in c.locations("Market", "Trade")}
-
-
-class SizeSink:
-    """A ``foreachBatch`` sink keeping the Size column of every micro-batch."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.parts: list[np.ndarray] = []
-
-    def __call__(self, batch_df, batch_id) -> None:  # noqa: ANN001
-        t = batch_df.select("Size").toArrow()
-        with self.lock:
-            self.parts.append(np.asarray(t.column("Size")))
-
-    def sizes(self) -> np.ndarray:
-        with self.lock:
-            return np.concatenate(self.parts) if self.parts else np.zeros(0, np.int32)
 
 
 class Follower(threading.Thread):

@@ -13,6 +13,7 @@ import pytest
 
 from disd.client import connect
 from support import trade_rows, wait_for
+from support.sinks import SizeSink
 
 from .readers_support import logger, published, replica_set, write_logs
 
@@ -74,20 +75,6 @@ def test_a_batch_scan_with_a_replica_killed_during_it_is_exact(spark, tmp_path):
         assert time.monotonic() - t0 < 60
     finally:
         rs.stop()
-
-
-class SizeSink:
-    def __init__(self) -> None:
-        self.parts: list[np.ndarray] = []
-
-    def __call__(self, batch_df, batch_id) -> None:  # noqa: ANN001
-        self.parts.append(np.asarray(batch_df.select("Size").toArrow().column("Size")))
-
-    def count(self) -> int:
-        return sum(len(a) for a in list(self.parts))
-
-    def sizes(self) -> np.ndarray:
-        return np.sort(np.concatenate(self.parts))
 
 
 def test_a_stream_keeps_going_across_a_replica_kill(spark, tmp_path):

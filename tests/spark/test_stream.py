@@ -21,6 +21,7 @@ from disd.spark.read import read_partition
 from disd.spark.source import DisDataSource, DisStreamReader
 from support import (ROOT, free_port, start_dis_process, start_tailer, trade_rows, wait_for, write_dis_config,
                      write_tailer_config)
+from support.sinks import SizeSink
 
 
 K1 = LocationKey("Market", "Trade", "feed1", "2026-11-22")
@@ -117,27 +118,6 @@ def test_available_now_with_max_rows_and_restart_from_checkpoint(spark, fresh_di
     assert sum(batches) == 500 and max(batches) <= 1000
     assert sink_sizes(spark, out) == list(range(3000))
     assert run() == []
-
-
-class SizeSink:
-    """A ``foreachBatch`` sink that keeps the Size column of every micro-batch."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.parts: list[np.ndarray] = []
-
-    def __call__(self, batch_df, batch_id) -> None:  # noqa: ANN001
-        t = batch_df.select("Size").toArrow()
-        with self.lock:
-            self.parts.append(np.asarray(t.column("Size")))
-
-    def count(self) -> int:
-        with self.lock:
-            return sum(len(a) for a in self.parts)
-
-    def sizes(self) -> np.ndarray:
-        with self.lock:
-            return np.sort(np.concatenate(self.parts))
 
 
 @pytest.mark.spark
