@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-from support import BIN, ROOT, free_port, start_dis_process, wait_for, write_dis_config
+from support import BIN, ROOT, free_port, free_port_pair, start_dis_process, wait_for, write_dis_config
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +27,7 @@ def test_demo_runs_the_live_pipeline(tmp_path):
 def test_ls_status_verify_and_clean_shutdown(tmp_path):
     from disd.logger import IntradayLoggerBuilder
 
-    port = free_port()
+    port = free_port_pair()
     cfg = write_dis_config(tmp_path, port)
     dis = start_dis_process(tmp_path, cfg)
     try:

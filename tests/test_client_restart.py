@@ -10,7 +10,7 @@ import time
 import pytest
 
 from disd.client import DisClientError, connect
-from support import ROOT, free_port, wait_for, write_dis_config
+from support import ROOT, free_port_pair, wait_for, write_dis_config
 from support import start_dis_process as start_dis
 
 
@@ -27,7 +27,7 @@ def _feed(port: int, logs, n: int) -> None:  # noqa: ANN001
 
 
 def test_a_client_rides_out_kill_9_and_restart(tmp_path):
-    port = free_port()
+    port = free_port_pair()
     cfg = write_dis_config(tmp_path, port)
     dis = start_dis(tmp_path, cfg)
     restarted = []
@@ -63,7 +63,7 @@ def test_a_client_rides_out_kill_9_and_restart(tmp_path):
 
 
 def test_a_subscription_continues_across_a_restart(tmp_path):
-    port = free_port()
+    port = free_port_pair()
     cfg = write_dis_config(tmp_path, port)
     dis = start_dis(tmp_path, cfg)
     procs = [dis]

@@ -12,7 +12,7 @@ import pytest
 
 from disd.client import connect
 from disd.logger import IntradayLoggerBuilder
-from support import (ROOT, free_port, start_dis_process, start_tailer, trade_rows, wait_for, write_dis_config,
+from support import (ROOT, free_port_pair, start_dis_process, start_tailer, trade_rows, wait_for, write_dis_config,
                      write_tailer_config)
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def rows_visible(port: int) -> int:
 
 
 def test_rows_logged_are_read_back(tmp_path):
-    port = free_port()
+    port = free_port_pair()
     logs = tmp_path / "logs"
     logs.mkdir()
     dis = start_dis_process(tmp_path, write_dis_config(tmp_path, port))
@@ -95,7 +95,7 @@ def test_rows_logged_are_read_back(tmp_path):
 
 @pytest.mark.parametrize("victim", ["dis", "tailer"])
 def test_kill9_mid_stream_loses_and_duplicates_nothing(tmp_path, victim):
-    port = free_port()
+    port = free_port_pair()
     logs = tmp_path / "logs"
     logs.mkdir()
     dis_cfg = write_dis_config(tmp_path, port)

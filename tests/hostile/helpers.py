@@ -19,7 +19,7 @@ from disd.binlog.format import FRAME_HEADER, FRAME_HEADER_SIZE, crc32c
 from disd.rpc.channel import CHANNEL_OPTIONS
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaRegistry, TableSchema
-from support import (SCHEMAS, Proc, dis_healthy, free_port, log_name, start_dis_process, trade_rows, write_dis_config,
+from support import (SCHEMAS, Proc, dis_healthy, free_port, free_port_pair, log_name, start_dis_process, trade_rows, write_dis_config,
                      write_log)
 
 #: Every status a refused ingest stream may end with; anything else (UNKNOWN: an exception
@@ -159,7 +159,7 @@ class DisProcess:
 
     def __init__(self, tmp: pathlib.Path, storage: dict | None = None, **server) -> None:
         self.tmp = tmp
-        self.port, self.metrics_port = free_port(), free_port()
+        self.port, self.metrics_port = free_port_pair(), free_port()
         self.config = write_dis_config(tmp, self.port, self.metrics_port, storage=storage, **server)
         self.proc: Proc = start_dis_process(tmp, self.config)
         self.ps = psutil.Process(self.proc.p.pid)

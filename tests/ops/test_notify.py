@@ -9,7 +9,7 @@ import time
 import pytest
 
 from disd.notify import Notifier, watchdog_interval_s
-from support import BIN, Proc, dis_healthy, free_port, write_dis_config
+from support import BIN, Proc, dis_healthy, free_port_pair, write_dis_config
 
 
 def _bind(tmp_path, abstract: bool) -> tuple[socket.socket, str]:
@@ -31,7 +31,7 @@ def _recv(sock: socket.socket) -> list[str]:
 @pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
 def test_ready_watchdog_status_stopping(tmp_path, abstract):
     sock, addr = _bind(tmp_path, abstract)
-    port = free_port()
+    port = free_port_pair()
     cfg = write_dis_config(tmp_path, port)
     env = {"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "200000"}  # ping every 0.1 s
     p = Proc([str(BIN / "dis"), "serve", "--config", str(cfg), "--json-logs"], tmp_path / "dis.log", env).start()
@@ -64,7 +64,7 @@ def test_ready_watchdog_status_stopping(tmp_path, abstract):
 def test_no_watchdog_pings_for_another_pid(tmp_path):
     """WATCHDOG_PID names the process systemd watches; any other process must not ping."""
     sock, addr = _bind(tmp_path, abstract=False)
-    port = free_port()
+    port = free_port_pair()
     cfg = write_dis_config(tmp_path, port)
     env = {"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "100000", "WATCHDOG_PID": "1"}
     p = Proc([str(BIN / "dis"), "serve", "--config", str(cfg)], tmp_path / "dis.log", env).start()

@@ -15,7 +15,7 @@ from disd.server.daemon import DisServer
 from disd.tailer import Tailer, parse_tailer_config
 from disd.tailer.retention import Checkpoint, covered_files
 from disd.tailer.watch import LogFile, order_of
-from support import append_rows, dis_config, free_port, log_name, wait_for
+from support import append_rows, dis_config, free_port_pair, log_name, wait_for
 
 KEY = LocationKey("Market", "Trade", "ip1", "2026-11-22")
 A, B, C = (log_name("ip1", hhmmss=t) for t in ("090000", "100000", "110000"))
@@ -78,7 +78,7 @@ def _sizes_of(srv: DisServer) -> np.ndarray:
 
 @pytest.mark.parametrize("mode", ["delete", "move"])
 def test_logs_go_only_once_the_checkpoint_covers_them(tmp_path, mode):
-    port = free_port()
+    port = free_port_pair()
     cfg = dis_config(tmp_path / "db", checkpoint_ms=3_600_000, port=port)  # checkpoints only by hand here
     srv = DisServer(cfg)
     srv.start()

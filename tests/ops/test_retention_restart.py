@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from disd.client import connect
-from support import (append_rows, free_port, log_name, start_dis_process, start_tailer, wait_for, write_dis_config,
+from support import (append_rows, free_port, free_port_pair, log_name, start_dis_process, start_tailer, wait_for, write_dis_config,
                      write_tailer_config)
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,7 @@ def _listing(logs) -> list[str]:
 
 
 def test_retention_across_kill9_and_restart(tmp_path):
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_port_pair(), free_port()
     # first life: ingests, never checkpoints
     cfg = write_dis_config(tmp_path, port, metrics_port, checkpoint_ms=3_600_000)
     logs = tmp_path / "logs"

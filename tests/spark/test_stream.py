@@ -19,7 +19,7 @@ from disd.binlog import LocationKey
 from disd.spark.options import parse_options
 from disd.spark.read import read_partition
 from disd.spark.source import DisDataSource, DisStreamReader
-from support import (ROOT, free_port, start_dis_process, start_tailer, trade_rows, wait_for, write_dis_config,
+from support import (ROOT, free_port_pair, start_dis_process, start_tailer, trade_rows, wait_for, write_dis_config,
                      write_tailer_config)
 from support.sinks import SizeSink
 
@@ -126,7 +126,7 @@ def test_streaming_query_receives_exactly_the_rows_logged_while_logging(spark, t
     """Logger -> binary logs -> dis-tailer -> dis serve -> Spark streaming query, all live."""
     from disd.logger import IntradayLoggerBuilder
 
-    port = free_port()
+    port = free_port_pair()
     logs = tmp_path / "logs"
     logs.mkdir()
     dis = start_dis_process(tmp_path, write_dis_config(tmp_path, port))
@@ -192,10 +192,10 @@ def test_streaming_query_rides_out_a_dis_kill_and_restart(spark_session, tmp_pat
     spark = spark_session
     from disd.logger import IntradayLoggerBuilder
 
-    from support import free_port, start_tailer, wait_for, write_dis_config, write_tailer_config
+    from support import start_tailer, wait_for, write_dis_config, write_tailer_config
     from support import start_dis_process as start_dis
 
-    port = free_port()
+    port = free_port_pair()
     logs = tmp_path / "logs"
     logs.mkdir()
     cfg = write_dis_config(tmp_path, port)
