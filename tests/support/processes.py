@@ -15,27 +15,49 @@ from .paths import BIN, ROOT, TESTS
 from .waiting import wait_for
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = map(int, pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_ISSUED: set[int] = set()
 
 
 def free_port_pair() -> int:
-    """A free port whose next port is free too: a DIS's gRPC port and its block endpoint at the
-    default ``port + 1`` (where the JVM reader looks for it)."""
-    for _ in range(100):
+    """A free port whose next port is free too, for a server's port and (for a DIS) its block
+    endpoint at the default ``port + 1``.
+
+    Chosen below the kernel's ephemeral range: a port the kernel hands out (``bind(0)``, and
+    every outgoing connection's local port) can be taken by another socket between the choice
+    and the server's bind, which failed test runs; ports below that range are only taken by
+    servers that ask for them.  Ports already handed out by this process (and their neighbours)
+    are never handed out again."""
+    import random
+
+    lo, _ = _ephemeral_range()
+    first = max(1024, lo - 12000)
+    for _ in range(500):
+        port = random.randrange(first, lo - 2)
+        if {port - 1, port, port + 1, port + 2} & _ISSUED:
+            continue
         with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            if port >= 65535:
-                continue
             try:
+                a.bind(("127.0.0.1", port))
                 b.bind(("127.0.0.1", port + 1))
             except OSError:
                 continue
-            return port
-    raise RuntimeError("no two consecutive free ports")
+        _ISSUED.update((port, port + 1))
+        return port
+    raise RuntimeError("no two consecutive free ports below the ephemeral range")
+
+
+def free_port() -> int:
+    """A free port for any server of a test (a DIS, a metrics endpoint, Prometheus): one of a
+    free pair, so a DIS's block endpoint at ``port + 1`` is free too."""
+    return free_port_pair()
 
 
 def subprocess_env() -> dict:
