@@ -31,7 +31,6 @@ import time
 import grpc
 import numpy as np
 
-from disd.binlog import LogFileName
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.tailer.frames import FrameReader

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
-import sys
 import threading
 import time
 
@@ -28,6 +27,7 @@ import yaml
 
 from disd.client import connect
 from disd.logger import IntradayLoggerBuilder
+from spark.conftest import spark_session  # noqa: F401 - the shared local session
 from support import (BIN, SCHEMAS, Proc, free_port, free_port_pair, start_dis_process, trade_rows, wait_for,
                      write_dis_config)
 from support.sinks import SizeSink
@@ -99,24 +99,15 @@ class Follower(threading.Thread):
             return np.concatenate(self.sizes) if self.sizes else np.zeros(0, np.int32)
 
 
-@pytest.fixture(scope="module")
-def spark():
+@pytest.fixture
+def spark(request):
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.fail("the replicas end-to-end test needs Java 17 for its Spark streaming queries")
-    import disd.spark
     from disd.spark import jvm
 
     jar, why = jvm.jar_status()
     assert jar is not None, why
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    s = disd.spark.session("local[2]", app_name="dis-replicas-e2e", conf={
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2", "spark.driver.memory": "1g",
-        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    })
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
+    return request.getfixturevalue("spark_session")  # the run's one local session (tests/spark/conftest.py)
 
 
 def exactly_once(sizes: np.ndarray, expected: np.ndarray, who: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from disd.client import connect
 from support import trade_rows, wait_for
+from spark.conftest import spark_session  # noqa: F401 - the shared local session
 from support.sinks import SizeSink
 
 from .readers_support import logger, published, replica_set, write_logs
@@ -20,23 +21,9 @@ from .readers_support import logger, published, replica_set, write_logs
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def spark():
-    import shutil
-    import sys
-
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Java is not installed: the Spark tests need Java 17")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import disd.spark
-
-    s = disd.spark.session("local[2]", app_name="dis-replica-tests", conf={
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2", "spark.driver.memory": "1g",
-        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"})
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
+@pytest.fixture
+def spark(spark_session):  # noqa: F811 - the run's one local session (tests/spark/conftest.py)
+    return spark_session
 
 
 def test_a_batch_scan_with_a_replica_killed_during_it_is_exact(spark, tmp_path):

@@ -388,17 +388,17 @@ def run_change(spark, tmp, versions: dict[int, list[tuple]]) -> None:
 V1 = [("Seq", "long"), ("Sym", "string"), ("Price", "double"), ("Qty", "int"), ("Note", "string")]
 
 
-def test_added_column_old_and_new_loggers_kill9_and_streaming(spark_session, tmp_path):
+def test_added_column_old_and_new_loggers_kill9_and_streaming(jvm_spark, tmp_path):
     """Version 2 appends Venue: version 1 rows read it as null."""
-    run_change(spark_session, tmp_path, {1: V1, 2: V1 + [("Venue", "string")]})
+    run_change(jvm_spark, tmp_path, {1: V1, 2: V1 + [("Venue", "string")]})
 
 
-def test_rename_and_drop_across_three_versions(spark_session, tmp_path):
+def test_rename_and_drop_across_three_versions(jvm_spark, tmp_path):
     """Version 2 appends Venue; version 3 renames Sym to Symbol (``renamed_from``), drops Note
     and widens Qty from int to long.  Version 1 rows read Symbol from Sym, Venue null, no Note."""
     v2 = V1 + [("Venue", "string")]
     v3 = [("Seq", "long"), ("Symbol", "string", "Sym"), ("Price", "double"), ("Qty", "long"), ("Venue", "string")]
-    run_change(spark_session, tmp_path, {1: V1, 2: v2, 3: v3})
+    run_change(jvm_spark, tmp_path, {1: V1, 2: v2, 3: v3})
 
 
 def test_narrowing_is_refused_by_the_dis_and_the_logger(tmp_path):
