@@ -231,20 +231,18 @@ def encode_rows(schema: TableSchema, columns: Sequence[pa.Array], flags: np.ndar
     elif len(heaps) == 1:
         heap = heaps[0][2].tobytes()
     else:
-        lens = np.stack([h[1] for h in heaps], axis=1).astype(np.int64)  # n x s, row-major order
-        starts = np.zeros(lens.size, np.int64)
-        np.cumsum(lens.ravel()[:-1], out=starts[1:])
-        starts = starts.reshape(lens.shape)
-        out = np.empty(int(lens.sum()), np.uint8)
-        for j, (_, l, body) in enumerate(heaps):
-            total = len(body)
-            if not total:
-                continue
-            src_starts = np.zeros(n, np.int64)
-            np.cumsum(l[:-1], out=src_starts[1:])
-            idx = np.repeat(starts[:, j] - src_starts, l) + np.arange(total)
-            out[idx] = body
-        heap = out.tobytes()
+        # Row-major order (a row's strings in schema order, then the next row's): the columns
+        # laid end to end, then one C++ take that interleaves them.
+        parts = []
+        for _, lens, body in heaps:
+            offs = np.zeros(n + 1, np.int64)
+            np.cumsum(lens, out=offs[1:])
+            parts.append(pa.LargeStringArray.from_buffers(n, pa.py_buffer(offs), pa.py_buffer(body)))
+        order = (np.arange(n, dtype=np.int64)[:, None] + np.arange(len(heaps), dtype=np.int64)[None, :] * n).ravel()
+        rows = pa.concat_arrays(parts).take(pa.array(order))
+        offs = np.frombuffer(rows.buffers()[1], np.int64, len(rows) + 1, rows.offset * 8)
+        data = rows.buffers()[2]
+        heap = data[int(offs[0]):int(offs[-1])].to_pybytes() if data is not None else b""
     return rec.tobytes() + heap, n
 
 
@@ -367,6 +365,24 @@ def decode_frames(
     return _decode_records(schema, lay, rec, heap, run.starts[0] if run.starts else base)
 
 
+def _strings_by_row(str_lens: np.ndarray, str_starts: np.ndarray, heap: np.ndarray) -> pa.StringArray | None:
+    """Every string of a batch as one Arrow array in the heap's own order (row by row, the
+    string columns of a row in schema order), over the heap without a copy and validated as
+    UTF-8 once; None when that fails, so that the column-by-column path names the bad column."""
+    total = int(str_lens.sum())
+    if total >= 2**31:
+        return None
+    offs = np.empty(str_lens.size + 1, np.int32)
+    offs[:-1] = str_starts.ravel()
+    offs[-1] = total
+    arr = pa.StringArray.from_buffers(str_lens.size, pa.py_buffer(offs), pa.py_buffer(heap))
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    return arr
+
+
 def _decode_records(
     schema: TableSchema, lay: RowLayout, rec: np.ndarray, heap: np.ndarray, offset: int
 ) -> DecodedRows:
@@ -390,6 +406,7 @@ def _decode_records(
         str_starts = flat_starts.reshape(str_lens.shape)
         if n and str_lens.sum() != len(heap):
             raise CorruptLogError(offset, "string lengths do not match the heap size")
+    by_row = _strings_by_row(str_lens, str_starts, heap) if str_lens is not None else None
     for i, c in enumerate(schema.columns):
         col_nulls = nulls[:, i] if nulls is not None else None
         validity = None
@@ -406,6 +423,14 @@ def _decode_records(
                 if offs[-1] != len(heap):
                     raise CorruptLogError(offset, "string lengths do not match the heap size")
                 data = heap
+            elif by_row is not None:
+                # The column's strings out of the row-major run of every string (one C++ take;
+                # already checked as UTF-8 as a whole), its validity laid over them.
+                j = lay.string_columns.index(i)
+                taken = by_row.take(pa.array(np.arange(j, len(by_row), len(lay.string_columns))))
+                columns.append(pa.StringArray.from_buffers(n, taken.buffers()[1], taken.buffers()[2], validity,
+                                                           null_count))
+                continue
             else:
                 j = lay.string_columns.index(i)
                 total = int(offs[-1])
