@@ -30,3 +30,27 @@ def plain_routing(path: pathlib.Path, dis: str) -> pathlib.Path:
     """``path``: the same entry without proxies."""
     path.write_text(yaml.safe_dump({"instances": [{"name": "market", "tables": ["*"], "address": dis}]}))
     return path
+
+
+def start_proxy(tmp: pathlib.Path, routing: pathlib.Path, port: int | None = None, **proxy):  # noqa: ANN201
+    """A real ``dis proxy`` process (output in ``tmp/proxy.log``) whose upstream is ``routing``,
+    on loopback ``port`` (its block endpoint on port + 1) with metrics on a free port, once its
+    health service answers SERVING: ``(Proc, port, metrics_port)``."""
+    from support import BIN, Proc, dis_healthy, free_port, wait_for
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    port = port or free_port_pair()
+    metrics_port = free_port()
+    config = tmp / "proxy.yaml"
+    config.write_text(yaml.safe_dump({
+        "proxy": {"name": "tdcp-test", "host": "127.0.0.1", "port": port, "metrics_port": metrics_port, **proxy},
+        "upstream": {"routing": str(routing), "retry_s": 10}}))
+    p = Proc([str(BIN / "dis"), "proxy", "--config", str(config), "--json-logs"], tmp / "proxy.log").start()
+
+    def healthy():  # noqa: ANN202
+        if not p.alive():
+            raise AssertionError("dis proxy exited:\n" + p.log_text()[-3000:])
+        return dis_healthy(port)
+
+    wait_for(healthy, 60, 0.1, "proxy health")
+    return p, port, metrics_port

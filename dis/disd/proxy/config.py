@@ -59,7 +59,8 @@ class ProxyConfig:
     def routing(self) -> Routing:
         """The upstream routing: the routing file, or the one DIS at ``upstream.address``."""
         if self.upstream.routing:
-            return load_routing(self.upstream.routing)
+            # the DISes only (Routing.upstream): the file may list this proxy for the readers
+            return load_routing(self.upstream.routing).upstream()
         return resolve(self.upstream.address)
 
     def security(self) -> ClientSecurity | None:
