@@ -66,11 +66,8 @@ class CachedBlocks:
                 missing.append(i)
             else:
                 out[i] = data
-        if out:
-            metrics.CACHE_HITS.inc(len(out))
-            metrics.BYTES_SAVED.inc(sum(len(d) for d in out.values()))
+        fetched: set[int] = set()
         if missing:
-            metrics.CACHE_MISSES.inc(len(missing))
             mine, theirs = [], []
             with self._lock:
                 for i in missing:
@@ -84,6 +81,7 @@ class CachedBlocks:
             try:
                 for run in _runs(mine):
                     out.update(self._fetch(snap, file, run[0], run[-1], size))
+                    fetched.update(run)
             finally:
                 with self._lock:
                     for i in mine:
@@ -95,7 +93,14 @@ class CachedBlocks:
                 data = self._cached(snap, file, i, size)
                 if data is None:  # its reader failed, or the block was evicted already
                     data = self._fetch(snap, file, i, i, size)[i]
+                    fetched.add(i)
                 out[i] = data
+        # A hit is a block served without reading it upstream for this request: found in the
+        # cache, or brought in by another reader's read that this one waited for.
+        saved = [out[i] for i in out if i not in fetched]
+        metrics.CACHE_MISSES.inc(len(fetched))
+        metrics.CACHE_HITS.inc(len(saved))
+        metrics.BYTES_SAVED.inc(sum(map(len, saved)))
         return [out[i] for i in range(first, last + 1)]
 
     def _fetch(self, snap: LocationSnapshot, file: str, first: int, last: int, size: int) -> dict[int, bytes]:

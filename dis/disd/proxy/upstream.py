@@ -208,7 +208,11 @@ class Upstream:
         return f
 
     def known(self, namespace: str, table: str) -> bool:
-        """Whether an upstream DIS serves the table (its routing entry lists it)."""
+        """Whether an upstream DIS serves the table (its routing entry lists it).  A table with
+        a feed is known without asking: reads of it go on while its DISes are away."""
+        with self._lock:
+            if (namespace, table) in self._feeds:
+                return True
         return any(t.namespace == namespace and t.table == table for t in self.tables())
 
     def matching_feeds(self, namespace: str, table: str) -> list[Feed]:
@@ -233,12 +237,21 @@ class Upstream:
         with self._tables_lock:
             if not refresh and time.monotonic() - self._tables_at < TABLES_TTL_S:
                 return self._tables
+            # With an earlier answer at hand, each DIS is asked once: a refresh while the DISes
+            # are away must not hold every reader for retry_s (the earlier answer is served).
+            retry = not self._tables
             out = []
-            with self.borrow() as blocks:
+            try:
                 for inst in self.routing.instances:
-                    reply = self._any(blocks, [r.address for r in inst.members], "ListTables",
-                                      dis_pb2.ListTablesRequest())
+                    reply = self._any([r.address for r in inst.members], "ListTables", dis_pb2.ListTablesRequest(),
+                                      retry)
                     out += [t for t in reply.tables if self.routing.owner(t.namespace, t.table) == inst]
+            except UpstreamError as e:
+                if retry:
+                    raise
+                log.warning("upstream tables not listed, serving the last listing", error=str(e))
+                self._tables_at = time.monotonic()
+                return self._tables
             self._tables, self._tables_at = out, time.monotonic()
             return out
 
@@ -249,29 +262,33 @@ class Upstream:
             if request.namespace and request.table and not inst.owns(request.namespace, request.table):
                 continue
             entries.append(inst)
-        with self.borrow() as blocks:
-            return [self._any(blocks, [r.address for r in inst.members], "Status", request) for inst in entries]
+        return [self._any([r.address for r in inst.members], "Status", request) for inst in entries]
 
-    def _any(self, blocks: GrpcBlocks, addresses: list[str], method: str, request):  # noqa: ANN001, ANN202
+    def _any(self, addresses: list[str], method: str, request, retry: bool = True):  # noqa: ANN001, ANN202
         """``method(request)`` at the first of ``addresses`` that answers, each retried while
-        restarting for ``retry_s``."""
+        restarting for ``retry_s`` (with ``retry``; else asked once)."""
         failures = []
         for address in addresses:
             try:
-                return self._call(blocks, address, method, request)
+                return self._call(address, method, request, retry)
             except DisClientError as e:
                 failures.append(str(e))
         raise UpstreamError("; ".join(failures))
 
-    def _call(self, blocks: GrpcBlocks, address: str, method: str, request):  # noqa: ANN001, ANN202
-        deadline = time.monotonic() + self.retry_s
+    def _call(self, address: str, method: str, request, retry: bool = True):  # noqa: ANN001, ANN202
+        """One unary call on a fresh channel (a channel that saw its DIS go away may sit in
+        gRPC's reconnect backoff far longer than a restart), again while the DIS restarts."""
+        deadline = time.monotonic() + (self.retry_s if retry else 0.0)
         delay = RETRY_INITIAL_S
         while True:
+            channel = open_channel(address, self.security)
             try:
-                return getattr(blocks.stub(address), method)(request, timeout=self.timeout_s)
+                return getattr(dis_pb2_grpc.TableDataStub(channel), method)(request, timeout=self.timeout_s)
             except grpc.RpcError as e:
                 if not restarting(e) or time.monotonic() >= deadline:
                     raise explain(e, address) from None
+            finally:
+                channel.close()
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
 
