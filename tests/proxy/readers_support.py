@@ -11,6 +11,8 @@ import yaml
 
 from support import free_port_pair
 
+from .proxy_support import write_proxy_config
+
 
 def dead_address() -> str:
     """A loopback address nothing listens on (a free port pair, never bound)."""
@@ -33,24 +35,13 @@ def plain_routing(path: pathlib.Path, dis: str) -> pathlib.Path:
 
 
 def start_proxy(tmp: pathlib.Path, routing: pathlib.Path, port: int | None = None, **proxy):  # noqa: ANN201
-    """A real ``dis proxy`` process (output in ``tmp/proxy.log``) whose upstream is ``routing``,
-    on loopback ``port`` (its block endpoint on port + 1) with metrics on a free port, once its
-    health service answers SERVING: ``(Proc, port, metrics_port)``."""
-    from support import BIN, Proc, dis_healthy, free_port, wait_for
+    """A real ``dis proxy`` process (``proxy_support.start_proxy``; output in ``tmp/proxy.log``)
+    whose upstream is ``routing``, on loopback ``port`` (its block endpoint on port + 1) with
+    metrics on a free port and the default cache (1 GiB), once healthy: ``(Proc, port, metrics_port)``."""
+    from .proxy_support import metrics_port, start_proxy as start
 
     tmp.mkdir(parents=True, exist_ok=True)
     port = port or free_port_pair()
-    metrics_port = free_port()
-    config = tmp / "proxy.yaml"
-    config.write_text(yaml.safe_dump({
-        "proxy": {"name": "tdcp-test", "host": "127.0.0.1", "port": port, "metrics_port": metrics_port, **proxy},
-        "upstream": {"routing": str(routing), "retry_s": 10}}))
-    p = Proc([str(BIN / "dis"), "proxy", "--config", str(config), "--json-logs"], tmp / "proxy.log").start()
-
-    def healthy():  # noqa: ANN202
-        if not p.alive():
-            raise AssertionError("dis proxy exited:\n" + p.log_text()[-3000:])
-        return dis_healthy(port)
-
-    wait_for(healthy, 60, 0.1, "proxy health")
-    return p, port, metrics_port
+    config, _ = write_proxy_config(tmp, {"routing": str(routing), "retry_s": 10},
+                                   **{"port": port, "cache_bytes": 1 << 30, "max_workers": 1024, **proxy})
+    return start(tmp, config), port, metrics_port(config)

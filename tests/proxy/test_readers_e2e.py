@@ -6,6 +6,9 @@ through it (upstream once, then from its cache)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from disd.binlog import LocationKey
@@ -90,3 +93,51 @@ def test_dis_merge_reads_through_the_proxy(spark, front, tmp_path):
     back = (spark.read.format("dis").option("source", "historical").option("dbRoot", str(tmp_path / "hist"))
             .option("table", "Market.Trade").load())
     assert tuple(back.selectExpr("count(*)", "sum(CAST(Size AS BIGINT))").collect()[0]) == (want, want * (want - 1) // 2)
+
+
+def test_the_client_rides_out_a_proxy_restart(front, tmp_path):
+    """A proxy killed (-9) and started again on its port is a pause for a reader, not an error:
+    the client retries through it (``retry_s``) and reads the same rows, from a cold cache."""
+    port = free_port_pair()
+    routing = proxied_routing(tmp_path / "routing.yaml", front.dis, [f"127.0.0.1:{port}"])
+    proc, _, _ = start_proxy(tmp_path / "proxy", routing, port)
+    restarted = []
+    try:
+        with connect(routing=str(routing), retry_s=30) as c:
+            want = c.read_table("Market", "Trade", columns=["Size"]).column("Size").to_pylist()
+            proc.kill9()
+
+            def restart():  # noqa: ANN202
+                time.sleep(1.0)
+                restarted.append(start_proxy(tmp_path / "proxy", routing, port)[0])
+
+            t = threading.Thread(target=restart, daemon=True)
+            t.start()
+            t0 = time.monotonic()
+            got = c.read_table("Market", "Trade", columns=["Size"]).column("Size").to_pylist()
+            waited = time.monotonic() - t0
+            t.join(60)
+        assert sorted(got) == sorted(want) == list(range(TOTAL))
+        assert waited >= 0.9  # it did wait for the restart
+    finally:
+        for p in [proc, *restarted]:
+            if p.alive():
+                p.terminate()
+
+
+def test_spark_fails_over_between_two_proxies(spark, front, tmp_path):
+    """Two proxies of one entry are a replica set to both Spark readers: with one killed (-9)
+    the scan reads everything through the other."""
+    ports = [free_port_pair(), free_port_pair()]
+    routing = proxied_routing(tmp_path / "routing.yaml", front.dis, [f"127.0.0.1:{p}" for p in ports])
+    procs = [start_proxy(tmp_path / f"proxy{i}", routing, p)[0] for i, p in enumerate(ports)]
+    try:
+        procs[0].kill9()
+        df = (spark.read.format("dis").option("routing", str(routing)).option("table", "Market.Trade")
+              .option("retrySeconds", "10").option("minPartitions", "3").load())
+        row = df.selectExpr("count(*) AS n", "sum(CAST(Size AS BIGINT)) AS s").collect()[0]
+        assert row["n"] == TOTAL and row["s"] == TOTAL * (TOTAL - 1) // 2
+    finally:
+        for p in procs:
+            if p.alive():
+                p.terminate()
