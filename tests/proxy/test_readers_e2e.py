@@ -1,8 +1,9 @@
 """Readers going through a real ``dis proxy`` by routing alone: one routing file lists the DIS and
 the proxy, the proxy reads the DIS from it (its members) and the readers read the proxy (its
 ``proxies``).  The client, both Spark readers (``jvm``: the proxy's block endpoint; ``python``:
-its gRPC) and ``dis merge`` get the DIS's rows, and the proxy's metrics show the reads went
-through it (upstream once, then from its cache)."""
+its gRPC), batch and streaming, and ``dis merge`` get the DIS's rows, and the proxy's metrics
+show the reads went through it (upstream once, then from its cache).  A proxy restart is a pause
+for the client; two proxies of an entry fail over as replicas do."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from disd.client import connect
 from disd.historical.merge import IntradaySource, MergeRequest, merge
 from spark.conftest import pytest_generate_tests, spark, spark_session  # noqa: F401 - the shared session
 from support import free_port_pair, loaded_dis, sample, scrape
+from support.sinks import SizeSink
 
 from .readers_support import proxied_routing, start_proxy
 
@@ -141,3 +143,16 @@ def test_spark_fails_over_between_two_proxies(spark, front, tmp_path):
         for p in procs:
             if p.alive():
                 p.terminate()
+
+
+def test_a_stream_reads_through_the_proxy(spark, front, tmp_path):
+    df = (spark.readStream.format("dis").option("routing", str(front.routing)).option("table", "Market.Trade")
+          .option("retrySeconds", "0").option("maxRowsPerTrigger", "10000").load())
+    sink = SizeSink()
+    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt")).trigger(
+        availableNow=True).start()
+    try:
+        q.awaitTermination(120)
+    finally:
+        q.stop()
+    assert sink.sizes().tolist() == list(range(TOTAL))
