@@ -14,10 +14,13 @@ import pytest
 from disd.client import connect
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from support import sample, scrape, trade_rows
+from support import ROOT, sample, scrape, trade_rows
 
 from .proxy_support import Dis, logger, metrics_port, start_proxy, wait_rows, write_proxy_config
 
+NAMES = ("dis_proxy_subscribers", "dis_proxy_upstream_subscriptions", "dis_proxy_cache_hits_total",
+         "dis_proxy_cache_misses_total", "dis_proxy_upstream_reads_total", "dis_proxy_upstream_bytes_total",
+         "dis_proxy_bytes_saved_total", "dis_proxy_cache_bytes")
 ROWS = 40_000
 READERS = 8
 
@@ -80,6 +83,9 @@ def test_many_readers_cost_the_dis_each_block_about_once(stack):
         sum(s.files.values()) for s in connect(dis.address, retry_s=0).locations("Market", "Trade"))
     assert sample(m, "dis_proxy_bytes_saved_total") > 0
     assert 0 < sample(m, "dis_proxy_cache_bytes") <= 64 << 20
+    doc = (ROOT / "docs" / "proxy.md").read_text()
+    for name in NAMES:  # every series the docs name is served, and documented
+        assert name in m and f"`{name}" in doc, name
 
     # A second round is served from the cache alone.
     before = sample(dis.metrics(), "dis_block_reads_total")

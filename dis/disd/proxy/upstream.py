@@ -156,7 +156,7 @@ class Feed:
                         log.error("upstream refuses the subscription", table=self.name, dis=address,
                                   error=self.last_error)
                 finally:
-                    if self.connected_to is not None:
+                    if self.connected_to is not None and not self.upstream.closed.is_set():
                         log.warning("upstream subscription lost", table=self.name, dis=address,
                                     error=self.last_error)
                     self.connected_to = None
