@@ -262,7 +262,10 @@ class GrpcBlocks:
     """Blocks from DIS instances over gRPC: one channel per address, opened on first use.
 
     Which DIS: ``routing`` says which entry owns a table, and an entry is a set of replicas
-    (one for a plain entry) holding byte-identical column files (docs/replicas.md).  A table is
+    (one for a plain entry) holding byte-identical column files (docs/replicas.md).  An entry
+    that lists proxies is read through them instead (``Routing.read_replicas``): a proxy serves
+    the read side of a DIS, so its proxies are read as a replica set with all the rules below;
+    a proxy itself reads with ``routing.upstream()``, the DISes.  A table is
     listed at every replica of its entry that answers, in parallel; each location is taken from
     the most advanced of them (the most rows), ties going to the first in the location's
     ``replica_order``, so in-sync replicas share the reads of a table's locations.  A snapshot's
@@ -427,8 +430,9 @@ class GrpcBlocks:
         return inst
 
     def replicas(self, namespace: str, table: str) -> list[str]:
-        """The addresses of the replicas holding a table, in the routing file's order."""
-        return [r.address for r in self._entry(namespace, table).members]
+        """The addresses a table is read from, in the routing file's order: its entry's proxies
+        when it lists any, else its replicas (``Routing.read_replicas``)."""
+        return [r.address for r in self._entry(namespace, table).read_replicas]
 
     def close(self) -> None:
         for ch in self._channels.values():
@@ -452,7 +456,7 @@ class GrpcBlocks:
         request = dis_pb2.ListLocationsRequest(namespace=namespace or "", table=table or "")
         out = []
         for inst in entries:
-            addresses = [r.address for r in inst.members]
+            addresses = [r.address for r in inst.read_replicas]
             found: dict[LocationKey, list[LocationSnapshot]] = {}
             for address, resp in self._list_replicas(addresses, request).items():
                 for m in resp.locations:
@@ -513,7 +517,7 @@ class GrpcBlocks:
         """``snap.address`` and, when it is a replica of a set, the set's other replicas in the
         location's ``replica_order``."""
         inst = self.routing.owner(snap.key.namespace, snap.key.table)
-        addresses = [r.address for r in inst.members] if inst is not None else []
+        addresses = [r.address for r in inst.read_replicas] if inst is not None else []
         if snap.address not in addresses:
             return [snap.address]
         return [snap.address] + [a for a in replica_order(str(snap.key), addresses) if a != snap.address]

@@ -11,7 +11,8 @@ fetching raw 64 KiB blocks of the column files (many in one stream) that ``disd.
 rebuilds into Arrow arrays; only the rows published when the location was listed are read, so a
 read is repeatable however far ingestion has moved on.  With a routing entry of hot replicas, every
 call goes to a replica that answers and a read continues on another replica when its own goes down
-(``disd.blocks.GrpcBlocks``).  ``table_from_blocks`` reads a table from
+(``disd.blocks.GrpcBlocks``); with an entry that lists proxies (``dis proxy``), every read call goes
+to them instead.  ``table_from_blocks`` reads a table from
 any ``BlockSource``.  Used by ``dis ls``, the Spark source and users with pandas.
 """
 
@@ -56,7 +57,7 @@ class Client(GrpcBlocks):
         each routing entry's tables as one of its replicas that answers lists them."""
         out: dict[tuple[str, str], TableSchema] = {}
         for inst in self.routing.instances:
-            address, reply = self._call_any([r.address for r in inst.members], "ListTables",
+            address, reply = self._call_any([r.address for r in inst.read_replicas], "ListTables",
                                             dis_pb2.ListTablesRequest())
             for t in reply.tables:
                 if self.routing.owner(t.namespace, t.table) != inst:
@@ -93,7 +94,7 @@ class Client(GrpcBlocks):
         if namespace and table:
             addresses = self.replicas(namespace, table)
         else:
-            addresses = [r.address for r in self.routing.instances[0].members]
+            addresses = [r.address for r in self.routing.instances[0].read_replicas]
         request = dis_pb2.SubscribeRequest(namespace=namespace or "", table=table or "")
         given: dict = {}
         while True:

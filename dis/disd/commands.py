@@ -50,6 +50,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
 
 
+def _cmd_proxy(args: argparse.Namespace) -> int:
+    from disd.config import ConfigError
+    from disd.logconfig import configure_logging
+    from disd.proxy.config import load_proxy_config
+    from disd.proxy.daemon import serve
+
+    configure_logging(json=True if args.json_logs else None)
+    try:
+        return serve(load_proxy_config(args.config))
+    except ConfigError as e:
+        print(f"dis proxy: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a port is taken, a certificate cannot be read, ...
+        print(f"dis proxy: {e}", file=sys.stderr)
+        return 1
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     """Ask a DIS's gRPC health service; exit 0 only when it answers SERVING.  The container's
     HEALTHCHECK and load balancers use it: it checks what a client needs (the port answers, the
@@ -342,6 +359,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     serve.add_argument("--config", default="config/dis.yaml")
     serve.add_argument("--json-logs", action="store_true", help="JSON logs even on a terminal")
     serve.set_defaults(func=_cmd_serve)
+
+    proxy = sub.add_parser("proxy", help="run the Table Data Cache Proxy (readers' side of one or more DISes)")
+    proxy.add_argument("--config", default="config/proxy.yaml")
+    proxy.add_argument("--json-logs", action="store_true", help="JSON logs even on a terminal")
+    proxy.set_defaults(func=_cmd_proxy)
 
     health = sub.add_parser("health", help="exit 0 when a DIS answers SERVING on its gRPC health service")
     _client_args(health, routing=False)

@@ -23,13 +23,29 @@ tables (hot replicas, docs/replicas.md)::
 
 Tailers send every location of the entry's tables to every replica; readers read from any
 replica that has published what they need.  An entry with ``address`` is a set of one replica.
+
+An entry may also list **proxies** (``dis proxy``, Table Data Cache Proxies, docs/proxy.md)
+beside its ``address`` or ``replicas``::
+
+    instances:
+      - name: market
+        tables: ["Market.*"]
+        address: 10.0.0.1:22021
+        proxies:
+          - {name: tdcp-1, address: 10.0.1.1:22051}                    # http_address: port + 1
+          - {name: tdcp-2, address: 10.0.1.2:22051, http_address: 10.0.1.2:22052}
+
+A proxy is a read-only DIS to a reader, so readers (the client, the Spark sources, ``dis merge``)
+read the entry's tables through its proxies (``read_replicas``), which they treat as a replica
+set (several proxies fail over between them), while tailers, ``dis status --routing`` and the
+proxies themselves keep talking to the DISes (``members``; ``upstream()`` drops the proxies).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import pathlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from disd.config import ConfigError, ConfigReader, load_yaml
 
@@ -53,11 +69,19 @@ class Instance:
     tables: tuple[str, ...] = ("*",)
     http_address: str | None = None  # the block endpoint, for the JVM Spark reader
     replicas: tuple[Replica, ...] = ()  # empty: one replica, ``address``
+    proxies: tuple[Replica, ...] = ()  # the ``dis proxy`` instances readers go through (none: the DISes)
 
     @property
     def members(self) -> tuple[Replica, ...]:
-        """Every replica of the entry (one for a plain entry), in the routing file's order."""
+        """Every replica of the entry (one for a plain entry), in the routing file's order: the
+        DISes, which tailers feed and a proxy reads from."""
         return self.replicas or (Replica(self.name, self.address, self.http_address),)
+
+    @property
+    def read_replicas(self) -> tuple[Replica, ...]:
+        """Where readers read the entry's tables: its proxies when it lists any (a proxy serves
+        the same published bytes as the DISes behind it), else its members."""
+        return self.proxies or self.members
 
     def owns(self, namespace: str, table: str) -> bool:
         key = f"{namespace}.{table}"
@@ -82,6 +106,17 @@ class Routing:
         """The DISes holding a table: its entry's replicas (empty when no entry owns it)."""
         inst = self.owner(namespace, table)
         return inst.members if inst is not None else ()
+
+    def read_replicas(self, namespace: str, table: str) -> tuple[Replica, ...]:
+        """Where readers read a table: its entry's proxies when it has any, else its replicas
+        (empty when no entry owns it)."""
+        inst = self.owner(namespace, table)
+        return inst.read_replicas if inst is not None else ()
+
+    def upstream(self) -> "Routing":
+        """This routing without its proxies: what a proxy reads through (its readers' routing
+        may be the same file; a proxy must never read from itself or another proxy)."""
+        return Routing(tuple(replace(i, proxies=()) for i in self.instances))
 
     @property
     def addresses(self) -> list[str]:
@@ -116,16 +151,27 @@ def parse_routing(data: object, source: str) -> Routing:
             raise ConfigError(source, ir.key("http_address"), "must be host:port")
         if raw_replicas is not None and http_address is not None:
             raise ConfigError(source, ir.key("http_address"), "goes on each replica of a replica set")
+        raw_proxies = ir.get("proxies", list, None)
+        if raw_proxies is not None and not raw_proxies:
+            raise ConfigError(source, ir.key("proxies"),
+                              "must list at least one {address: host:port} (leave the key out for none)")
         ir.finish()
         replicas = _replicas(source, f"instances[{i}].replicas", raw_replicas) if raw_replicas is not None else ()
         if replicas:
             address = replicas[0].address
             http_address = replicas[0].http_address
-        out.append(Instance(name, address, tuple(tables), http_address, replicas))
+        proxies = ()
+        if raw_proxies is not None:
+            dises = {r.address for r in replicas} or {address}
+            proxies = _replicas(source, f"instances[{i}].proxies", raw_proxies, "proxy", dises)
+        out.append(Instance(name, address, tuple(tables), http_address, replicas, proxies))
     return Routing(tuple(out))
 
 
-def _replicas(source: str, where: str, raw: list) -> tuple[Replica, ...]:
+def _replicas(source: str, where: str, raw: list, what: str = "replica",
+              dises: set[str] | frozenset[str] = frozenset()) -> tuple[Replica, ...]:
+    """The ``{name, address, http_address}`` items of a ``replicas`` (or ``proxies``) list;
+    ``dises`` are the entry's DIS addresses, which a proxy must not take."""
     out: list[Replica] = []
     for j, item in enumerate(raw):
         rr = ConfigReader(source, item, f"{where}[{j}].")
@@ -136,7 +182,10 @@ def _replicas(source: str, where: str, raw: list) -> tuple[Replica, ...]:
         if not address or ":" not in address:
             raise ConfigError(source, rr.key("address"), "must be host:port")
         if any(r.address == address for r in out):
-            raise ConfigError(source, rr.key("address"), f"{address} is already a replica of this entry")
+            raise ConfigError(source, rr.key("address"), f"{address} is already a {what} of this entry")
+        if address in dises:
+            raise ConfigError(source, rr.key("address"),
+                              f"{address} is a DIS of this entry; a proxy is a `dis proxy` at its own address")
         if http_address is not None and ":" not in http_address:
             raise ConfigError(source, rr.key("http_address"), "must be host:port")
         out.append(Replica(name, address, http_address))

@@ -1,7 +1,9 @@
 """An LRU cache of column-file blocks, bounded in bytes.
 
-Only full blocks are cached: bytes of published rows never change (docs/storage-format.md), so
-a full block is valid forever, while the last, partial block of a file grows.
+The DIS caches only full blocks: bytes of published rows never change (docs/storage-format.md),
+so a full block is valid forever, while the last, partial block of a file grows.  The proxy
+(``disd.proxy.cache``) also keeps partial blocks, under a key that includes the published size
+they were cut at.
 """
 
 from __future__ import annotations

@@ -34,12 +34,13 @@ import socketserver
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Callable
+from typing import Callable, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
 from disd.binlog import LocationKey
+from disd.errors import DisError
 from disd.names import InvalidNameError
 from disd.server import metrics
 
@@ -51,7 +52,9 @@ CHUNK_BYTES = 1 << 20
 KEEPALIVE_S = 60.0
 
 
-class _Refused(Exception):
+class Refused(DisError):
+    """A request the endpoint answers with an error status (and ``{"error": message}``)."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -103,14 +106,14 @@ class _Handler(BaseHTTPRequestHandler):
             url = urlsplit(self.path)
             q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
             if url.path == "/v1/tables":
-                self._json(200, self.server.tables())
+                self._json(200, self.server.backend.tables())
             elif url.path == "/v1/locations":
-                self._json(200, self.server.locations(q.get("namespace", ""), q.get("table", "")))
+                self._json(200, self.server.backend.locations(q.get("namespace", ""), q.get("table", "")))
             elif url.path == "/v1/read":
                 self._read(q)
             else:
-                raise _Refused(404, f"no such endpoint {url.path!r}")
-        except _Refused as r:
+                raise Refused(404, f"no such endpoint {url.path!r}")
+        except Refused as r:
             self.close_connection = r.status in (400, 401)
             self._json(r.status, {"error": r.message})
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, socket.timeout):
@@ -122,53 +125,34 @@ class _Handler(BaseHTTPRequestHandler):
             return
         got = self.headers.get("Authorization")
         if got is None:
-            raise _Refused(401, "missing bearer token")
+            raise Refused(401, "missing bearer token")
         if not hmac.compare_digest(got.encode(), expected):
-            raise _Refused(401, "invalid bearer token")
+            raise Refused(401, "invalid bearer token")
 
     def _read(self, q: dict) -> None:
-        srv = self.server
         try:
             key = LocationKey(q.get("namespace", ""), q.get("table", ""), q.get("internal_partition", ""),
                               q.get("column_partition", ""))
             start, stop = int(q.get("start", "")), int(q.get("stop", ""))
         except InvalidNameError as e:
-            raise _Refused(400, str(e)) from None
+            raise Refused(400, str(e)) from None
         except ValueError:
-            raise _Refused(400, "start and stop must be integers") from None
+            raise Refused(400, "start and stop must be integers") from None
         if start < 0 or stop < start:
-            raise _Refused(400, f"bad range [{start}, {stop})")
-        if srv.engine.schemas.get(key.namespace, key.table) is None:
-            raise _Refused(404, f"unknown table {key.table_key}")
-        try:
-            loc = srv.engine.location(key, create=False)
-        except (KeyError, LookupError, FileNotFoundError):
-            loc = None
-        if loc is None:
-            raise _Refused(404, f"no location {key}")
+            raise Refused(400, f"bad range [{start}, {stop})")
         name = q.get("file", "")
-        size = loc.column_files().get(name)
-        if size is None:
-            raise _Refused(404, f"location {key} has no column file {name!r}")
-        if stop > size:
-            raise _Refused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published "
-                                "(did the DIS recover to an earlier checkpoint after the scan was planned?)")
-        writer = loc.writers.get(name)
-        if writer is None or loc.closed:
-            raise _Refused(503, f"location {key} is closed")
-        first = self._chunk(writer, key, name, start, min(stop, start + CHUNK_BYTES))
+        chunk = self.server.backend.open_range(key, name, start, stop)
+        first = chunk(start, min(stop, start + CHUNK_BYTES))
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(stop - start))
         self.end_headers()
-        bs = srv.block_size
-        metrics.BLOCK_READS.inc(-(-stop // bs) - start // bs if stop > start else 0)
         self.wfile.write(first)
         pos = start + len(first)
         while pos < stop:
             try:
-                data = self._chunk(writer, key, name, pos, min(stop, pos + CHUNK_BYTES))
-            except _Refused as r:
+                data = chunk(pos, min(stop, pos + CHUNK_BYTES))
+            except Refused as r:
                 # Headers are out: the reader sees a short body and names the error itself.
                 log.warning("block endpoint read failed mid-response", location=str(key), file=name, error=r.message)
                 self.close_connection = True
@@ -176,41 +160,35 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             pos += len(data)
 
-    def _chunk(self, writer, key, name: str, a: int, b: int) -> bytes:  # noqa: ANN001
-        if b <= a:
-            return b""
-        try:
-            data = writer.handle.pread(b - a, a)
-        except OSError as e:
-            raise _Refused(503, f"{key} {name}: {e}") from None
-        if len(data) != b - a:
-            raise _Refused(503, f"{key} {name}: the file holds {a + len(data)} bytes, {b} were published")
-        return data
+
+class BlockBackend(Protocol):
+    """What the block endpoint serves: a DIS's storage engine (``EngineBackend``) or a proxy's
+    published snapshots and cache (``disd.proxy.service``).  Errors are ``Refused``."""
+
+    def tables(self) -> dict:
+        """``{"tables": [...]}``: every table served, as ``GET /v1/tables`` answers."""
+        ...
+
+    def locations(self, namespace: str, table: str) -> dict:
+        """``{"block_size": n, "locations": [...]}``: as ``GET /v1/locations`` answers."""
+        ...
+
+    def open_range(self, key: LocationKey, file: str, start: int, stop: int) -> Callable[[int, int], bytes]:
+        """Check that ``[start, stop)`` of ``file`` is published (404, 416, 503 otherwise) and
+        return ``chunk(a, b)``: the bytes [a, b) of that range, exactly ``b - a`` of them."""
+        ...
 
 
-class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
-    """One thread per connection, at most ``max_connections`` at once; TLS is negotiated in the
-    connection's thread so a slow handshake never holds up the others."""
+class EngineBackend:
+    """The DIS's block endpoint: the storage engine's locations at their published sizes, bytes
+    copied with ``pread`` through the engine's tracked handles (the same descriptors, identity
+    checks and limits as ``ReadBlock``)."""
 
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
-    def __init__(self, address: tuple[str, int], engine, block_size: int,  # noqa: ANN001
-                 routed: Callable[[str, str], bool], tls=None, token: str | None = None,  # noqa: ANN001
-                 max_connections: int = 256, idle_timeout_s: float = 600.0) -> None:
+    def __init__(self, engine, block_size: int, routed: Callable[[str, str], bool]) -> None:  # noqa: ANN001
         self.engine = engine
         self.block_size = block_size
         self.routed = routed
-        self.tls = tls_context(tls) if tls else None
-        self.expected_auth = f"Bearer {token}".encode() if token else None
-        self.slots = threading.BoundedSemaphore(max_connections)
-        self.idle_timeout_s = idle_timeout_s
-        self.open: set[socket.socket] = set()
-        self.open_lock = threading.Lock()
-        super().__init__(address, _Handler)
 
-    # -- what is served ---------------------------------------------------------------------------
     def tables(self) -> dict:
         return {"tables": [
             {"namespace": s.namespace, "table": s.table, "partition_column": s.partition_column,
@@ -228,6 +206,60 @@ class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
                         "column_partition": k.column_partition, "rows": rows, "files": files,
                         "schema_version": loc.schema_version})
         return {"block_size": self.block_size, "locations": out}
+
+    def open_range(self, key: LocationKey, name: str, start: int, stop: int) -> Callable[[int, int], bytes]:
+        if self.engine.schemas.get(key.namespace, key.table) is None:
+            raise Refused(404, f"unknown table {key.table_key}")
+        try:
+            loc = self.engine.location(key, create=False)
+        except (KeyError, LookupError, FileNotFoundError):
+            loc = None
+        if loc is None:
+            raise Refused(404, f"no location {key}")
+        size = loc.column_files().get(name)
+        if size is None:
+            raise Refused(404, f"location {key} has no column file {name!r}")
+        if stop > size:
+            raise Refused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published "
+                               "(did the DIS recover to an earlier checkpoint after the scan was planned?)")
+        writer = loc.writers.get(name)
+        if writer is None or loc.closed:
+            raise Refused(503, f"location {key} is closed")
+        bs = self.block_size
+        metrics.BLOCK_READS.inc(-(-stop // bs) - start // bs if stop > start else 0)
+
+        def chunk(a: int, b: int) -> bytes:
+            if b <= a:
+                return b""
+            try:
+                data = writer.handle.pread(b - a, a)
+            except OSError as e:
+                raise Refused(503, f"{key} {name}: {e}") from None
+            if len(data) != b - a:
+                raise Refused(503, f"{key} {name}: the file holds {a + len(data)} bytes, {b} were published")
+            return data
+
+        return chunk
+
+
+class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
+    """One thread per connection, at most ``max_connections`` at once; TLS is negotiated in the
+    connection's thread so a slow handshake never holds up the others."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], backend: BlockBackend, tls=None,  # noqa: ANN001
+                 token: str | None = None, max_connections: int = 256, idle_timeout_s: float = 600.0) -> None:
+        self.backend = backend
+        self.tls = tls_context(tls) if tls else None
+        self.expected_auth = f"Bearer {token}".encode() if token else None
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.idle_timeout_s = idle_timeout_s
+        self.open: set[socket.socket] = set()
+        self.open_lock = threading.Lock()
+        super().__init__(address, _Handler)
 
     # -- connections ------------------------------------------------------------------------------
     def server_bind(self) -> None:
@@ -283,14 +315,15 @@ class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
                 pass
 
 
-def start_block_http(host: str, port: int, engine, block_size: int, routed, tls=None,  # noqa: ANN001
+def start_block_http(host: str, port: int, backend: BlockBackend, tls=None,  # noqa: ANN001
                      token: str | None = None, max_connections: int = 256,
-                     idle_timeout_s: float = 600.0) -> BlockHttpServer:
-    """Bind and serve in a background thread; ``server.server_address[1]`` is the port."""
+                     idle_timeout_s: float = 600.0, key: str = "server.http_port") -> BlockHttpServer:
+    """Bind and serve ``backend`` in a background thread; ``server.server_address[1]`` is the
+    port.  ``key`` names the setting of the port in errors."""
     try:
-        srv = BlockHttpServer((host, port), engine, block_size, routed, tls, token, max_connections, idle_timeout_s)
+        srv = BlockHttpServer((host, port), backend, tls, token, max_connections, idle_timeout_s)
     except OSError as e:
-        raise OSError(f"cannot serve the block endpoint on {host}:{port} (server.http_port): "
+        raise OSError(f"cannot serve the block endpoint on {host}:{port} ({key}): "
                       f"{e.strerror or e}") from None
     threading.Thread(target=srv.serve_forever, name="block-http", daemon=True).start()
     return srv

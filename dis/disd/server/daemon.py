@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from concurrent import futures
+from typing import Any, Callable
 
 import grpc
 import structlog
@@ -84,65 +85,30 @@ class DisServer:
         )
         self.engine.start()
         self.sessions = SessionRegistry(cfg.idle_timeout_s)
-        interceptors = []
         token = cfg.token()
-        if token:
-            interceptors.append(TokenInterceptor(token))
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="grpc"),
-            interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.keepalive_time_ms", 30_000),
-                ("grpc.keepalive_timeout_ms", 10_000),
-                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.so_reuseport", 0),
-            ],
-            maximum_concurrent_rpcs=cfg.max_workers,
-        )
+        self.server = grpc_server(cfg.max_workers, token)
         cache = BlockCache(cfg.block_cache_bytes)
         dis_pb2_grpc.add_IngestServicer_to_server(IngestService(self.engine, self.sessions, self.routed), self.server)
         self.tabledata = TableDataService(self.engine, self.sessions, cache, cfg.storage.block_size_bytes,
                                           self.routed, self.started)
         dis_pb2_grpc.add_TableDataServicer_to_server(self.tabledata, self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-            self.server,
-        )
-        address = f"{cfg.host}:{cfg.port}"
-        try:
-            if cfg.tls:
-                self.port = self.server.add_secure_port(address, server_credentials(cfg.tls))
-            else:
-                self.port = self.server.add_insecure_port(address)
-        except RuntimeError:  # grpc's way of saying the bind failed
-            self.port = 0
-        if not self.port:
-            raise OSError(f"cannot listen on {address} (in use, or not permitted)")
+        enable_health_and_reflection(self.server, self.health, SERVICE_NAMES)
+        self.port = listen(self.server, cfg.host, cfg.port, cfg.tls)
         self.server.start()
         if cfg.http_port is not None:
-            from disd.server.blockhttp import start_block_http
+            from disd.server.blockhttp import EngineBackend, start_block_http
 
-            self._http_server = start_block_http(cfg.host, cfg.http_port, self.engine, cfg.storage.block_size_bytes,
-                                                 self.routed, cfg.tls, token, cfg.max_workers, cfg.idle_timeout_s)
+            backend = EngineBackend(self.engine, cfg.storage.block_size_bytes, self.routed)
+            self._http_server = start_block_http(cfg.host, cfg.http_port, backend, cfg.tls, token, cfg.max_workers,
+                                                 cfg.idle_timeout_s)
             self.http_port = self._http_server.server_address[1]
-        for name in ("", *SERVICE_NAMES):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        set_serving(self.health, SERVICE_NAMES)
         if cfg.metrics_port is not None:
-            from prometheus_client import start_http_server
+            from disd.server.metrics import ServerCollector
 
-            from disd.server.metrics import ServerCollector, server_registry
-
-            registry = server_registry(ServerCollector(self.engine, self.sessions, cfg.db_root, self.tabledata))
-            try:
-                srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host, registry=registry)
-            except OSError as e:
-                raise OSError(f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {e.strerror or e}") from None
-            self._metrics_server = srv
-            self.metrics_port = srv.server_address[1]
+            self._metrics_server = serve_metrics(
+                cfg.host, cfg.metrics_port, ServerCollector(self.engine, self.sessions, cfg.db_root, self.tabledata))
+            self.metrics_port = self._metrics_server.server_address[1]
         log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port, http_port=self.http_port,
                  db_root=cfg.db_root, tables=len(self.schemas), tls=bool(cfg.tls), token=bool(token))
         return self.port
@@ -180,8 +146,72 @@ class DisServer:
         log.info("dis stopped")
 
 
-def serve(config: DisConfig) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit code."""
+def grpc_server(max_workers: int, token: str | None) -> grpc.Server:
+    """A gRPC server as every daemon of the product runs one: a pool of ``max_workers`` threads
+    (each call, and each open stream, holds one), the bearer-token check when ``token`` is set,
+    keepalives, the large message limit, no port sharing."""
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        interceptors=[TokenInterceptor(token)] if token else [],
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=max_workers,
+    )
+
+
+def enable_health_and_reflection(server: grpc.Server, servicer: health.HealthServicer,
+                                 services: tuple[str, ...]) -> None:
+    """The gRPC health service (probes, ``dis health``) and reflection (``grpcurl``), open
+    without a token (``disd.server.auth``)."""
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    reflection.enable_server_reflection(
+        (*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
+
+
+def set_serving(servicer: health.HealthServicer, services: tuple[str, ...]) -> None:
+    for name in ("", *services):
+        servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+
+def listen(server: grpc.Server, host: str, port: int, tls) -> int:  # noqa: ANN001 - disd.config.TlsConfig
+    """Bind ``host:port`` (TLS when ``tls``); the port bound, or OSError saying why not."""
+    address = f"{host}:{port}"
+    try:
+        bound = server.add_secure_port(address, server_credentials(tls)) if tls else server.add_insecure_port(address)
+    except RuntimeError:  # grpc's way of saying the bind failed
+        bound = 0
+    if not bound:
+        raise OSError(f"cannot listen on {address} (in use, or not permitted)")
+    return bound
+
+
+def serve_metrics(host: str, port: int, collector):  # noqa: ANN001, ANN201
+    """The Prometheus endpoint of one server: process-wide metrics and ``collector``'s gauges
+    (``disd.server.metrics.server_registry``).  Returns the HTTP server (``server_address``)."""
+    from prometheus_client import start_http_server
+
+    from disd.server.metrics import server_registry
+
+    try:
+        srv, _thread = start_http_server(port, addr=host, registry=server_registry(collector))
+    except OSError as e:
+        raise OSError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
+    return srv
+
+
+def run_until_signalled(start: Callable[[], tuple[Any, str]]) -> int:
+    """The life of a daemon under systemd: SIGTERM/SIGINT handlers first (a signal during the
+    start still stops it), then ``start()`` (the started server, which has ``status_line()`` and
+    ``stop()``, and the READY=1 status text); READY=1, the watchdog pinged from this loop (a hung
+    daemon is restarted), STATUS= kept current, until a signal; then STOPPING=1 and
+    ``server.stop()``.  Exit code 0."""
     notifier = Notifier()
     stop = threading.Event()
     received: list[int] = []
@@ -192,11 +222,8 @@ def serve(config: DisConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    pin_mmap_threshold()  # large ingest messages return their memory (disd.server.allocator)
-    server = DisServer(config)
-    server.start()
-    notifier.ready(f"serving on {config.host}:{server.port}")
-    # The main loop pings the watchdog: if it hangs, systemd (WatchdogSec=) restarts the daemon.
+    server, ready_text = start()
+    notifier.ready(ready_text)
     ping = watchdog_interval_s() if notifier.enabled else None
     shown = None
     while not stop.wait(min(ping, 1.0) if ping else 1.0):
@@ -205,9 +232,20 @@ def serve(config: DisConfig) -> int:
         if notifier.enabled:
             text = server.status_line()
             if text != shown:
-                notifier.status(text)  # what `systemctl status dis` shows
+                notifier.status(text)  # what `systemctl status` shows
                 shown = text
     log.info("shutting down", signal=signal.Signals(received[0]).name if received else None)
     notifier.stopping()
     server.stop()
     return 0
+
+
+def serve(config: DisConfig) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code."""
+    def start() -> tuple[DisServer, str]:
+        pin_mmap_threshold()  # large ingest messages return their memory (disd.server.allocator)
+        server = DisServer(config)
+        server.start()
+        return server, f"serving on {config.host}:{server.port}"
+
+    return run_until_signalled(start)

@@ -34,7 +34,7 @@ def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
     )
 
 
-class _Updates:
+class Updates:
     """A subscriber's pending updates, coalesced per location: bounded by the number of
     locations however slowly the subscriber reads."""
 
@@ -42,7 +42,7 @@ class _Updates:
         self.pending: dict = {}
         self.cond = threading.Condition()
 
-    def push(self, loc) -> None:  # noqa: ANN001
+    def push(self, loc) -> None:  # noqa: ANN001 - anything with a hashable ``key``
         with self.cond:
             self.pending[loc.key] = loc
             self.cond.notify()
@@ -92,7 +92,7 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         )
 
     def Subscribe(self, request, context):  # noqa: N802
-        updates = _Updates()
+        updates = Updates()
 
         def on_change(loc, _rows=None) -> None:  # noqa: ANN001
             if (not request.namespace or loc.key.namespace == request.namespace) and (

@@ -30,7 +30,7 @@ final class Dis {
         final TreeMap<String, Long> files;
         /** The schema version its rows are written in (0: not known, read as the newest). */
         final int version;
-        /** The replica (index into the owner's members) that listed it: where a task reads it. */
+        /** The replica (index into the owner's readReplicas) that listed it: where a task reads it. */
         final int replica;
 
         Location(String internalPartition, String columnPartition, long rows, TreeMap<String, Long> files) {
@@ -83,7 +83,7 @@ final class Dis {
         String shown;
         try {
             for (Routing.Instance i : routing.instances) {
-                known.addAll(firstAnswer(i.members, h -> {
+                known.addAll(firstAnswer(i.readReplicas, h -> {
                     TreeSet<String> names = new TreeSet<>();
                     for (JsonNode t : h.json("/v1/tables").get("tables")) {
                         names.add(t.get("namespace").asText() + "." + t.get("table").asText());
@@ -152,7 +152,7 @@ final class Dis {
         Routing.Instance inst = owner();
         TableSchema s = retrying(options.retryS, () -> {
             DisSourceError last = null;
-            for (Routing.Replica r : inst.members) {
+            for (Routing.Replica r : inst.readReplicas) {
                 JsonNode tables;
                 try {
                     tables = http(r).json("/v1/tables").get("tables");
@@ -227,7 +227,7 @@ final class Dis {
         Routing.Instance inst = owner();
         String pq = "/v1/locations?namespace=" + DisHttp.q(options.namespace) + "&table=" + DisHttp.q(options.table);
         return retrying(options.retryS, () -> {
-            List<Routing.Replica> members = inst.members;
+            List<Routing.Replica> members = inst.readReplicas; // its proxies, if it lists any
             List<Map<String, Location>> per = new ArrayList<>();
             DisSourceError failure = null;
             if (members.size() == 1) {

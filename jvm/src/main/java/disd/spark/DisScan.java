@@ -63,7 +63,7 @@ final class DisScan implements Scan, Batch {
                 ranges.add(new Planner.Slice(l, 0, l.rows));
             }
         }
-        return Planner.plan(ranges, owner.members, options.rowsPerPartition, options.minPartitions);
+        return Planner.plan(ranges, owner.readReplicas, options.rowsPerPartition, options.minPartitions);
     }
 
     @Override

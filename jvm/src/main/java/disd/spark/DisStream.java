@@ -280,7 +280,7 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         for (Map.Entry<String, long[]> e : wanted.entrySet()) {
             ranges.add(new Planner.Slice(snaps.get(e.getKey()), e.getValue()[0], e.getValue()[1]));
         }
-        Planner.Part[] parts = Planner.plan(ranges, dis.owner().members, options.rowsPerPartition,
+        Planner.Part[] parts = Planner.plan(ranges, dis.owner().readReplicas, options.rowsPerPartition,
             options.minPartitions);
         if (schema != projection.table) {
             for (int i = 0; i < parts.length; i++) {

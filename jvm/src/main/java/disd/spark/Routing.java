@@ -24,8 +24,12 @@ import org.yaml.snakeyaml.constructor.SafeConstructor;
  * instance with a matching shell-style pattern over {@code <Namespace>.<Table>}.  An instance is
  * one DIS ({@code address}) or a replica set ({@code replicas: [{name, address, http_address}]}),
  * DISes that each hold a full copy of its tables.  Each replica's block endpoint is its
- * {@code http_address}, else its address's port + 1.  The file is checked as
- * {@code disd.routing.parse_routing} checks it, with the same messages (naming the entry and key).
+ * {@code http_address}, else its address's port + 1.  An instance may also list {@code proxies}
+ * ({@code dis proxy}, same keys as a replica): a proxy serves the read side of a DIS, so this
+ * reader lists and reads the instance's tables through its proxies' block endpoints
+ * ({@link Instance#readReplicas}, failing over between them as between replicas) instead of the
+ * DISes'.  The file is checked as {@code disd.routing.parse_routing} checks it, with the same
+ * messages (naming the entry and key).
  */
 final class Routing {
     /** One DIS of an instance: where its block endpoint is. */
@@ -47,15 +51,25 @@ final class Routing {
         final String address;      // the first replica's
         final String httpAddress;  // the first replica's
         final List<Pattern> tables;
-        /** Every replica (one for a plain entry), in the routing file's order. */
+        /** Every replica (one for a plain entry), in the routing file's order: the DISes. */
         final List<Replica> members;
+        /** The entry's proxies (empty: none), in the routing file's order. */
+        final List<Replica> proxies;
+        /** Where this reader lists and reads the entry's tables: its proxies if any, else its members. */
+        final List<Replica> readReplicas;
 
         Instance(String name, List<Replica> members, List<Pattern> tables) {
+            this(name, members, tables, Collections.<Replica>emptyList());
+        }
+
+        Instance(String name, List<Replica> members, List<Pattern> tables, List<Replica> proxies) {
             this.name = name;
             this.address = members.get(0).address;
             this.httpAddress = members.get(0).httpAddress;
             this.tables = tables;
             this.members = Collections.unmodifiableList(new ArrayList<>(members));
+            this.proxies = Collections.unmodifiableList(new ArrayList<>(proxies));
+            this.readReplicas = this.proxies.isEmpty() ? this.members : this.proxies;
         }
 
         boolean owns(String namespace, String table) {
@@ -198,6 +212,11 @@ final class Routing {
             if (rawReplicas != null && http != null) {
                 throw new Problem(source, ir.key("http_address"), "goes on each replica of a replica set");
             }
+            List<?> rawProxies = ir.get("proxies", List.class, null);
+            if (rawProxies != null && rawProxies.isEmpty()) {
+                throw new Problem(source, ir.key("proxies"),
+                    "must list at least one {address: host:port} (leave the key out for none)");
+            }
             ir.finish();
             List<Replica> members;
             if (rawReplicas != null) {
@@ -206,12 +225,26 @@ final class Routing {
                 members = Collections.singletonList(new Replica(name, address,
                     endpoint(source, ir.key("http_address"), http, ir.key("address"), address)));
             }
-            out.add(new Instance(name, members, pats));
+            List<Replica> proxies = Collections.emptyList();
+            if (rawProxies != null) {
+                Set<String> dises = new HashSet<>();
+                for (Replica m : members) {
+                    dises.add(m.address);
+                }
+                proxies = replicas(source, "instances[" + i + "].proxies", rawProxies, "proxy", dises);
+            }
+            out.add(new Instance(name, members, pats, proxies));
         }
         return new Routing(out);
     }
 
     private static List<Replica> replicas(String source, String where, List<?> raw) {
+        return replicas(source, where, raw, "replica", Collections.<String>emptySet());
+    }
+
+    /** The {@code {name, address, http_address}} items of a replicas (or proxies) list; a proxy
+     *  must not take one of the entry's DIS addresses ({@code dises}). */
+    private static List<Replica> replicas(String source, String where, List<?> raw, String what, Set<String> dises) {
         List<Replica> out = new ArrayList<>();
         for (int j = 0; j < raw.size(); j++) {
             Keys rr = new Keys(source, raw.get(j), where + "[" + j + "].");
@@ -222,8 +255,12 @@ final class Routing {
             hostPort(source, rr.key("address"), address);
             for (Replica r : out) {
                 if (r.address.equals(address)) {
-                    throw new Problem(source, rr.key("address"), address + " is already a replica of this entry");
+                    throw new Problem(source, rr.key("address"), address + " is already a " + what + " of this entry");
                 }
+            }
+            if (dises.contains(address)) {
+                throw new Problem(source, rr.key("address"),
+                    address + " is a DIS of this entry; a proxy is a `dis proxy` at its own address");
             }
             if (http != null && !http.contains(":")) {
                 throw new Problem(source, rr.key("http_address"), "must be host:port");

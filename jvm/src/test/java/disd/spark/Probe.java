@@ -53,6 +53,9 @@ public final class Probe {
         if (req.has("routing")) {
             out.set("routing", routings(req.get("routing")));
         }
+        if (req.has("readRouting")) {
+            out.set("readRouting", readRoutings(req.get("readRouting")));
+        }
         if (req.has("stored")) {
             out.set("stored", stored(req.get("stored")));
         }
@@ -201,6 +204,28 @@ public final class Probe {
                         members.add(DisHttp.JSON.createArrayNode().add(r.name).add(r.address).add(r.httpAddress));
                     }
                     insts.add(DisHttp.JSON.createArrayNode().add(i.name).add(members));
+                }
+                res.add(insts);
+            } catch (DisSourceError e) {
+                res.add(e.getMessage());
+            }
+        }
+        return res;
+    }
+
+    /** Each case: a routing file -> [[instance name, [[name, address, block endpoint] of its
+     *  readReplicas]], ...] (where the reader lists and reads), or the error's message. */
+    static ArrayNode readRoutings(JsonNode cases) {
+        ArrayNode res = DisHttp.JSON.createArrayNode();
+        for (JsonNode c : cases) {
+            try {
+                ArrayNode insts = DisHttp.JSON.createArrayNode();
+                for (Routing.Instance i : Routing.load(c.asText()).instances) {
+                    ArrayNode rs = DisHttp.JSON.createArrayNode();
+                    for (Routing.Replica r : i.readReplicas) {
+                        rs.add(DisHttp.JSON.createArrayNode().add(r.name).add(r.address).add(r.httpAddress));
+                    }
+                    insts.add(DisHttp.JSON.createArrayNode().add(i.name).add(rs));
                 }
                 res.add(insts);
             } catch (DisSourceError e) {

@@ -1,0 +1,198 @@
+"""What readers of a proxy call: the TableData service and the block endpoint's backend.
+
+Everything a reader is told comes from the feeds' published snapshots (``disd.proxy.upstream``)
+and every byte from the shared cache (``disd.proxy.cache``): listings, subscriptions and the
+sizes reads are checked against are the same facts, so a reader plans and reads exactly what an
+upstream DIS published, as it would on the DIS itself.  Errors use the DIS's status codes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import grpc
+
+from disd.blocks import DisClientError, LocationSnapshot
+from disd.names import LocationKey
+from disd.proxy.cache import CachedBlocks
+from disd.proxy.upstream import Upstream, snapshot_info
+from disd.rpc.keys import key_from_proto
+from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.server.blockhttp import Refused
+from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates
+
+#: Seconds between a wildcard subscription's looks for tables that appeared upstream.
+NEW_TABLES_S = 5.0
+
+
+class ProxyTableData(dis_pb2_grpc.TableDataServicer):
+    def __init__(self, upstream: Upstream, blocks: CachedBlocks, started: float) -> None:
+        self.upstream = upstream
+        self.blocks = blocks
+        self.started = started
+        self.subscribers = 0  # open reader Subscribe streams (dis_proxy_subscribers)
+        self._lock = threading.Lock()
+
+    def _upstream(self, context, call: Callable):  # noqa: ANN001, ANN202
+        """``call()``, an upstream failure turned into the status a DIS's own would have."""
+        try:
+            return call()
+        except DisClientError as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"proxy: {e}")
+
+    def ListTables(self, request, context):  # noqa: N802
+        return dis_pb2.ListTablesResponse(tables=self._upstream(context, self.upstream.tables))
+
+    def ListLocations(self, request, context):  # noqa: N802
+        feeds = self._upstream(context, lambda: self.upstream.matching_feeds(request.namespace, request.table))
+        return dis_pb2.ListLocationsResponse(locations=[snapshot_info(s) for f in feeds for s in sorted_snaps(f)])
+
+    def Subscribe(self, request, context):  # noqa: N802
+        ns, table = request.namespace, request.table
+        if ns and table and not self._upstream(context, lambda: self.upstream.known(ns, table)):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown table {ns}.{table} (no upstream DIS serves it)")
+        updates = Updates()
+        sent: dict[LocationKey, int] = {}
+        unlisten: dict[str, Callable[[], None]] = {}
+
+        def follow(feeds):  # noqa: ANN001, ANN202 - listen first, then take the current state
+            out = []
+            for f in feeds:
+                if f.name not in unlisten:
+                    unlisten[f.name] = f.listen(lambda snaps: [updates.push(s) for s in snaps])
+                    out += sorted_snaps(f)
+            return out
+
+        with self._lock:
+            self.subscribers += 1
+        try:
+            pending = follow(self._upstream(context, lambda: self.upstream.matching_feeds(ns, table)))
+            looked = time.monotonic()
+            while context.is_active():
+                for snap in pending:
+                    if snap.rows > sent.get(snap.key, -1):  # each size once, increasing
+                        sent[snap.key] = snap.rows
+                        yield snapshot_info(snap)
+                pending = updates.take(timeout=1.0)
+                if not (ns and table) and time.monotonic() - looked > NEW_TABLES_S:
+                    looked = time.monotonic()
+                    try:
+                        pending += follow(self.upstream.matching_feeds(ns, table))
+                    except DisClientError:
+                        pass  # the DISes are away: keep following the tables known
+        finally:
+            for remove in unlisten.values():
+                remove()
+            with self._lock:
+                self.subscribers -= 1
+
+    def _published(self, request, context) -> tuple[LocationSnapshot, int]:  # noqa: ANN001
+        """The proxy's published snapshot of the location a read names, and the file's size in
+        it; NOT_FOUND as a DIS says it."""
+        try:
+            key = key_from_proto(request.location)
+        except ValueError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        snap, size = self._upstream(context, lambda: published(self.upstream, key, request.file))
+        if snap is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, size)
+        return snap, size
+
+    def ReadBlock(self, request, context):  # noqa: N802
+        snap, size = self._published(request, context)
+        i = request.block_index
+        data = self._upstream(context, lambda: self.blocks.blocks(snap, request.file, i, i))
+        return dis_pb2.ReadBlockResponse(data=data[0] if data else b"", file_size=size)
+
+    def ReadBlocks(self, request, context):  # noqa: N802
+        snap, size = self._published(request, context)
+        bs = snap.block_size
+        end = min(request.first_block + request.block_count, -(-size // bs))
+        per_message = max(1, BLOCKS_MESSAGE_BYTES // bs)
+        window = max(per_message, 64)
+        for a in range(request.first_block, end, window):
+            b = min(end, a + window)
+            blocks = self._upstream(context, lambda: self.blocks.blocks(snap, request.file, a, b - 1))
+            for j in range(0, len(blocks), per_message):
+                yield dis_pb2.ReadBlocksResponse(blocks=blocks[j : j + per_message], file_size=size)
+
+    def Status(self, request, context):  # noqa: N802
+        """The upstream owners' Status of the matching locations, with the proxy's version and
+        uptime (a proxy has no disk of its own: disk fields are 0)."""
+        from disd import __version__
+
+        replies = self._upstream(context, lambda: self.upstream.status(request))
+        return dis_pb2.StatusResponse(version=__version__, uptime_s=time.time() - self.started,
+                                      locations=[l for r in replies for l in r.locations])
+
+
+def sorted_snaps(feed) -> list[LocationSnapshot]:  # noqa: ANN001
+    return sorted(feed.snapshots(), key=lambda s: (s.key.column_partition, s.key.internal_partition))
+
+
+def published(upstream: Upstream, key: LocationKey, file: str) -> tuple[LocationSnapshot | None, int | str]:
+    """(snapshot, size of ``file`` in it), or (None, why not) for an unknown table, location or
+    file (as a DIS words it)."""
+    if not upstream.known(key.namespace, key.table):
+        return None, f"unknown table {key.table_key}"
+    snap = upstream.feed(key.namespace, key.table).snapshot(key)
+    if snap is None:
+        return None, f"no location {key}"
+    size = snap.files.get(file)
+    if size is None:
+        return None, f"location {key} has no column file {file!r}"
+    return snap, size
+
+
+class ProxyBlockBackend:
+    """The block endpoint (``disd.server.blockhttp``) of a proxy: the same JSON and byte ranges
+    as a DIS's, from the published snapshots and the cache."""
+
+    def __init__(self, upstream: Upstream, blocks: CachedBlocks) -> None:
+        self.upstream = upstream
+        self.blocks = blocks
+
+    def _call(self, call: Callable):  # noqa: ANN202
+        try:
+            return call()
+        except DisClientError as e:
+            raise Refused(503, f"proxy: {e}") from None
+
+    def tables(self) -> dict:
+        infos = self._call(self.upstream.tables)
+        return {"tables": [{"namespace": t.namespace, "table": t.table, "partition_column": t.partition_column,
+                            "schema_json": t.schema_json, "fingerprint": t.fingerprint,
+                            "versions_json": t.versions_json} for t in infos]}
+
+    def locations(self, namespace: str, table: str) -> dict:
+        feeds = self._call(lambda: self.upstream.matching_feeds(namespace, table))
+        out, block_size = [], 0
+        for f in feeds:
+            for s in sorted_snaps(f):
+                k = s.key
+                block_size = block_size or s.block_size
+                out.append({"namespace": k.namespace, "table": k.table, "internal_partition": k.internal_partition,
+                            "column_partition": k.column_partition, "rows": s.rows, "files": dict(s.files),
+                            "schema_version": s.schema_version})
+        return {"block_size": block_size or 65536, "locations": out}
+
+    def open_range(self, key: LocationKey, name: str, start: int, stop: int) -> Callable[[int, int], bytes]:
+        snap, size = self._call(lambda: published(self.upstream, key, name))
+        if snap is None:
+            raise Refused(404, size)
+        if stop > size:
+            raise Refused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published")
+        bs = snap.block_size
+
+        def chunk(a: int, b: int) -> bytes:
+            if b <= a:
+                return b""
+            blocks = self._call(lambda: self.blocks.blocks(snap, name, a // bs, (b - 1) // bs))
+            data = b"".join(blocks)[a - (a // bs) * bs:][: b - a]
+            if len(data) != b - a:
+                raise Refused(503, f"{key} {name}: upstream served {len(data)} of bytes [{a}, {b})")
+            return data
+
+        return chunk

@@ -1,0 +1,67 @@
+"""The ``dis`` Spark source reads through the proxies a routing entry lists, with no other
+change, for both readers of ``format("dis")`` (``jvm``: the proxies' block endpoints, port + 1;
+``python``: their gRPC), batch and streaming; and ``dis merge --routing`` merges through them.
+A DIS stands in for the proxy; the entry's own DIS address is unreachable."""
+
+from __future__ import annotations
+
+import pytest
+
+from disd.historical.merge import IntradaySource, MergeRequest, merge
+from spark.conftest import LOCS, TOTAL, pytest_generate_tests, spark, spark_session, trade_address, trade_dis  # noqa: F401
+from support.sinks import SizeSink
+
+from .readers_support import dead_address, proxied_routing
+
+pytestmark = pytest.mark.spark
+
+
+def scan(spark, routing, **opts):  # noqa: ANN001, ANN201
+    r = spark.read.format("dis").option("routing", str(routing)).option("table", "Market.Trade") \
+        .option("retrySeconds", "0")
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_a_batch_scan_reads_through_the_proxy(spark, trade_address, tmp_path):
+    routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])
+    df = scan(spark, routing, minPartitions="3")
+    row = df.selectExpr("count(*) AS n", "sum(CAST(Size AS BIGINT)) AS s", "count(Sym) AS syms").collect()[0]
+    assert row["n"] == TOTAL and row["s"] == TOTAL * (TOTAL - 1) // 2
+    assert row["syms"] == TOTAL - len(range(0, TOTAL, 7))  # every 7th row's Sym is null
+    assert scan(spark, routing, partitions="2026-11-23").count() == 7_000
+
+
+def test_two_proxies_one_down_the_scan_fails_over(spark, trade_address, tmp_path):
+    routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [dead_address(), trade_address])
+    assert scan(spark, routing, minPartitions="2").selectExpr("count(*)").collect()[0][0] == TOTAL
+
+
+def test_a_stream_reads_through_the_proxy(spark, trade_address, tmp_path):
+    routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])
+    df = (spark.readStream.format("dis").option("routing", str(routing)).option("table", "Market.Trade")
+          .option("retrySeconds", "0").load())
+    sink = SizeSink()
+    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt")).trigger(
+        availableNow=True).start()
+    try:
+        q.awaitTermination(120)
+    finally:
+        q.stop()
+    assert sorted(sink.sizes().tolist()) == list(range(TOTAL))
+
+
+def test_a_merge_reads_through_the_proxy(spark, trade_address, tmp_path):
+    """``dis merge`` snapshots the partition (listing and Status) and reads its rows through the
+    proxy; the merged rows are the DIS's."""
+    routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])
+    day = "2026-11-22"
+    req = MergeRequest("Market", "Trade", day, str(tmp_path / "hist"), IntradaySource(routing=str(routing)),
+                       force=True)
+    r = merge(spark, req)
+    want = sum(n for k, (_, n) in LOCS.items() if k.column_partition == day)
+    assert (r.status, r.rows, r.source) == ("merged", want, "dis")
+    back = (spark.read.format("dis").option("source", "historical").option("dbRoot", str(tmp_path / "hist"))
+            .option("table", "Market.Trade").load())
+    assert back.selectExpr("count(*)", "sum(CAST(Size AS BIGINT))").collect()[0][:] == (want, want * (want - 1) // 2)
