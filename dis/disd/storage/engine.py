@@ -67,6 +67,7 @@ class StorageEngine:
         self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files, self.fs)
         self.io_retry = IoRetry(self.storage.io_retry_initial_ms / 1000.0, self.storage.io_retry_max_ms / 1000.0)
         self._locs: dict[LocationKey, Location] = {}
+        self._opening: dict[LocationKey, threading.Event] = {}  # locations being opened, by one thread each
         self._lock = threading.Lock()
         self._subscribers: list[Callable] = []
         self._stop = threading.Event()
@@ -134,12 +135,25 @@ class StorageEngine:
         the log that creates it; default the table's newest).  An existing location keeps the
         version its ``table.size`` names whatever ``version`` says: the caller compares
         ``Location.schema_version``."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the storage engine is closed")
-            loc = self._locs.get(key)
-            if loc is not None:
-                return loc
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("the storage engine is closed")
+                loc = self._locs.get(key)
+                if loc is not None:
+                    return loc
+                opening = self._opening.get(key)
+                if opening is None:
+                    opening = self._opening[key] = threading.Event()
+                    break
+            # Another thread is opening this location: wait for it, then look again (it may
+            # have failed, or been asked with create=False for a location that is absent).
+            opening.wait()
+        # Opening a location (recovery, or creating its directory, table.size and column files
+        # with their fsyncs) happens outside the engine's lock: it holds only this key, so a
+        # burst over many new locations creates them side by side, and listings, clocks and
+        # the other locations' streams never wait behind a disk.
+        try:
             schema = self.schemas.get(key.namespace, key.table)
             if schema is None:
                 raise UnknownTableError(f"unknown table {key.namespace}.{key.table}")
@@ -149,7 +163,17 @@ class StorageEngine:
             loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
                            self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
                            create_version=version)
-            self._locs[key] = loc
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._locs[key] = loc
+            if closed:
+                loc.close()
+                raise RuntimeError("the storage engine is closed")
+        finally:
+            with self._lock:
+                del self._opening[key]
+            opening.set()
         self._published(loc)
         return loc
 

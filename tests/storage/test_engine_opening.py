@@ -1,0 +1,95 @@
+"""Opening locations: a location held up by its disk holds up nobody else.
+
+Creating a location writes its directory, ``table.size`` and column files with fsyncs; on a busy
+disk each fsync can take tens of milliseconds.  Done under the engine's lock, a burst over 200 new
+locations waited for them one after another, and so did every listing and clock.  These tests
+hold one location's creation at its first directory fsync and check what may go on meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from disd.binlog import LocationKey
+from disd.storage import StorageEngine
+from disd.storage.fsio import OsFileSystem
+
+from .util import SCHEMAS
+
+SLOW = LocationKey("Market", "Trade", "slow", "2026-11-22")
+FAST = LocationKey("Market", "Trade", "fast", "2026-11-22")
+
+
+class HeldDisk(OsFileSystem):
+    """Blocks the fsync of any directory under a path containing ``hold`` until released."""
+
+    def __init__(self, hold: str) -> None:
+        self.hold = hold
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def fsync_dir(self, path: str) -> None:
+        if self.hold in path:
+            self.reached.set()
+            assert self.release.wait(30), "never released"
+        super().fsync_dir(path)
+
+
+@pytest.fixture
+def held(tmp_path):
+    disk = HeldDisk("/slow")
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, fs=disk)
+    # the table's directory exists first, so that only the slow location's own fsyncs are held
+    eng.location(LocationKey("Market", "Trade", "first", "2026-11-22"))
+    yield eng, disk
+    disk.release.set()
+    eng.close()
+
+
+def test_other_locations_open_and_list_while_one_waits_for_its_disk(held):
+    eng, disk = held
+    opened: list = []
+    t = threading.Thread(target=lambda: opened.append(eng.location(SLOW)), daemon=True)
+    t.start()
+    assert disk.reached.wait(10)
+    # the slow location is mid-creation: another location is created, and listing answers
+    done = threading.Event()
+
+    def other() -> None:
+        eng.location(FAST)
+        eng.locations()
+        done.set()
+
+    threading.Thread(target=other, daemon=True).start()
+    assert done.wait(10), "opening another location waited for the one held at its fsync"
+    assert not opened and t.is_alive()
+    disk.release.set()
+    t.join(10)
+    assert opened and opened[0].key == SLOW and not opened[0].in_error
+
+
+def test_threads_asking_for_the_same_new_location_get_one_location(held):
+    eng, disk = held
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(eng.location(SLOW)), daemon=True) for _ in range(8)]
+    for th in threads:
+        th.start()
+    assert disk.reached.wait(10)
+    assert not got  # every caller waits for the one creating it
+    disk.release.set()
+    for th in threads:
+        th.join(10)
+    assert len(got) == 8 and all(loc is got[0] for loc in got)
+    assert [loc.key for loc in eng.locations()].count(SLOW) == 1
+
+
+def test_a_failed_open_lets_the_next_caller_try_again(tmp_path):
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS)
+    try:
+        with pytest.raises(LookupError):
+            eng.location(SLOW, create=False)
+        assert eng.location(SLOW).key == SLOW  # not left marked as being opened
+    finally:
+        eng.close()
