@@ -40,7 +40,7 @@ import os
 import pathlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -63,6 +63,7 @@ from disd.storage.checkpoint import (
     write_record,
 )
 from disd.storage.columnwriter import ColumnFileWriter
+from disd.storage.lastby import LastBy, Snapshot
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
 from disd.storage.transactions import plan_transactions
 from disd.storage.versionstore import LocationVersionError, location_schema
@@ -172,6 +173,7 @@ class Location:
         self.import_state: dict[str, int] = {k: 0 for k in IMPORT_STATE_KEYS}
         self.txn_open = False
         self._last_checkpoint: tuple | None = None
+        self.lastby: LastBy | None = None  # the last-by state, when the table declares keys (docs/lastby.md)
         self._file_names = [n for c in self.schema.columns for n in colfmt.file_names(c)]
         self._recover()
 
@@ -248,6 +250,10 @@ class Location:
         for k, v in record.import_state.items():
             self.import_state[k] = v
         self._last_checkpoint = (record.rows, tuple(sorted(record.files.items())), record.source)
+        if self.import_config.last_by:  # the state at exactly the checkpointed rows (a file, or rebuilt)
+            if self.lastby is None:
+                self.lastby = LastBy(self.schema, self.import_config.last_by, self.import_config.lastby_max_keys)
+            self.lastby.recover(path, fs, record.lastby, rows, self._read_committed, str(self.key))
 
     def _use_version(self, schema: TableSchema) -> None:
         """Open the location in ``schema`` (a version of its table): its column files are that
@@ -262,7 +268,8 @@ class Location:
     def _record(self, rows: int, files: dict[str, int], source: SourcePosition) -> CheckpointRecord:
         """The checkpoint record of this location's state, in its schema version."""
         return CheckpointRecord(rows, files, source, self.schema.fingerprint, dict(self.import_state),
-                                schema_version=self.schema.version)
+                                schema_version=self.schema.version,
+                                lastby=self.lastby.durable_ref if self.lastby is not None else None)
 
     def reopen(self) -> bool:
         """After an I/O error: reopen from the last checkpoint and accept rows again.
@@ -485,6 +492,12 @@ class Location:
         except Exception as e:  # noqa: BLE001
             self._fail(describe_failure("flush", e), e)
             return False
+        if self.lastby is not None and self.committed_rows > self.published_rows:
+            try:  # the rows about to publish, read back from the files just written (page cache)
+                self.lastby.apply(self._read_committed(self.published_rows, self.committed_rows), self.committed_rows)
+            except Exception as e:  # noqa: BLE001 - too many keys, or a failed read: stop, never publish past the state
+                self._fail(describe_failure("last-by update", e), e)
+                return False
         changed = self.published_rows != self.committed_rows or self.published_sizes != self.committed_sizes
         self.published_rows = self.committed_rows
         self.published_sizes = dict(self.committed_sizes)
@@ -505,6 +518,7 @@ class Location:
                     return False
                 record = self._record(self.committed_rows, dict(self.committed_sizes), self.source)
                 handles = [w.handle for w in self.writers.values()]
+                state = self.lastby.snapshot() if self.lastby is not None else None
             if changed and self._on_publish is not None:
                 self._on_publish(self)
             ident = (record.rows, tuple(sorted(record.files.items())), record.source)
@@ -512,7 +526,7 @@ class Location:
                 self.last_checkpoint_time = time.time()
                 return False
             try:
-                self._make_durable(handles, record)
+                self._make_durable(handles, record, state)
             except Exception as e:  # noqa: BLE001
                 with self.lock:
                     self._fail(describe_failure("checkpoint", e), e)
@@ -524,12 +538,18 @@ class Location:
             metrics.CHECKPOINT_DURATION.observe(time.perf_counter() - t0)
             return True
 
-    def _make_durable(self, handles: list[TrackedFile], record: CheckpointRecord) -> None:
+    def _make_durable(self, handles: list[TrackedFile], record: CheckpointRecord, state: Snapshot | None) -> None:
         """The order that makes a crash at any point safe: the column files' bytes first, then
-        the record that counts them (temp, fsync, rename, directory fsync)."""
+        the last-by state at exactly the record's rows, then the record that counts them (temp,
+        fsync, rename, directory fsync); superseded state files go only after that."""
         for h in handles:
             h.fsync()
+        if state is not None and self.lastby is not None:
+            assert state.rows == record.rows, (state.rows, record.rows)
+            record = replace(record, lastby=self.lastby.write(str(self.path), self.fs, state))
         write_record(str(self.path), record, self.fs)
+        if state is not None and self.lastby is not None and record.lastby is not None:
+            self.lastby.committed(str(self.path), self.fs, record.lastby)
 
     # -- reading -------------------------------------------------------------------------------
     def column_files(self) -> dict[str, int]:
@@ -567,6 +587,11 @@ class Location:
             return self.writers[name].handle.pread(stop - start, start)
 
         return fetch
+
+    def _read_committed(self, start: int, stop: int) -> pa.Table:
+        """Committed rows ``[start, stop)`` from the files (their buffers flushed): the last-by
+        state's input."""
+        return colfmt.read_rows(self.schema, None, start, stop, self._fetch(dict(self.committed_sizes)))
 
     def read_table(self, columns: list[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
         """Published rows ``[start, stop)`` as a Table with the schema's Arrow types."""
