@@ -96,6 +96,23 @@ def last_by(table: pa.Table, keys: Iterable[str]) -> pa.Table:
     return table.take(pa.array(_last_indices(combined_key(table, keys))))
 
 
+def combine(parts: list[tuple[Any, pa.Table]], keys: Iterable[str], partition_column: str,
+            schema: pa.Schema) -> pa.Table:
+    """A table's last-by view from its locations' states (``(LocationKey, state)`` each, in the
+    table's newest columns): each state with the partition column appended (as ``read_table``
+    does), and per key the row of the location that sorts last by (column partition, internal
+    partition): a later date wins, and within one date the later internal partition name."""
+    out_schema = schema.append(pa.field(partition_column, pa.string()))
+    tables = []
+    for key, t in sorted(parts, key=lambda p: (p[0].column_partition, p[0].internal_partition)):
+        tables.append(t.append_column(out_schema.field(partition_column),
+                                      pa.array([key.column_partition] * len(t), pa.string())))
+    if not tables:
+        return out_schema.empty_table()
+    both = pa.concat_tables(tables)
+    return both if len(tables) == 1 else last_by(both, keys)
+
+
 def validate_keys(schema: TableSchema, keys: tuple[str, ...]) -> None:
     names = [c.name for c in schema.columns]
     for k in keys:
@@ -172,18 +189,19 @@ class LastBy:
         with self._lock:
             self._deltas.append((s.seq + 1, latest))
 
-    def changes_since(self, seq: int) -> tuple[bool, pa.Table, int]:
-        """What a subscriber at ``seq`` has not seen: ``(False, latest rows of changed keys, seq)``,
-        or ``(True, full snapshot, seq)`` when it fell further behind than the deltas kept."""
+    def changes_since(self, seq: int) -> tuple[bool, pa.Table, int, int]:
+        """What a subscriber at ``seq`` has not seen: ``(False, latest rows of changed keys, seq,
+        rows)``, or ``(True, full snapshot, seq, rows)`` when it fell further behind than the
+        deltas kept (or the state was reloaded since)."""
         s = self._state
         if seq == s.seq:
-            return False, self.arrow_schema.empty_table(), seq
+            return False, self.arrow_schema.empty_table(), seq, s.rows
         with self._lock:
             deltas = [t for q, t in self._deltas if seq < q <= s.seq]
             complete = bool(self._deltas) and self._deltas[0][0] <= seq + 1 and len(deltas) == s.seq - seq
         if not complete or seq > s.seq:
-            return True, s.table, s.seq
-        return False, last_by(pa.concat_tables(deltas), self.keys), s.seq
+            return True, s.table, s.seq, s.rows
+        return False, last_by(pa.concat_tables(deltas), self.keys), s.seq, s.rows
 
     # -- durability ------------------------------------------------------------------------
     def write(self, directory: str, fs: FileSystem, state: Snapshot) -> dict[str, Any]:
