@@ -113,6 +113,20 @@ def combine(parts: list[tuple[Any, pa.Table]], keys: Iterable[str], partition_co
     return both if len(tables) == 1 else last_by(both, keys)
 
 
+def parquet_last_by(files: Iterable[str], keys: Iterable[str], columns: Iterable[str] | None = None) -> pa.Table:
+    """The last-by view of a merged historical partition: its Parquet files read in order (a
+    merge writes a location's rows in their intraday order) and reduced as the DIS's state is;
+    for a partition merged from one location it equals that location's state at the merge."""
+    import pyarrow.parquet as pq
+
+    keys = tuple(keys)
+    cols = None if columns is None else list(dict.fromkeys([*keys, *columns]))
+    tables = [pq.read_table(f, columns=cols) for f in files]
+    if not tables:
+        raise LastByError("no Parquet files given")
+    return last_by(pa.concat_tables(tables), keys)
+
+
 def validate_keys(schema: TableSchema, keys: tuple[str, ...]) -> None:
     names = [c.name for c in schema.columns]
     for k in keys:
