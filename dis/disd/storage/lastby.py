@@ -77,13 +77,14 @@ def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
 
 
 def _last_indices(key: pa.Array) -> np.ndarray:
-    """Row index of the last occurrence of each distinct key, keys in order of first appearance."""
+    """Row index of the last occurrence of each distinct key, keys in order of first appearance
+    (dictionary codes are assigned in that order): one hash pass and one O(n) ``maximum.at``."""
     codes = pc.dictionary_encode(key, null_encoding="encode").indices.to_numpy(zero_copy_only=False)
-    n = len(codes)
-    if n == 0:
+    if len(codes) == 0:
         return np.zeros(0, np.int64)
-    _, first_in_reversed = np.unique(codes[::-1], return_index=True)  # codes are 0..m-1, in first-appearance order
-    return (n - 1 - first_in_reversed).astype(np.int64)
+    last = np.full(int(codes.max()) + 1, -1, np.int64)
+    np.maximum.at(last, codes, np.arange(len(codes), dtype=np.int64))
+    return last
 
 
 def last_by(table: pa.Table, keys: Iterable[str]) -> pa.Table:
