@@ -3,13 +3,14 @@
 Real processes on loopback (``dis serve``, ``dis-tailer``), 2,000,000 Market.Trade rows of random
 updates over 100,000 keys (``Sym``), logged before timing.
 
-1. Ingestion: seconds from the logs' arrival in the directory of a running tailer until the DIS
+1. Ingestion (the rows in ten log files): seconds from the logs' arrival in the directory of a running tailer until the DIS
    has published every row, with ``import.tables.Market.Trade.last_by: [Sym]`` and without it,
    alternately, best of ``--repeat`` each.  ``ratio`` = rows/s with last-by / rows/s without.
 2. Reading: with the last-by DIS of the last run still up, ``snapshot_ms`` is the best time of
    ``Client.last_by`` (the 100,000-key state over gRPC as Arrow IPC, decoded); ``scan_ms`` the
    best time of reading every row (``Client.read_table``) and reducing it to the same view.
-3. Exactness: a fresh last-by DIS is killed with SIGKILL three times while the rows stream in;
+3. Exactness: a fresh last-by DIS is killed with SIGKILL three times while rows stream into its
+   log, each time past a new checkpoint;
    after each restart (and at the end) the state it serves must equal the last-by recomputed
    from the rows it covers.  ``exact`` is true when it always did (and the view read in 2
    equalled the scan's).
@@ -26,6 +27,7 @@ import pathlib
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -44,20 +46,25 @@ from support import BIN, Proc, dis_settings, free_port, free_port_pair, scrape, 
 
 KEYS = 100_000
 CHUNK = 100_000
+FILES = 10
 
 
 def write_logs(logs: pathlib.Path, n: int) -> None:
+    """Ten log files of one location (successive, so the kill phase can link them in over time)."""
     schema = load_schema(TRADE_SCHEMA)
     logs.mkdir(parents=True)
-    with BinlogWriter(logs / "Market.Trade.System.bench.2026-11-22.bin.2026-11-22.090000.000+0000", schema) as w:
-        for a in range(0, n, CHUNK):
-            w.write_rows(normalize_columns(schema, random_updates(a, min(CHUNK, n - a), KEYS, seed=3)),
-                         np.full(min(CHUNK, n - a), 3, np.uint8))
+    per_file = -(-n // FILES)
+    for i, first in enumerate(range(0, n, per_file)):
+        name = f"Market.Trade.System.bench.2026-11-22.bin.2026-11-22.09{i:02d}00.000+0000"
+        with BinlogWriter(logs / name, schema) as w:
+            for a in range(first, min(n, first + per_file), CHUNK):
+                m = min(CHUNK, n - a, first + per_file - a)
+                w.write_rows(normalize_columns(schema, random_updates(a, m, KEYS, seed=3)), np.full(m, 3, np.uint8))
 
 
-def start_dis(d: pathlib.Path, on: bool, port: int | None = None) -> tuple[Proc, int]:
-    port = port or free_port_pair()
-    settings = dis_settings(d / "db", port=port, metrics_port=free_port(), flush_ms=100, checkpoint_ms=1000)
+def start_dis(d: pathlib.Path, on: bool, checkpoint_ms: int = 30000) -> tuple[Proc, int]:
+    port = free_port_pair()
+    settings = dis_settings(d / "db", port=port, metrics_port=free_port(), flush_ms=100, checkpoint_ms=checkpoint_ms)
     if on:
         with_last_by(settings)
     (d / "dis.yaml").write_text(yaml.safe_dump(settings))
@@ -70,6 +77,20 @@ def start_tailer(d: pathlib.Path, port: int, log_dir: pathlib.Path, metrics_port
                                    "state_dir": str(d / "tailer-state"), "max_backoff_ms": 200,
                                    "metrics_port": metrics_port}))
     return Proc([str(BIN / "dis-tailer"), "--config", str(cfg)], d / "tailer.log").start()
+
+
+def checkpointed(client) -> int:  # noqa: ANN001
+    try:
+        return sum(loc.checkpointed_rows for loc in client.status().locations)
+    except Exception:  # noqa: BLE001 - restarting
+        return 0
+
+
+def state_rows(client) -> int:  # noqa: ANN001
+    try:
+        return sum(s.rows for s in client.last_by_states("Market", "Trade"))
+    except Exception:  # noqa: BLE001 - restarting
+        return 0
 
 
 def published(client) -> int:  # noqa: ANN001
@@ -108,6 +129,8 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
                 time.sleep(0.01)
                 if time.perf_counter() - t0 > 300:
                     raise SystemExit(f"not every row published in 300 s:\n{dis.log_text()[-2000:]}")
+            while on and state_rows(c) < n:  # and, with last-by, the state covers them
+                time.sleep(0.002)
             elapsed = time.perf_counter() - t0
     finally:
         tailer.terminate()
@@ -133,40 +156,56 @@ def reads(port: int, n: int, repeat: int) -> tuple[float, float, bool]:
     return snap * 1e3, scan * 1e3, exact
 
 
-def kills(work: pathlib.Path, logs: pathlib.Path, n: int, count: int) -> bool:
-    """SIGKILL a last-by DIS ``count`` times while the rows stream in; True when its state equalled
-    the recomputed last-by after every restart and at the end."""
+def kills(work: pathlib.Path, n: int, count: int) -> bool:
+    """SIGKILL a last-by DIS ``count`` times while rows stream into its log (a writer appends
+    20,000 rows every 20 ms), each time after a checkpoint newer than the last restart's and with
+    published rows past it; True when its state equalled the recomputed last-by after every
+    restart and at the end."""
     d = work / "kills"
     d.mkdir()
-    dis, port = start_dis(d, True)
+    dis, port = start_dis(d, True, checkpoint_ms=200)
     log_dir = d / "logs"
     log_dir.mkdir()
     tailer = start_tailer(d, port, log_dir, free_port())
+    schema = load_schema(TRADE_SCHEMA)
+
+    def write() -> None:
+        with BinlogWriter(log_dir / "Market.Trade.System.bench.2026-11-22.bin.2026-11-22.090000.000+0000", schema) as w:
+            for a in range(0, n, 20_000):
+                m = min(20_000, n - a)
+                w.write_rows(normalize_columns(schema, random_updates(a, m, KEYS, seed=5)), np.full(m, 3, np.uint8))
+                time.sleep(0.02)
+
+    writer = threading.Thread(target=write)
+    writer.start()
     exact = True
     try:
-        for f in sorted(logs.iterdir()):
-            os.link(f, log_dir / f.name)
         with connect(f"127.0.0.1:{port}", retry_s=30, timeout_s=30) as c:
+            last = 0
             for i in range(count):
-                target = n * (i + 1) // (count + 2)
-                while published(c) < target:
+                while (ckpt := checkpointed(c)) <= last:
+                    time.sleep(0.01)
+                while published(c) <= ckpt:
                     time.sleep(0.005)
                 dis.kill9()
                 dis = start_dis_process(d, d / "dis.yaml")
                 (state,) = c.last_by_states("Market", "Trade")
                 rows = c.read_table("Market", "Trade").slice(0, state.rows).drop_columns(["Date"])
                 ok = state_table(c.schema("Market", "Trade"), state).equals(last_by(rows, ["Sym"]))
-                print(f"kill {i + 1}: restarted at {state.rows} rows, state {'equals' if ok else 'DIFFERS from'} "
-                      "the recomputed last-by", flush=True)
+                last = checkpointed(c)
+                print(f"kill {i + 1}: restarted from a checkpoint of {last:,} rows, state at {state.rows:,} rows "
+                      f"{'equals' if ok else 'DIFFERS from'} the recomputed last-by", flush=True)
                 exact &= ok
-            while published(c) < n:
+            writer.join()
+            while state_rows(c) < n:
                 time.sleep(0.05)
             (state,) = c.last_by_states("Market", "Trade")
             ok = state.rows == n and state_table(c.schema("Market", "Trade"), state).equals(
                 last_by(c.read_table("Market", "Trade").drop_columns(["Date"]), ["Sym"]))
-            print(f"final: {state.rows} rows, state {'equals' if ok else 'DIFFERS from'} the last-by of every row")
+            print(f"final: {state.rows:,} rows, state {'equals' if ok else 'DIFFERS from'} the last-by of every row")
             exact &= ok
     finally:
+        writer.join()
         tailer.terminate()
         dis.terminate()
     return exact
@@ -202,7 +241,7 @@ def main() -> None:
               f"({scan_ms / snapshot_ms:.1f}x); equal: {view_exact}", flush=True)
         dis.terminate()
         dis = None
-        exact = kills(work, logs, n, args.kills) and view_exact
+        exact = kills(work, n, args.kills) and view_exact
     finally:
         if dis is not None:
             dis.terminate()

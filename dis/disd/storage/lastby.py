@@ -24,6 +24,7 @@ says so.  A state that disagrees with the rows is never served.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -164,16 +165,30 @@ class LastBy:
         empty = self.arrow_schema.empty_table()
         self._state = Snapshot(empty, combined_key(empty, keys), 0, 0)
         self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque(maxlen=DELTAS_KEPT)
-        self._lock = threading.Lock()  # guards _deltas against concurrent readers
+        self._lock = threading.Lock()  # guards _state's replacement and _deltas
+        # Serializes updates (the flusher's, a checkpoint's); the location takes it before its
+        # own lock, never after (docs/lastby.md, "Checkpoint").
+        self.apply_lock = threading.Lock()
+        self._generation = 0  # bumped by recover: an update computed before it is dropped
         self.durable_ref: dict[str, Any] | None = None  # the ``lastby`` entry of the current table.size
 
     # -- updating --------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         return self._state
 
-    def apply(self, batch: pa.Table, rows_after: int) -> None:
+    def catch_up(self, rows: int, read: Callable[[int, int], pa.Table], held: bool = False) -> Snapshot:
+        """Bring the state up to ``rows`` published rows, reading the rows it lacks with
+        ``read(start, stop)``; ``held``: the caller holds ``apply_lock``."""
+        with contextlib.nullcontext() if held else self.apply_lock:
+            s, generation = self._state, self._generation
+            if s.rows < rows:
+                self.apply(read(s.rows, rows), rows, generation)
+            return self._state
+
+    def apply(self, batch: pa.Table, rows_after: int, generation: int | None = None) -> None:
         """Absorb newly published rows (``batch``, the rows ``[state.rows, rows_after)``).
-        Raises LastByLimitError, leaving the state as it was, when the keys would exceed the limit."""
+        Raises LastByLimitError, leaving the state as it was, when the keys would exceed the
+        limit.  Dropped when ``recover`` ran since ``generation`` was read."""
         s = self._state
         if len(batch) != rows_after - s.rows:
             raise LastByError(f"table {self.schema.key}: last-by state at {s.rows} rows given {len(batch)} rows "
@@ -200,8 +215,10 @@ class LastBy:
         take = pa.array(idx)
         table = pa.concat_tables([s.table, latest]).take(take)
         keys = pa.concat_arrays([s.keys, latest_key]).take(take)
-        self._state = Snapshot(table, keys, rows_after, s.seq + 1)
         with self._lock:
+            if generation is not None and generation != self._generation:
+                return
+            self._state = Snapshot(table, keys, rows_after, s.seq + 1)
             self._deltas.append((s.seq + 1, latest))
 
     def changes_since(self, seq: int) -> tuple[bool, pa.Table, int, int]:
@@ -241,8 +258,9 @@ class LastBy:
         """Set the state to the last-by of the checkpointed ``rows``: from the file ``ref`` names
         when it checks out, else rebuilt from the rows (logged)."""
         empty = self.arrow_schema.empty_table()
-        self._state = Snapshot(empty, combined_key(empty, self.keys), 0, self._state.seq + 1)
         with self._lock:
+            self._generation += 1
+            self._state = Snapshot(empty, combined_key(empty, self.keys), 0, self._state.seq + 1)
             self._deltas.clear()
         self.durable_ref = None
         problem = None if rows == 0 and ref is None else self._load(directory, fs, ref, rows)
@@ -282,7 +300,8 @@ class LastBy:
             raise LastByLimitError(f"table {self.schema.key}: {len(table)} last-by keys exceed "
                                    f"lastby_max_keys={self.max_keys}")
         keys = combined_key(table, self.keys)
-        self._state = Snapshot(table, keys, rows, self._state.seq + 1)
+        with self._lock:
+            self._state = Snapshot(table, keys, rows, self._state.seq + 1)
         return None
 
 

@@ -36,6 +36,7 @@ both (``_checkpoint_lock`` first, as a checkpoint does).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import threading
@@ -481,6 +482,9 @@ class Location:
             if self.closed or self.in_error:
                 return
             changed = self._flush_locked()
+            published = (self.published_rows, dict(self.published_sizes), self.epoch)
+        if changed and self.lastby is not None:  # off the lock: ingestion goes on meanwhile
+            self._update_lastby(*published)
         metrics.FLUSH_DURATION.observe(time.perf_counter() - t0)
         if changed and self._on_publish is not None:
             self._on_publish(self)
@@ -492,12 +496,6 @@ class Location:
         except Exception as e:  # noqa: BLE001
             self._fail(describe_failure("flush", e), e)
             return False
-        if self.lastby is not None and self.committed_rows > self.published_rows:
-            try:  # the rows about to publish, read back from the files just written (page cache)
-                self.lastby.apply(self._read_committed(self.published_rows, self.committed_rows), self.committed_rows)
-            except Exception as e:  # noqa: BLE001 - too many keys, or a failed read: stop, never publish past the state
-                self._fail(describe_failure("last-by update", e), e)
-                return False
         changed = self.published_rows != self.committed_rows or self.published_sizes != self.committed_sizes
         self.published_rows = self.committed_rows
         self.published_sizes = dict(self.committed_sizes)
@@ -508,17 +506,26 @@ class Location:
         """Flush and snapshot (under the location lock, as one step, so every byte the snapshot
         counts is in the files), then, with the lock released so ingestion goes on: fsync every
         column file and replace table.size atomically.  Returns whether a record was written."""
+        # The last-by state's update lock, held from the snapshot until the state has caught up
+        # with exactly its rows: no flush moves the state past them meanwhile.
+        guard = self.lastby.apply_lock if self.lastby is not None else contextlib.nullcontext()
         with self._checkpoint_lock:
             t0 = time.perf_counter()
-            with self.lock:
-                if self.closed or self.in_error:
-                    return False
-                changed = self._flush_locked()
-                if self.in_error:
-                    return False
-                record = self._record(self.committed_rows, dict(self.committed_sizes), self.source)
-                handles = [w.handle for w in self.writers.values()]
-                state = self.lastby.snapshot() if self.lastby is not None else None
+            with guard:
+                with self.lock:
+                    if self.closed or self.in_error:
+                        return False
+                    changed = self._flush_locked()
+                    if self.in_error:
+                        return False
+                    record = self._record(self.committed_rows, dict(self.committed_sizes), self.source)
+                    handles = [w.handle for w in self.writers.values()]
+                    epoch = self.epoch
+                state = None
+                if self.lastby is not None:
+                    state = self._update_lastby(record.rows, record.files, epoch, held=True)
+                    if state is None or state.rows != record.rows:
+                        return False
             if changed and self._on_publish is not None:
                 self._on_publish(self)
             ident = (record.rows, tuple(sorted(record.files.items())), record.source)
@@ -587,6 +594,19 @@ class Location:
             return self.writers[name].handle.pread(stop - start, start)
 
         return fetch
+
+    def _update_lastby(self, rows: int, sizes: dict[str, int], epoch: int, held: bool = False) -> Snapshot | None:
+        """Bring the last-by state up to ``rows`` (published, their files' ``sizes``).  Too many
+        keys or a failed read stop the location (unless a reopen since made the read moot)."""
+        assert self.lastby is not None
+        try:
+            return self.lastby.catch_up(
+                rows, lambda a, b: colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes)), held)
+        except Exception as e:  # noqa: BLE001
+            with self.lock:
+                if self.epoch == epoch and not self.in_error and not self.closed:
+                    self._fail(describe_failure("last-by update", e), e)
+            return None
 
     def _read_committed(self, start: int, stop: int) -> pa.Table:
         """Committed rows ``[start, stop)`` from the files (their buffers flushed): the last-by
