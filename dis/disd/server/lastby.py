@@ -71,6 +71,9 @@ def subscribe_last_by(engine: StorageEngine, request, context, updates,  # noqa:
         loc.key in wanted or not request.HasField("location") and (not request.namespace or loc.key.namespace == request.namespace)
         and (not request.table or loc.key.table == request.table)) else None)
     seen: dict = {}
+    counted = [loc.lastby for loc in engine.locations() if loc.lastby is not None]
+    for lb in counted:  # keep deltas while this stream is open
+        lb.subscribers += 1
     try:
         for loc in matching(engine, request, context):
             s = loc.lastby.snapshot()
@@ -86,3 +89,5 @@ def subscribe_last_by(engine: StorageEngine, request, context, updates,  # noqa:
                     yield _message(loc, full, table, rows, seq)
     finally:
         unsubscribe()
+        for lb in counted:
+            lb.subscribers -= 1

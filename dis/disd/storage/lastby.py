@@ -45,7 +45,7 @@ log = structlog.get_logger(__name__)
 PREFIX = "lastby."
 SUFFIX = ".arrow"
 TEMP_SUFFIX = ".tmp"
-DELTAS_KEPT = 256  # changes a subscriber may fall behind before it is sent a full snapshot again
+DELTAS_KEPT = 256  # changes a subscriber may fall behind (at most twice the state's rows) before it gets the state
 REBUILD_CHUNK_ROWS = 1 << 20  # rows read at a time when rebuilding the state from the column files
 
 
@@ -164,12 +164,14 @@ class LastBy:
         self.arrow_schema = schema.arrow_schema()
         empty = self.arrow_schema.empty_table()
         self._state = Snapshot(empty, combined_key(empty, keys), 0, 0)
-        self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque(maxlen=DELTAS_KEPT)
+        self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque()
         self._lock = threading.Lock()  # guards _state's replacement and _deltas
         # Serializes updates (the flusher's, a checkpoint's); the location takes it before its
         # own lock, never after (docs/lastby.md, "Checkpoint").
         self.apply_lock = threading.Lock()
         self._generation = 0  # bumped by recover: an update computed before it is dropped
+        self.subscribers = 0  # open SubscribeLastBy streams: deltas are kept only while there are some
+        self._delta_rows = 0
         self.durable_ref: dict[str, Any] | None = None  # the ``lastby`` entry of the current table.size
 
     # -- updating --------------------------------------------------------------------------
@@ -190,36 +192,42 @@ class LastBy:
         Raises LastByLimitError, leaving the state as it was, when the keys would exceed the
         limit.  Dropped when ``recover`` ran since ``generation`` was read."""
         s = self._state
-        if len(batch) != rows_after - s.rows:
-            raise LastByError(f"table {self.schema.key}: last-by state at {s.rows} rows given {len(batch)} rows "
+        n = len(batch)
+        if n != rows_after - s.rows:
+            raise LastByError(f"table {self.schema.key}: last-by state at {s.rows} rows given {n} rows "
                               f"to reach {rows_after}")
-        if len(batch) == 0:
+        if n == 0:
             return
-        bkey = combined_key(batch, self.keys)
-        last = _last_indices(bkey)
-        latest = batch.take(pa.array(last))
-        latest_key = bkey.take(pa.array(last))
+        # One hash pass over the state's keys followed by the batch's: the state's keys are
+        # unique and in order, so they get codes 0..k-1 (their slots), and the batch's new keys
+        # the next codes in order of first appearance; the dictionary is the new state's keys.
         k = len(s.keys)
-        slots = pc.index_in(latest_key, value_set=s.keys, skip_nulls=False)
-        found = slots.is_valid().to_numpy(zero_copy_only=False)
-        new = np.flatnonzero(~found)
-        if k + len(new) > self.max_keys:
+        bkey = combined_key(batch, self.keys)
+        enc = pc.dictionary_encode(pa.concat_arrays([s.keys, bkey]) if k else bkey, null_encoding="encode")
+        total = len(enc.dictionary)
+        if total > self.max_keys:
             raise LastByLimitError(
-                f"table {self.schema.key}: {k + len(new)} last-by keys would exceed lastby_max_keys={self.max_keys} "
+                f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
-        idx = np.arange(k + len(new), dtype=np.int64)
-        old = np.flatnonzero(found)
-        if len(old):
-            idx[slots.to_numpy(zero_copy_only=False)[old].astype(np.int64)] = k + old
-        idx[k:] = k + new
-        take = pa.array(idx)
-        table = pa.concat_tables([s.table, latest]).take(take)
-        keys = pa.concat_arrays([s.keys, latest_key]).take(take)
+        codes = enc.indices.to_numpy(zero_copy_only=False)[k:]
+        last = np.full(total, -1, np.int64)
+        np.maximum.at(last, codes, np.arange(n, dtype=np.int64))  # each key's last row in the batch
+        changed = np.flatnonzero(last >= 0)
+        idx = np.arange(total, dtype=np.int64)
+        idx[changed] = k + last[changed]
+        table = pa.concat_tables([s.table, batch]).take(pa.array(idx))
+        delta = table.take(pa.array(changed)) if self.subscribers else None
         with self._lock:
             if generation is not None and generation != self._generation:
                 return
-            self._state = Snapshot(table, keys, rows_after, s.seq + 1)
-            self._deltas.append((s.seq + 1, latest))
+            self._state = Snapshot(table, enc.dictionary, rows_after, s.seq + 1)
+            if delta is None:
+                self._deltas.clear()
+                return
+            self._deltas.append((s.seq + 1, delta))
+            self._delta_rows += len(delta)
+            while len(self._deltas) > DELTAS_KEPT or self._delta_rows > 2 * total and len(self._deltas) > 1:
+                self._delta_rows -= len(self._deltas.popleft()[1])
 
     def changes_since(self, seq: int) -> tuple[bool, pa.Table, int, int]:
         """What a subscriber at ``seq`` has not seen: ``(False, latest rows of changed keys, seq,
@@ -262,6 +270,7 @@ class LastBy:
             self._generation += 1
             self._state = Snapshot(empty, combined_key(empty, self.keys), 0, self._state.seq + 1)
             self._deltas.clear()
+            self._delta_rows = 0
         self.durable_ref = None
         problem = None if rows == 0 and ref is None else self._load(directory, fs, ref, rows)
         if problem is None:

@@ -599,9 +599,14 @@ class Location:
         """Bring the last-by state up to ``rows`` (published, their files' ``sizes``).  Too many
         keys or a failed read stop the location (unless a reopen since made the read moot)."""
         assert self.lastby is not None
+
+        def read(a: int, b: int) -> pa.Table:
+            if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
+                raise LocationError(f"location {self.key} was reopened")
+            return colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes))
+
         try:
-            return self.lastby.catch_up(
-                rows, lambda a, b: colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes)), held)
+            return self.lastby.catch_up(rows, read, held)
         except Exception as e:  # noqa: BLE001
             with self.lock:
                 if self.epoch == epoch and not self.in_error and not self.closed:
