@@ -42,7 +42,8 @@ from disd.schema import load_schema  # noqa: E402
 from disd.storage.lastby import last_by  # noqa: E402
 from _common import TRADE_SCHEMA  # noqa: E402
 from lastby.support_lastby import random_updates, with_last_by  # noqa: E402
-from support import BIN, Proc, dis_settings, free_port, free_port_pair, scrape, start_dis_process  # noqa: E402
+from support import (BIN, Proc, dis_settings, free_port, free_port_pair, sample, scrape,  # noqa: E402
+                     start_dis_process)
 
 KEYS = 100_000
 CHUNK = 100_000
@@ -129,9 +130,18 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
                 time.sleep(0.01)
                 if time.perf_counter() - t0 > 300:
                     raise SystemExit(f"not every row published in 300 s:\n{dis.log_text()[-2000:]}")
+            t_published = time.perf_counter() - t0
             while on and state_rows(c) < n:  # and, with last-by, the state covers them
                 time.sleep(0.002)
             elapsed = time.perf_counter() - t0
+            if on:
+                print(f"  (every row published after {t_published:.3f} s; the state covered them "
+                      f"{(elapsed - t_published) * 1e3:.0f} ms later)", flush=True)
+            if keep:
+                metrics = scrape(yaml.safe_load((d / "dis.yaml").read_text())["server"]["metrics_port"])
+                keys, size = (sample(metrics, f"dis_lastby_{m}") for m in ("keys", "state_bytes"))
+                print(f"state in memory: {keys:,.0f} keys, {size:,.0f} bytes ({size / keys:.1f} bytes per key; "
+                      "dis_lastby_state_bytes / dis_lastby_keys)", flush=True)
     finally:
         tailer.terminate()
         if not keep:
@@ -158,7 +168,7 @@ def reads(port: int, n: int, repeat: int) -> tuple[float, float, bool]:
 
 def kills(work: pathlib.Path, n: int, count: int) -> bool:
     """SIGKILL a last-by DIS ``count`` times while rows stream into its log (a writer appends
-    20,000 rows every 20 ms), each time after a checkpoint newer than the last restart's and with
+    10,000 rows every 20 ms), each time after a checkpoint newer than the last restart's and with
     published rows past it; True when its state equalled the recomputed last-by after every
     restart and at the end."""
     d = work / "kills"
@@ -171,8 +181,8 @@ def kills(work: pathlib.Path, n: int, count: int) -> bool:
 
     def write() -> None:
         with BinlogWriter(log_dir / "Market.Trade.System.bench.2026-11-22.bin.2026-11-22.090000.000+0000", schema) as w:
-            for a in range(0, n, 20_000):
-                m = min(20_000, n - a)
+            for a in range(0, n, 10_000):
+                m = min(10_000, n - a)
                 w.write_rows(normalize_columns(schema, random_updates(a, m, KEYS, seed=5)), np.full(m, 3, np.uint8))
                 time.sleep(0.02)
 
@@ -183,16 +193,20 @@ def kills(work: pathlib.Path, n: int, count: int) -> bool:
         with connect(f"127.0.0.1:{port}", retry_s=30, timeout_s=30) as c:
             last = 0
             for i in range(count):
-                while (ckpt := checkpointed(c)) <= last:
+                while (ckpt := checkpointed(c)) <= last and writer.is_alive():
                     time.sleep(0.01)
-                while published(c) <= ckpt:
+                while published(c) <= ckpt and writer.is_alive():
                     time.sleep(0.005)
+                if not writer.is_alive():
+                    print(f"the writer finished before kill {i + 1}", flush=True)
+                    exact = False
+                    break
                 dis.kill9()
                 dis = start_dis_process(d, d / "dis.yaml")
+                last = checkpointed(c)  # what the restarted DIS loaded
                 (state,) = c.last_by_states("Market", "Trade")
                 rows = c.read_table("Market", "Trade").slice(0, state.rows).drop_columns(["Date"])
                 ok = state_table(c.schema("Market", "Trade"), state).equals(last_by(rows, ["Sym"]))
-                last = checkpointed(c)
                 print(f"kill {i + 1}: restarted from a checkpoint of {last:,} rows, state at {state.rows:,} rows "
                       f"{'equals' if ok else 'DIFFERS from'} the recomputed last-by", flush=True)
                 exact &= ok
