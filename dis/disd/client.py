@@ -35,6 +35,7 @@ from disd.blocks import (
     restarting,
 )
 from disd.routing import Routing, resolve
+from disd.rpc.keys import key_from_proto, key_to_proto
 from disd.rpc.v1 import dis_pb2
 from disd.schema import TableSchema
 from disd.security import ClientSecurity
@@ -122,6 +123,42 @@ class Client(GrpcBlocks):
             return self._call(address, "Status", dis_pb2.StatusRequest())
         return self._call_any(self.routing.addresses, "Status", dis_pb2.StatusRequest())[1]
 
+    # -- last-by (docs/lastby.md) ---------------------------------------------------------------
+    def last_by_states(self, namespace: str, table: str, location=None) -> list[dis_pb2.LastByState]:  # noqa: ANN001
+        """Each location's last-by state as the DIS holds it (``location``: one ``LocationKey``)."""
+        req = dis_pb2.LastByRequest(namespace=namespace, table=table,
+                                    location=key_to_proto(location) if location is not None else None)
+        return list(self._call_any(self.replicas(namespace, table), "LastBy", req)[1].locations)
+
+    def last_by(self, namespace: str, table: str, location=None,  # noqa: ANN001
+                partitions: Iterable[str] | None = None) -> pa.Table:
+        """The latest row per key of a table (or of one location, or of some column partitions)
+        in the table's newest version, with the partition column appended; across locations a
+        later column partition wins (``disd.storage.lastby.combine``)."""
+        from disd.storage.lastby import combine
+
+        schema = self.schema(namespace, table)
+        states = self.last_by_states(namespace, table, location)
+        wanted = set(partitions) if partitions is not None else None
+        parts = [(key_from_proto(m.key), state_table(schema, m)) for m in states
+                 if wanted is None or m.key.column_partition in wanted]
+        keys = list(states[0].keys) if states else []
+        return combine(parts, keys, schema.partition_column, schema.arrow_schema())
+
+    def subscribe_last_by(self, namespace: str, table: str, location=None) -> Iterator[tuple[dis_pb2.LastByState, pa.Table]]:  # noqa: ANN001
+        """Every matching location's full state, then per publish the latest rows of the keys
+        that changed (``msg.full`` false), each with its rows as a table of the newest version."""
+        schema = self.schema(namespace, table)
+        req = dis_pb2.LastByRequest(namespace=namespace, table=table,
+                                    location=key_to_proto(location) if location is not None else None)
+        address = self.replicas(namespace, table)[0]
+        try:
+            for m in self.stub(address).SubscribeLastBy(req):
+                yield m, state_table(schema, m)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                raise explain(e, address) from None
+
     # -- data ----------------------------------------------------------------------------------
     def read_location(self, snap: LocationSnapshot, columns: Sequence[str] | None = None,
                       start: int = 0, stop: int | None = None) -> pa.Table:
@@ -134,6 +171,19 @@ class Client(GrpcBlocks):
         """Every published row of a table (or of some column partitions) in the table's newest
         version, with the partition column (e.g. ``Date``) appended as a string column."""
         return table_from_blocks(self, self.schema(namespace, table), columns, partitions)
+
+
+def state_table(schema: TableSchema, m: dis_pb2.LastByState) -> pa.Table:
+    """A LastByState's rows in ``schema``'s version (projected from the location's own)."""
+    from disd.blocks import version_projection
+    from disd.storage.lastby import from_ipc
+
+    t = from_ipc(m.arrow_ipc)
+    version = m.schema_version or schema.version
+    if version == schema.version:
+        return t
+    proj = version_projection(schema, version, None, f"location {key_from_proto(m.key)}")
+    return proj.apply(t.select(proj.stored_columns))
 
 
 def table_info_schema(info: dis_pb2.TableInfo, address: str) -> TableSchema:

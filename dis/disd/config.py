@@ -73,6 +73,10 @@ def _min(n: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= n else f"must be >= {n}"
 
 
+def _column_names(v: list) -> str | None:
+    return None if v and all(isinstance(c, str) and c for c in v) else "must be a non-empty list of column names"
+
+
 def port_problem(v: int) -> str | None:
     """None for a port number 0..65535 (0: any free port), else the problem."""
     return None if 0 <= v <= 65535 else "must be a port number 0..65535"
@@ -91,6 +95,10 @@ class ImportConfig:
 
     flush_interval_ms: int = 100
     checkpoint_interval_ms: int = 30000
+    #: the key columns of the table's last-by state (docs/lastby.md); empty: none kept
+    last_by: tuple[str, ...] = ()
+    #: keys a location's last-by state may hold; more stop the location (memory stays bounded)
+    lastby_max_keys: int = 1_000_000
 
 
 @dataclass
@@ -145,6 +153,8 @@ def _import_config(r: ConfigReader, base: ImportConfig) -> ImportConfig:
     s = ImportConfig(
         flush_interval_ms=r.get("flush_interval_ms", int, base.flush_interval_ms, _min(1)),
         checkpoint_interval_ms=r.get("checkpoint_interval_ms", int, base.checkpoint_interval_ms, _min(1)),
+        last_by=tuple(r.get("last_by", list, [], _column_names)),
+        lastby_max_keys=r.get("lastby_max_keys", int, base.lastby_max_keys, _min(1)),
     )
     r.finish()
     return s
@@ -206,6 +216,8 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
     st.finish()
     imp = r.sub("import")
     cfg.import_default = _import_config(imp.sub("default"), ImportConfig())
+    if cfg.import_default.last_by:
+        raise ConfigError(source, "import.default.last_by", "last-by keys are declared per table (import.tables.<Ns>.<Table>.last_by)")
     tables = imp.sub("tables")
     for name in tables.data:
         if not isinstance(name, str) or name.count(".") != 1:

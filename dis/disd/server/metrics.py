@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from disd.storage.lastby import metric_families as lastby_metric_families
+
 from disd.server.status import disk_usage
 
 if TYPE_CHECKING:
@@ -131,6 +133,7 @@ class ServerCollector:
         total = GaugeMetricFamily("dis_connected_tailers", "Ingest streams currently open")
         total.add_metric([], len(sessions))
         yield from (total, connected, problem, rows, ckpt_rows, in_error, version, flush_age, age, interval)
+        yield from lastby_metric_families(locations)
         avail, total_bytes = disk_usage(self.db_root)
         if not total_bytes:
             return

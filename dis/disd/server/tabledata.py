@@ -15,7 +15,7 @@ import grpc
 
 from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.server import metrics
+from disd.server import lastby, metrics
 from disd.server.blockcache import BlockCache
 from disd.server.ingest import RequestRefused, SessionRegistry, location_key
 from disd.storage import StorageEngine
@@ -182,3 +182,9 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         free, total = disk_usage(self.engine.db_root)
         return dis_pb2.StatusResponse(version=__version__, uptime_s=now - self.started, locations=out,
                                       disk_free_bytes=free, disk_total_bytes=total)
+
+    def LastBy(self, request, context):  # noqa: N802
+        return lastby.last_by(self.engine, request, context)
+
+    def SubscribeLastBy(self, request, context):  # noqa: N802
+        yield from lastby.subscribe_last_by(self.engine, request, context, _Updates(), self.engine.subscribe)

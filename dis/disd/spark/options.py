@@ -41,6 +41,7 @@ KNOWN = {
     "ca", "cert", "key", "token", "tokenfile", "servername",
     "maxrowspertrigger", "startingoffsets", "dbroot",
     "source",  # intraday (a DIS, or column files), historical or all
+    "view",  # rows (default) or lastBy (disd.spark.lastbyview)
     "reader", "httpaddress",  # the JVM reader's (disd.spark.jvm): accepted here, where they change nothing
 }
 
@@ -65,6 +66,7 @@ class SourceOptions:
     db_root: str | None = None  # a DIS read: its tasks read the column files here; else the root read
     source: str = "intraday"
     schemas: str | None = None  # the DIS's schemas directory, for column files read without a DIS
+    view: str = "rows"  # or "lastby": the table's last-by view (docs/lastby.md)
 
     @property
     def has_dis(self) -> bool:
@@ -162,7 +164,7 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
         raise DisSourceError(
             f"unknown option {unknown[0]!r}; the options are: address, routing, namespace, table, columns, "
             "partitions, rowsPerPartition, minPartitions, batchRows, timeout, retrySeconds, ca, cert, key, token, tokenFile, "
-            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot, source, reader, httpAddress")
+            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot, source, view, reader, httpAddress")
     reader = str(opts.get("reader") or "jvm").strip().lower()
     if reader not in ("jvm", "python"):
         raise DisSourceError(f"option 'reader' must be 'jvm' or 'python', got {opts.get('reader')!r}")
@@ -240,6 +242,7 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
         if not pathlib.Path(db_root, "Intraday").is_dir():
             raise DisSourceError(f"option 'dbRoot': {db_root!r} is not a DIS database root (no Intraday/ in it)")
         db_root = str(pathlib.Path(db_root).resolve())
+    view = _view(opts)
 
     return SourceOptions(
         namespace=namespace,
@@ -255,7 +258,17 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
         max_rows_per_trigger=_int(opts, "maxRowsPerTrigger", None),
         starting_offsets=starting,
         db_root=db_root,
+        view=view,
     )
+
+
+def _view(opts: Mapping[str, str]) -> str:
+    view = str(opts.get("view") or "rows").strip().lower()
+    if view not in ("rows", "lastby"):
+        raise DisSourceError(f"option 'view' must be 'rows' or 'lastBy', got {opts.get('view')!r}")
+    if view == "lastby" and (opts.get("dbroot") or "").strip():
+        raise DisSourceError("option 'view' 'lastBy' reads the DIS's state: drop option 'dbRoot'")
+    return view
 
 
 def _parse_storage(opts: Mapping[str, str], source: str) -> SourceOptions:
@@ -265,6 +278,9 @@ def _parse_storage(opts: Mapping[str, str], source: str) -> SourceOptions:
                              "DIS, the options are: source, dbRoot, schemas, namespace, table, columns, partitions, "
                              "rowsPerPartition, minPartitions, batchRows, and for the DIS of 'all': address or "
                              "routing, timeout, ca, cert, key, token, tokenFile, serverName")
+    if str(opts.get("view") or "rows").strip().lower() != "rows":
+        raise DisSourceError("option 'view' 'lastBy' reads a DIS's last-by state (give 'address' or 'routing', source "
+                             "intraday); for a merged historical partition use disd.storage.lastby.parquet_last_by")
     db_root = (opts.get("dbroot") or "").strip()
     if not db_root:
         what = "the historical tables" if source != "intraday" else "the column files (no 'address' or 'routing' given)"

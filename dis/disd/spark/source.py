@@ -82,12 +82,20 @@ class DisDataSource(DataSource):
         o = parse_options(self.options)
         if o.from_storage:
             return OnDiskSource(o).reader(schema)
+        if o.view == "lastby":
+            from disd.spark.lastbyview import LastByBatchReader
+
+            return LastByBatchReader(o, schema)
         return DisBatchReader(o, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         o = parse_options(self.options)
         if o.from_storage:
             raise DisSourceError("streaming reads a DIS: give option 'address' or 'routing' (and source 'intraday')")
+        if o.view == "lastby":
+            from disd.spark.lastbyview import LastByStreamReader
+
+            return LastByStreamReader(o, schema)
         return DisStreamReader(o, schema)
 
 

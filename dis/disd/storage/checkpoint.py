@@ -68,6 +68,9 @@ class CheckpointRecord:
     # 0 in a record written before schema versions existed: the version whose fingerprint
     # matches ``fingerprint`` (docs/schema-versions.md).
     schema_version: int = 0
+    # The last-by state at exactly ``rows`` (docs/lastby.md): its file, rows, keys, bytes and
+    # CRC32C; None for a table without last-by keys.
+    lastby: dict[str, Any] | None = None
 
     def body(self) -> dict[str, Any]:
         return {
@@ -78,7 +81,8 @@ class CheckpointRecord:
             "fingerprint": self.fingerprint,
             "import_state": self.import_state,
             "time": self.time,
-        } | ({"schema_version": self.schema_version} if self.schema_version else {})
+        } | ({"schema_version": self.schema_version} if self.schema_version else {}) | (
+            {"lastby": self.lastby} if self.lastby is not None else {})
 
     def to_bytes(self) -> bytes:
         return RECORD.encode(self.body())
@@ -96,6 +100,7 @@ class CheckpointRecord:
                 import_state={str(k): int(v) for k, v in (d.get("import_state") or {}).items()},
                 time=float(d["time"]),
                 schema_version=int(d.get("schema_version", 0)),
+                lastby=dict(d["lastby"]) if d.get("lastby") is not None else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"{path}: checkpoint record unreadable: {e}") from None

@@ -36,11 +36,12 @@ both (``_checkpoint_lock`` first, as a checkpoint does).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -63,6 +64,7 @@ from disd.storage.checkpoint import (
     write_record,
 )
 from disd.storage.columnwriter import ColumnFileWriter
+from disd.storage.lastby import LastBy, Snapshot
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
 from disd.storage.transactions import plan_transactions
 from disd.storage.versionstore import LocationVersionError, location_schema
@@ -172,6 +174,7 @@ class Location:
         self.import_state: dict[str, int] = {k: 0 for k in IMPORT_STATE_KEYS}
         self.txn_open = False
         self._last_checkpoint: tuple | None = None
+        self.lastby: LastBy | None = None  # the last-by state, when the table declares keys (docs/lastby.md)
         self._file_names = [n for c in self.schema.columns for n in colfmt.file_names(c)]
         self._recover()
 
@@ -248,6 +251,10 @@ class Location:
         for k, v in record.import_state.items():
             self.import_state[k] = v
         self._last_checkpoint = (record.rows, tuple(sorted(record.files.items())), record.source)
+        if self.import_config.last_by:  # the state at exactly the checkpointed rows (a file, or rebuilt)
+            if self.lastby is None:
+                self.lastby = LastBy(self.schema, self.import_config.last_by, self.import_config.lastby_max_keys)
+            self.lastby.recover(path, fs, record.lastby, rows, self._read_committed, str(self.key))
 
     def _use_version(self, schema: TableSchema) -> None:
         """Open the location in ``schema`` (a version of its table): its column files are that
@@ -262,7 +269,8 @@ class Location:
     def _record(self, rows: int, files: dict[str, int], source: SourcePosition) -> CheckpointRecord:
         """The checkpoint record of this location's state, in its schema version."""
         return CheckpointRecord(rows, files, source, self.schema.fingerprint, dict(self.import_state),
-                                schema_version=self.schema.version)
+                                schema_version=self.schema.version,
+                                lastby=self.lastby.durable_ref if self.lastby is not None else None)
 
     def reopen(self) -> bool:
         """After an I/O error: reopen from the last checkpoint and accept rows again.
@@ -474,6 +482,9 @@ class Location:
             if self.closed or self.in_error:
                 return
             changed = self._flush_locked()
+            published = (self.published_rows, dict(self.published_sizes), self.epoch)
+        if changed and self.lastby is not None:  # off the lock: ingestion goes on meanwhile
+            self._update_lastby(*published)
         metrics.FLUSH_DURATION.observe(time.perf_counter() - t0)
         if changed and self._on_publish is not None:
             self._on_publish(self)
@@ -495,16 +506,26 @@ class Location:
         """Flush and snapshot (under the location lock, as one step, so every byte the snapshot
         counts is in the files), then, with the lock released so ingestion goes on: fsync every
         column file and replace table.size atomically.  Returns whether a record was written."""
+        # The last-by state's update lock, held from the snapshot until the state has caught up
+        # with exactly its rows: no flush moves the state past them meanwhile.
+        guard = self.lastby.apply_lock if self.lastby is not None else contextlib.nullcontext()
         with self._checkpoint_lock:
             t0 = time.perf_counter()
-            with self.lock:
-                if self.closed or self.in_error:
-                    return False
-                changed = self._flush_locked()
-                if self.in_error:
-                    return False
-                record = self._record(self.committed_rows, dict(self.committed_sizes), self.source)
-                handles = [w.handle for w in self.writers.values()]
+            with guard:
+                with self.lock:
+                    if self.closed or self.in_error:
+                        return False
+                    changed = self._flush_locked()
+                    if self.in_error:
+                        return False
+                    record = self._record(self.committed_rows, dict(self.committed_sizes), self.source)
+                    handles = [w.handle for w in self.writers.values()]
+                    epoch = self.epoch
+                state = None
+                if self.lastby is not None:
+                    state = self._update_lastby(record.rows, record.files, epoch, held=True)
+                    if state is None or state.rows != record.rows:
+                        return False
             if changed and self._on_publish is not None:
                 self._on_publish(self)
             ident = (record.rows, tuple(sorted(record.files.items())), record.source)
@@ -512,7 +533,7 @@ class Location:
                 self.last_checkpoint_time = time.time()
                 return False
             try:
-                self._make_durable(handles, record)
+                self._make_durable(handles, record, state)
             except Exception as e:  # noqa: BLE001
                 with self.lock:
                     self._fail(describe_failure("checkpoint", e), e)
@@ -524,12 +545,18 @@ class Location:
             metrics.CHECKPOINT_DURATION.observe(time.perf_counter() - t0)
             return True
 
-    def _make_durable(self, handles: list[TrackedFile], record: CheckpointRecord) -> None:
+    def _make_durable(self, handles: list[TrackedFile], record: CheckpointRecord, state: Snapshot | None) -> None:
         """The order that makes a crash at any point safe: the column files' bytes first, then
-        the record that counts them (temp, fsync, rename, directory fsync)."""
+        the last-by state at exactly the record's rows, then the record that counts them (temp,
+        fsync, rename, directory fsync); superseded state files go only after that."""
         for h in handles:
             h.fsync()
+        if state is not None and self.lastby is not None:
+            assert state.rows == record.rows, (state.rows, record.rows)
+            record = replace(record, lastby=self.lastby.write(str(self.path), self.fs, state))
         write_record(str(self.path), record, self.fs)
+        if state is not None and self.lastby is not None and record.lastby is not None:
+            self.lastby.committed(str(self.path), self.fs, record.lastby)
 
     # -- reading -------------------------------------------------------------------------------
     def column_files(self) -> dict[str, int]:
@@ -567,6 +594,29 @@ class Location:
             return self.writers[name].handle.pread(stop - start, start)
 
         return fetch
+
+    def _update_lastby(self, rows: int, sizes: dict[str, int], epoch: int, held: bool = False) -> Snapshot | None:
+        """Bring the last-by state up to ``rows`` (published, their files' ``sizes``).  Too many
+        keys or a failed read stop the location (unless a reopen since made the read moot)."""
+        assert self.lastby is not None
+
+        def read(a: int, b: int) -> pa.Table:
+            if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
+                raise LocationError(f"location {self.key} was reopened")
+            return colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes))
+
+        try:
+            return self.lastby.catch_up(rows, read, held)
+        except Exception as e:  # noqa: BLE001
+            with self.lock:
+                if self.epoch == epoch and not self.in_error and not self.closed:
+                    self._fail(describe_failure("last-by update", e), e)
+            return None
+
+    def _read_committed(self, start: int, stop: int) -> pa.Table:
+        """Committed rows ``[start, stop)`` from the files (their buffers flushed): the last-by
+        state's input."""
+        return colfmt.read_rows(self.schema, None, start, stop, self._fetch(dict(self.committed_sizes)))
 
     def read_table(self, columns: list[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
         """Published rows ``[start, stop)`` as a Table with the schema's Arrow types."""

@@ -34,7 +34,7 @@ final class DisOptions implements Serializable {
         "address", "routing", "namespace", "table", "path", "columns", "partitions",
         "rowsperpartition", "minpartitions", "batchrows", "timeout", "retryseconds",
         "ca", "cert", "key", "token", "tokenfile", "servername",
-        "maxrowspertrigger", "startingoffsets", "dbroot", "source", "reader", "httpaddress"));
+        "maxrowspertrigger", "startingoffsets", "dbroot", "source", "view", "reader", "httpaddress"));
 
     final String namespace;
     final String table;
@@ -73,7 +73,7 @@ final class DisOptions implements Serializable {
             throw new DisSourceError("unknown option '" + unknown.iterator().next() + "'; the options are: address, "
                 + "routing, namespace, table, columns, partitions, rowsPerPartition, minPartitions, batchRows, "
                 + "timeout, retrySeconds, ca, cert, key, token, tokenFile, serverName, maxRowsPerTrigger, startingOffsets, "
-                + "dbRoot, source, reader, httpAddress");
+                + "dbRoot, source, view, reader, httpAddress");
         }
         String addr = str(o, "address");
         String rout = str(o, "routing");

@@ -25,6 +25,7 @@ import org.slf4j.LoggerFactory;
  * {@code format("dis")} lands here.  Reads this reader does not do go to the Python source
  * ({@code disd.spark.source}, which {@code disd.spark.register} registers as {@code dis_python}):
  * option {@code reader} (or the session setting {@code spark.dis.reader}) {@code python},
+ * option {@code view} other than {@code rows} (the last-by view, docs/lastby.md),
  * {@code source} historical or all, column files without a DIS, and a user schema that asks for a
  * type conversion other than an exact widening.
  */
@@ -64,6 +65,10 @@ public final class DisSource implements TableProvider, DataSourceRegister {
         }
         if (reader.equals("python")) {
             return from + " is 'python'";
+        }
+        String view = o.getOrDefault("view", "rows").trim().toLowerCase(Locale.ROOT);
+        if (!view.equals("rows")) {
+            return "option 'view' is '" + view + "' (the last-by view is read by the Python source)";
         }
         String source = o.getOrDefault("source", "intraday").trim().toLowerCase(Locale.ROOT);
         if (source.equals("historical") || source.equals("all")) {

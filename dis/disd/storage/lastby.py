@@ -1,0 +1,358 @@
+"""Last-by state: the latest published row of each key of a location, kept as import state.
+
+A table declares its key columns in the DIS configuration (``import.tables.<Ns>.<Table>.last_by``);
+each of its locations then holds, beside its rows, one row per key: the last published row with
+that key.  Why keep it in the DIS: readers (a dashboard wanting the latest quote per symbol) get
+the answer without scanning the day's rows, and the DIS already sees every row as it publishes.
+
+The state is an Arrow table in the location's columns, one row per key, keys in the order they
+first appeared, plus the key of each row (``_keys``) that the next batch is matched against.  It
+is never mutated: each publish builds a new one (``pyarrow`` take over the old state and the
+batch's last rows, O(keys + batch rows), no per-row Python), so a reader holds a consistent
+snapshot without a lock.  Invariant: ``state.rows`` is the location's published row count and the
+state is exactly the last-by of rows ``[0, rows)``.
+
+Durability (docs/lastby.md): at each checkpoint the state at exactly the checkpointed row count
+is written as an Arrow IPC stream to ``lastby.<rows>.arrow`` (temp, fsync, rename, directory
+fsync) before ``table.size``, whose ``lastby`` entry names that file with its size and CRC32C.
+Older state files are removed only after the new record is durable, so a crash anywhere leaves a
+record naming a complete file.  On open the named file is loaded and checked (CRC, row count,
+columns); if it is missing or damaged the state is rebuilt from the checkpointed rows and the log
+says so.  A state that disagrees with the rows is never served.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+
+from disd.binlog.format import crc32c
+from disd.errors import DisError
+from disd.schema import TableSchema
+from disd.storage.fsio import FileSystem, read_file, write_file
+
+log = structlog.get_logger(__name__)
+
+PREFIX = "lastby."
+SUFFIX = ".arrow"
+TEMP_SUFFIX = ".tmp"
+DELTAS_KEPT = 256  # changes a subscriber may fall behind (at most twice the state's rows) before it gets the state
+REBUILD_CHUNK_ROWS = 1 << 20  # rows read at a time when rebuilding the state from the column files
+
+
+class LastByError(DisError, ValueError):
+    """A table's last-by declaration does not fit its schema (names the table and the column)."""
+
+
+class LastByLimitError(DisError):
+    """A location would hold more keys than ``lastby_max_keys``: it stops instead of growing."""
+
+
+def state_file_name(rows: int) -> str:
+    return f"{PREFIX}{rows}{SUFFIX}"
+
+
+def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
+    """One hashable value per row for the key columns.  A single column is its own key; several
+    are joined into one string, each part prefixed by its length (``3:abc|N|5:12345``, ``N`` for
+    null) so no two different tuples of values can produce the same string."""
+    if len(keys) == 1:
+        col = table.column(keys[0])
+        return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    parts = []
+    for k in keys:
+        s = pc.cast(table.column(k), pa.string())
+        part = pc.binary_join_element_wise(pc.cast(pc.utf8_length(s), pa.string()), s, ":")
+        parts.append(pc.fill_null(part, "N"))
+    out = pc.binary_join_element_wise(*parts, "|")
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+def _last_indices(key: pa.Array) -> np.ndarray:
+    """Row index of the last occurrence of each distinct key, keys in order of first appearance
+    (dictionary codes are assigned in that order): one hash pass and one O(n) ``maximum.at``."""
+    codes = pc.dictionary_encode(key, null_encoding="encode").indices.to_numpy(zero_copy_only=False)
+    if len(codes) == 0:
+        return np.zeros(0, np.int64)
+    last = np.full(int(codes.max()) + 1, -1, np.int64)
+    np.maximum.at(last, codes, np.arange(len(codes), dtype=np.int64))
+    return last
+
+
+def last_by(table: pa.Table, keys: Iterable[str]) -> pa.Table:
+    """The last row of each key of ``table`` (in row order), keys in order of first appearance.
+    The reference the DIS's state must always equal; also the view of a historical partition."""
+    keys = tuple(keys)
+    missing = [k for k in keys if k not in table.column_names]
+    if missing:
+        raise LastByError(f"last_by column {missing[0]!r} is not a column of the table ({', '.join(table.column_names)})")
+    return table.take(pa.array(_last_indices(combined_key(table, keys))))
+
+
+def combine(parts: list[tuple[Any, pa.Table]], keys: Iterable[str], partition_column: str,
+            schema: pa.Schema) -> pa.Table:
+    """A table's last-by view from its locations' states (``(LocationKey, state)`` each, in the
+    table's newest columns): each state with the partition column appended (as ``read_table``
+    does), and per key the row of the location that sorts last by (column partition, internal
+    partition): a later date wins, and within one date the later internal partition name."""
+    out_schema = schema.append(pa.field(partition_column, pa.string()))
+    tables = []
+    for key, t in sorted(parts, key=lambda p: (p[0].column_partition, p[0].internal_partition)):
+        tables.append(t.append_column(out_schema.field(partition_column),
+                                      pa.array([key.column_partition] * len(t), pa.string())))
+    if not tables:
+        return out_schema.empty_table()
+    both = pa.concat_tables(tables)
+    return both if len(tables) == 1 else last_by(both, keys)
+
+
+def parquet_last_by(files: Iterable[str], keys: Iterable[str], columns: Iterable[str] | None = None) -> pa.Table:
+    """The last-by view of a merged historical partition: its Parquet files read in order (a
+    merge writes a location's rows in their intraday order) and reduced as the DIS's state is;
+    for a partition merged from one location it equals that location's state at the merge."""
+    import pyarrow.parquet as pq
+
+    keys = tuple(keys)
+    cols = None if columns is None else list(dict.fromkeys([*keys, *columns]))
+    tables = [pq.read_table(f, columns=cols) for f in files]
+    if not tables:
+        raise LastByError("no Parquet files given")
+    return last_by(pa.concat_tables(tables), keys)
+
+
+def validate_keys(schema: TableSchema, keys: tuple[str, ...]) -> None:
+    names = [c.name for c in schema.columns]
+    for k in keys:
+        if k not in names:
+            raise LastByError(f"table {schema.key}: last_by column {k!r} is not a column of the table "
+                              f"(columns: {', '.join(names)})")
+    if len(set(keys)) != len(keys):
+        raise LastByError(f"table {schema.key}: last_by names a column twice ({', '.join(keys)})")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The state at ``rows`` published rows; ``seq`` counts the publishes it has absorbed."""
+
+    table: pa.Table
+    keys: pa.Array
+    rows: int
+    seq: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes + self.keys.nbytes
+
+
+class LastBy:
+    """The last-by state of one location (see the module docstring)."""
+
+    def __init__(self, schema: TableSchema, keys: tuple[str, ...], max_keys: int) -> None:
+        validate_keys(schema, keys)
+        self.schema = schema
+        self.keys = keys
+        self.max_keys = max_keys
+        self.arrow_schema = schema.arrow_schema()
+        empty = self.arrow_schema.empty_table()
+        self._state = Snapshot(empty, combined_key(empty, keys), 0, 0)
+        self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque()
+        self._lock = threading.Lock()  # guards _state's replacement and _deltas
+        # Serializes updates (the flusher's, a checkpoint's); the location takes it before its
+        # own lock, never after (docs/lastby.md, "Checkpoint").
+        self.apply_lock = threading.Lock()
+        self._generation = 0  # bumped by recover: an update computed before it is dropped
+        self.subscribers = 0  # open SubscribeLastBy streams: deltas are kept only while there are some
+        self._delta_rows = 0
+        self.durable_ref: dict[str, Any] | None = None  # the ``lastby`` entry of the current table.size
+
+    # -- updating --------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return self._state
+
+    def catch_up(self, rows: int, read: Callable[[int, int], pa.Table], held: bool = False) -> Snapshot:
+        """Bring the state up to ``rows`` published rows, reading the rows it lacks with
+        ``read(start, stop)``; ``held``: the caller holds ``apply_lock``."""
+        with contextlib.nullcontext() if held else self.apply_lock:
+            s, generation = self._state, self._generation
+            if s.rows < rows:
+                self.apply(read(s.rows, rows), rows, generation)
+            return self._state
+
+    def apply(self, batch: pa.Table, rows_after: int, generation: int | None = None) -> None:
+        """Absorb newly published rows (``batch``, the rows ``[state.rows, rows_after)``).
+        Raises LastByLimitError, leaving the state as it was, when the keys would exceed the
+        limit.  Dropped when ``recover`` ran since ``generation`` was read."""
+        s = self._state
+        n = len(batch)
+        if n != rows_after - s.rows:
+            raise LastByError(f"table {self.schema.key}: last-by state at {s.rows} rows given {n} rows "
+                              f"to reach {rows_after}")
+        if n == 0:
+            return
+        # One hash pass over the state's keys followed by the batch's: the state's keys are
+        # unique and in order, so they get codes 0..k-1 (their slots), and the batch's new keys
+        # the next codes in order of first appearance; the dictionary is the new state's keys.
+        k = len(s.keys)
+        bkey = combined_key(batch, self.keys)
+        enc = pc.dictionary_encode(pa.concat_arrays([s.keys, bkey]) if k else bkey, null_encoding="encode")
+        total = len(enc.dictionary)
+        if total > self.max_keys:
+            raise LastByLimitError(
+                f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
+                f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
+        codes = enc.indices.to_numpy(zero_copy_only=False)[k:]
+        last = np.full(total, -1, np.int64)
+        np.maximum.at(last, codes, np.arange(n, dtype=np.int64))  # each key's last row in the batch
+        changed = np.flatnonzero(last >= 0)
+        idx = np.arange(total, dtype=np.int64)
+        idx[changed] = k + last[changed]
+        table = pa.concat_tables([s.table, batch]).take(pa.array(idx))
+        delta = table.take(pa.array(changed)) if self.subscribers else None
+        with self._lock:
+            if generation is not None and generation != self._generation:
+                return
+            self._state = Snapshot(table, enc.dictionary, rows_after, s.seq + 1)
+            if delta is None:
+                self._deltas.clear()
+                return
+            self._deltas.append((s.seq + 1, delta))
+            self._delta_rows += len(delta)
+            while len(self._deltas) > DELTAS_KEPT or self._delta_rows > 2 * total and len(self._deltas) > 1:
+                self._delta_rows -= len(self._deltas.popleft()[1])
+
+    def changes_since(self, seq: int) -> tuple[bool, pa.Table, int, int]:
+        """What a subscriber at ``seq`` has not seen: ``(False, latest rows of changed keys, seq,
+        rows)``, or ``(True, full snapshot, seq, rows)`` when it fell further behind than the
+        deltas kept (or the state was reloaded since)."""
+        s = self._state
+        if seq == s.seq:
+            return False, self.arrow_schema.empty_table(), seq, s.rows
+        with self._lock:
+            deltas = [t for q, t in self._deltas if seq < q <= s.seq]
+            complete = bool(self._deltas) and self._deltas[0][0] <= seq + 1 and len(deltas) == s.seq - seq
+        if not complete or seq > s.seq:
+            return True, s.table, s.seq, s.rows
+        return False, last_by(pa.concat_tables(deltas), self.keys), s.seq, s.rows
+
+    # -- durability ------------------------------------------------------------------------
+    def write(self, directory: str, fs: FileSystem, state: Snapshot) -> dict[str, Any]:
+        """Make ``state`` durable as ``lastby.<rows>.arrow`` (temp, fsync, rename, directory
+        fsync); returns the record's ``lastby`` entry naming it."""
+        data = to_ipc(state.table)
+        name = state_file_name(state.rows)
+        tmp = os.path.join(directory, name + TEMP_SUFFIX)
+        write_file(fs, tmp, data)
+        fs.rename(tmp, os.path.join(directory, name))
+        fs.fsync_dir(directory)
+        return {"file": name, "rows": state.rows, "keys": len(state.table), "bytes": len(data),
+                "crc32c": f"{crc32c(data):08x}"}
+
+    def committed(self, directory: str, fs: FileSystem, ref: dict[str, Any]) -> None:
+        """``table.size`` now names ``ref``: older state files (and stray temps) can go."""
+        self.durable_ref = ref
+        remove_stale(directory, fs, keep=ref["file"])
+
+    def recover(self, directory: str, fs: FileSystem, ref: dict[str, Any] | None, rows: int,
+                read_rows: Callable[[int, int], pa.Table], where: str) -> None:
+        """Set the state to the last-by of the checkpointed ``rows``: from the file ``ref`` names
+        when it checks out, else rebuilt from the rows (logged)."""
+        empty = self.arrow_schema.empty_table()
+        with self._lock:
+            self._generation += 1
+            self._state = Snapshot(empty, combined_key(empty, self.keys), 0, self._state.seq + 1)
+            self._deltas.clear()
+            self._delta_rows = 0
+        self.durable_ref = None
+        problem = None if rows == 0 and ref is None else self._load(directory, fs, ref, rows)
+        if problem is None:
+            self.durable_ref = ref
+            remove_stale(directory, fs, keep=ref["file"] if ref else None)
+            return
+        log.warning("last-by state rebuilt from the checkpointed rows", location=where, reason=problem, rows=rows)
+        for start in range(0, rows, REBUILD_CHUNK_ROWS):
+            stop = min(rows, start + REBUILD_CHUNK_ROWS)
+            self.apply(read_rows(start, stop), stop)
+        remove_stale(directory, fs, keep=None)
+
+    def _load(self, directory: str, fs: FileSystem, ref: dict[str, Any] | None, rows: int) -> str | None:
+        """Load the state file ``ref`` names; the reason it cannot be trusted, or None."""
+        if ref is None:
+            return "table.size names no last-by state file"
+        try:
+            name, size, crc = str(ref["file"]), int(ref["bytes"]), str(ref["crc32c"])
+            ref_rows, ref_keys = int(ref["rows"]), int(ref["keys"])
+        except (KeyError, TypeError, ValueError):
+            return f"table.size's lastby entry is unreadable: {ref!r}"
+        if ref_rows != rows or os.sep in name or not name.startswith(PREFIX):
+            return f"table.size's lastby entry names {name} at {ref_rows} rows, the checkpoint holds {rows}"
+        data = read_file(fs, os.path.join(directory, name), size + 1)
+        if data is None:
+            return f"{name} is missing"
+        if len(data) != size or f"{crc32c(data):08x}" != crc:
+            return f"{name} is damaged (size or CRC32C differs from table.size's)"
+        try:
+            table = pa.ipc.open_stream(data).read_all()
+        except pa.ArrowInvalid as e:
+            return f"{name} is not an Arrow stream: {e}"
+        if not table.schema.equals(self.arrow_schema) or len(table) != ref_keys:
+            return f"{name} holds other columns or another number of keys than table.size says"
+        if len(table) > self.max_keys:
+            raise LastByLimitError(f"table {self.schema.key}: {len(table)} last-by keys exceed "
+                                   f"lastby_max_keys={self.max_keys}")
+        keys = combined_key(table, self.keys)
+        with self._lock:
+            self._state = Snapshot(table, keys, rows, self._state.seq + 1)
+        return None
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(data).read_all()
+
+
+def remove_stale(directory: str, fs: FileSystem, keep: str | None) -> None:
+    """Remove state files other than ``keep`` (superseded, or temps a crash left)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for n in names:
+        if n.startswith(PREFIX) and n != keep:
+            try:
+                fs.unlink(os.path.join(directory, n))
+            except FileNotFoundError:
+                pass
+
+
+def metric_families(locations: Iterable[Any]) -> Iterator[Any]:
+    """``dis_lastby_keys`` and ``dis_lastby_state_bytes`` per location with a last-by state."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    lbl = ["table", "location"]
+    keys = GaugeMetricFamily("dis_lastby_keys", "Keys in the location's last-by state", labels=lbl)
+    size = GaugeMetricFamily("dis_lastby_state_bytes", "Bytes of the location's last-by state in memory", labels=lbl)
+    for loc in locations:
+        lb = getattr(loc, "lastby", None)
+        if lb is None:
+            continue
+        s = lb.snapshot()
+        labels = [loc.key.table_key, str(loc.key)]
+        keys.add_metric(labels, len(s.table))
+        size.add_metric(labels, s.nbytes)
+    yield keys
+    yield size
