@@ -187,4 +187,4 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         return lastby.last_by(self.engine, request, context)
 
     def SubscribeLastBy(self, request, context):  # noqa: N802
-        yield from lastby.subscribe_last_by(self.engine, request, context, _Updates(), self.engine.subscribe)
+        yield from lastby.subscribe_last_by(self.engine, request, context, Updates(), self.engine.subscribe)
