@@ -593,6 +593,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
          live_rows=live_rows, live_rows_per_s=live_rate, flush_p99_ms_burst=burst_p99 * 1000,
          flush_p99_ms_live=live_p99 * 1000, lag_p99_rows=float(np.percentile(all_lags, 99)),
          lag_max_rows=int(all_lags.max()), lag_bounded=bool(bounded), complete=complete, drain_s=drain_s,
+         rss_mib=peak_rss / MiB, rss_bound_mib=bound / MiB,  # the DIS's peak RSS and its derived bound
          dis_rss_idle_mib=idle_rss / MiB, dis_rss_peak_mib=peak_rss / MiB, dis_rss_bound_mib=bound / MiB,
          dis_fds_peak=peak_fds, column_handles_peak=peak_handles, max_open_files=args.max_open_files,
          tailer_rss_peak_mib=tailer_peak / MiB, samples=len(live), client_rows_read=readers.rows_read,
