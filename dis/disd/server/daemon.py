@@ -58,6 +58,7 @@ class DisServer:
         self.sessions: SessionRegistry | None = None
         self.db_lock: DatabaseLock | None = None
         self.tabledata: TableDataService | None = None
+        self.kafka = None  # disd.kafka.KafkaImport when import.kafka is configured
         self.started = time.time()
 
     def routed(self, namespace: str, table: str) -> bool:
@@ -75,6 +76,11 @@ class DisServer:
 
     def _start(self) -> int:
         cfg = self.config
+        kafka_config = None
+        if cfg.import_kafka is not None:  # checked against the schemas before anything opens
+            from disd.kafka import parse_kafka_config
+
+            kafka_config = parse_kafka_config(cfg.import_kafka, cfg.source, self.schemas, self.routed)
         self.engine = StorageEngine(
             cfg.db_root,
             self.schemas,
@@ -107,6 +113,11 @@ class DisServer:
         self.tabledata = TableDataService(self.engine, self.sessions, cache, cfg.storage.block_size_bytes,
                                           self.routed, self.started)
         dis_pb2_grpc.add_TableDataServicer_to_server(self.tabledata, self.server)
+        if kafka_config is not None:
+            from disd.kafka import KafkaImport
+
+            self.kafka = KafkaImport(kafka_config, self.engine)
+            self.tabledata.kafka_status = self.kafka.status
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -137,12 +148,18 @@ class DisServer:
             from disd.server.metrics import ServerCollector, server_registry
 
             registry = server_registry(ServerCollector(self.engine, self.sessions, cfg.db_root, self.tabledata))
+            if self.kafka is not None:
+                from disd.kafka import KafkaCollector
+
+                registry.register(KafkaCollector(self.kafka))
             try:
                 srv, _thread = start_http_server(cfg.metrics_port, addr=cfg.host, registry=registry)
             except OSError as e:
                 raise OSError(f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {e.strerror or e}") from None
             self._metrics_server = srv
             self.metrics_port = srv.server_address[1]
+        if self.kafka is not None:
+            self.kafka.start()
         log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port, http_port=self.http_port,
                  db_root=cfg.db_root, tables=len(self.schemas), tls=bool(cfg.tls), token=bool(token))
         return self.port
@@ -167,6 +184,9 @@ class DisServer:
             self.server = None
         if self.sessions is not None:
             self.sessions.close()
+        if self.kafka is not None:  # before the engine's final checkpoint, which then holds every row consumed
+            self.kafka.stop()
+            self.kafka = None
         if self.engine is not None:
             self.engine.close()
             self.engine = None
