@@ -14,6 +14,7 @@ Kafka parts other than the value (key, headers, timestamp, partition, offset) co
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -248,5 +249,6 @@ def _header(headers: Any, name: str) -> bytes | None:
 
 
 def _short(e: Exception) -> str:
+    """Arrow's message, less its row number (the message is named by its offset)."""
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return text[:300]
+    return re.sub(r" in row \d+$", "", text)[:300]
