@@ -14,7 +14,10 @@ import numpy as np
 import yaml
 
 from disd.client import connect
+from disd.kafka.service import KAFKA_SERIES
 from support import BIN, free_port_pair, sample, scrape, start_dis_process, subprocess_env, wait_for, write_dis_config
+
+from .test_kafka_alerts import rule_series
 
 HERE = __import__("pathlib").Path(__file__).resolve().parent
 
@@ -82,10 +85,11 @@ def test_kill9_while_consuming_leaves_exactly_the_messages(tmp_path, mock_kafka)
                                 "dis_kafka_next_offset", partition="0") == 1000, 10, 0.2, "next offset metric")
         assert sample(samples, "dis_kafka_lag_messages", source="trades", partition="1") == 0
         assert sample(samples, "dis_kafka_partition_stopped") == 0
+        assert rule_series() <= set(samples), "series of the Kafka alert rules the DIS does not serve"
+        assert set(KAFKA_SERIES) <= {n.removesuffix("_total") for n in samples} | set(samples)
         out = subprocess.run([str(BIN / "dis"), "status", "--address", f"127.0.0.1:{port}"], capture_output=True,
                              text=True, timeout=30)
         assert "trades[0]@1000" in out.stdout, out.stdout + out.stderr
-        print(out.stdout)
     finally:
         if producer.poll() is None:
             producer.kill()
