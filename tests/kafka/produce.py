@@ -1,5 +1,5 @@
 """A producer process of the Kafka tests and bench: ``python produce.py BOOTSTRAP TOPIC N
-PARTITIONS PER_TICK TICK_S`` writes messages 0..N-1 (message ``i`` to partition ``i % PARTITIONS``,
+PARTITIONS PER_TICK TICK_S [FIRST]`` writes messages FIRST..N-1 (default FIRST 0) (message ``i`` to partition ``i % PARTITIONS``,
 key ``S<i % 7>``, JSON value with ``size`` = ``i``), ``PER_TICK`` messages every ``TICK_S``, and
 waits for every delivery.  The first half of the messages carry a timestamp on one day, the
 second half on the next (two column partitions)."""
@@ -23,12 +23,15 @@ def value(i: int, n: int) -> bytes:
 def main() -> int:
     bootstrap, topic, n, parts, per_tick, tick = sys.argv[1:7]
     n, parts, per_tick, tick = int(n), int(parts), int(per_tick), float(tick)
+    first = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     failed = []
-    for start in range(0, n, per_tick):
+    for start in range(first, n, per_tick):
         for i in range(start, min(n, start + per_tick)):
             p.produce(topic, value=value(i, n), key=f"S{i % 7}".encode(), partition=i % parts,
                       on_delivery=lambda err, msg: failed.append(err) if err else None)
+            while len(p) > 50_000:  # librdkafka's queue holds 100000 by default
+                p.poll(0.05)
         p.poll(0)
         if tick:
             time.sleep(tick)

@@ -66,15 +66,17 @@ class KafkaConfig:
 
     def client_properties(self) -> dict[str, Any]:
         """librdkafka properties of a consumer: ours, then the passthrough (security etc.).
-        Offsets are never committed automatically: the checkpoint is the only resume point."""
+        Offsets are never committed automatically: the checkpoint is the only resume point.  A
+        checkpointed offset the topic no longer holds (deleted by retention) is an error, never
+        a silent jump (``auto.offset.reset: error``): the partition stops and says so."""
         return {"bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
                 **self.properties, "enable.auto.commit": False, "enable.auto.offset.store": False,
-                "enable.partition.eof": False}
+                "enable.partition.eof": False, "auto.offset.reset": "error"}
 
 
 #: librdkafka properties the DIS sets itself: a passthrough of these is refused.
 RESERVED = ("enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "bootstrap.servers",
-            "group.id")
+            "group.id", "auto.offset.reset")
 
 
 def parse_kafka_config(data: Any, source: str, schemas: SchemaRegistry,

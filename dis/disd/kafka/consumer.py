@@ -130,16 +130,31 @@ class SourceConsumer:
         msgs = self._consumer.consume(self.src.batch_size, 0.1)
         if not msgs:
             return
-        groups: dict[int, list] = {}
-        for m in msgs:
-            if m.error() is not None:
-                self._message_error(m)
-                continue
-            groups.setdefault(m.partition(), []).append(m)
-        for p, part in groups.items():
+        for p, part in self._by_partition(msgs).items():
             st = self.partitions.get(p)
             if st is not None and st.assigned:
                 self._process(st, part)
+
+    def _by_partition(self, msgs: list) -> dict[int, list]:
+        """The batch's messages by partition, each in offset order; error events handled apart.
+        C-level passes (``map`` of the unbound methods, numpy), no Python frame a message."""
+        from confluent_kafka import Message
+
+        errors = list(map(Message.error, msgs))
+        if errors.count(None) != len(msgs):
+            for m, e in zip(msgs, errors):
+                if e is not None:
+                    self._message_error(m)
+            msgs = [m for m, e in zip(msgs, errors) if e is None]
+            if not msgs:
+                return {}
+        parts = np.fromiter(map(Message.partition, msgs), np.int64, len(msgs))
+        if (parts == parts[0]).all():
+            return {int(parts[0]): msgs}
+        order = np.argsort(parts, kind="stable")
+        uniq, starts = np.unique(parts[order], return_index=True)
+        bounds = [*starts.tolist(), len(msgs)]
+        return {int(p): [msgs[i] for i in order[bounds[j]:bounds[j + 1]].tolist()] for j, p in enumerate(uniq.tolist())}
 
     # -- partitions ----------------------------------------------------------------------------
     def _discover(self) -> None:
@@ -240,10 +255,16 @@ class SourceConsumer:
 
     # -- messages ------------------------------------------------------------------------------
     def _message_error(self, m: Any) -> None:
+        from confluent_kafka import KafkaError
+
         err = m.error()
-        st = self.partitions.get(m.partition()) if m.topic() else None
+        st = self.partitions.get(m.partition()) if m.topic() == self.src.topic else None
         if st is not None:
             st.errors += 1
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:  # the resume offset is gone from the topic
+                self._stop_partition(st, f"offset {st.next_offset} is no longer in the topic (deleted by retention?): "
+                                         f"{err.str()}; messages may be lost, see docs/kafka.md")
+                return
         self._client_error(str(err))
 
     def _client_error(self, text: str) -> None:
@@ -258,9 +279,10 @@ class SourceConsumer:
             msgs = [m for m in msgs if m.offset() >= st.next_offset]
             if not msgs:
                 return
-        batch = Batch.of(msgs, self.decoder.need_keys, self.decoder.need_headers)
+        batch = Batch.of(msgs, self.decoder.need_keys, self.decoder.need_headers, self.decoder.need_timestamps)
+        nbytes = sum(map(len, filter(None, batch.values)))
         st.messages += len(batch)
-        st.bytes += sum(len(v) for v in batch.values if v is not None)
+        st.bytes += nbytes
         dec = self.decoder.decode(batch)
         end = int(batch.offsets[-1]) + 1
         keep_below = None
@@ -274,8 +296,7 @@ class SourceConsumer:
                 log.error("kafka poison message", source=st.source, topic=st.topic, partition=st.partition,
                           offset=int(batch.offsets[i]), error=reason, policy=self.src.on_poison)
         try:
-            self._commit(st, dec.columns, dec.row_offsets, end, keep_below,
-                         sum(len(v) for v in batch.values if v is not None))
+            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes)
         except LocationError as e:
             loc = next((l for l in st.locations.values() if l.in_error), None)
             if loc is not None:
