@@ -178,8 +178,8 @@ class Decoder:
                     buf = b"\n".join(values)
                 except TypeError:  # a null value: decoded one by one to name it
                     raise PoisonMessage("a batch with a null value") from None
-                if buf.count(b"\n") != n - 1 or b"\r" in buf:
-                    raise PoisonMessage("a batch with a line break in a value")  # decoded one by one
+                if buf.count(b"\n") != n - 1 or b"\r" in buf:  # line breaks inside values: JSON whitespace
+                    buf = b"\n".join(map(self._one_line, values))
             try:
                 table = pajson.read_json(
                     io.BytesIO(buf),
