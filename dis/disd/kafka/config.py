@@ -66,10 +66,14 @@ class KafkaConfig:
 
     def client_properties(self) -> dict[str, Any]:
         """librdkafka properties of a consumer: ours, then the passthrough (security etc.).
-        Offsets are never committed automatically: the checkpoint is the only resume point.  A
+        ``properties`` may override ``fetch.queue.backoff.ms``.  Offsets are never committed automatically: the checkpoint is the only resume point.  A
         checkpointed offset the topic no longer holds (deleted by retention) is an error, never
         a silent jump (``auto.offset.reset: error``): the partition stops and says so."""
         return {"bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
+                # librdkafka postpones a partition's next fetch by this much whenever its local
+                # queue is over queued.min.messages; its default (1000 ms) stalls a consumer
+                # that takes batches of thousands (3.5x fewer messages/s on the mock cluster)
+                "fetch.queue.backoff.ms": 10,
                 **self.properties, "enable.auto.commit": False, "enable.auto.offset.store": False,
                 "enable.partition.eof": False, "auto.offset.reset": "error"}
 
