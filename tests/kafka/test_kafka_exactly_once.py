@@ -39,9 +39,11 @@ def write_config(tmp, port, bootstrap, **source):
     return path
 
 
-def produce(bootstrap: str, topic: str, n: int, parts: int, per_tick: int, tick_s: float) -> subprocess.Popen:
+def produce(bootstrap: str, topic: str, n: int, parts: int, per_tick: int, tick_s: float,
+            first: int = 0) -> subprocess.Popen:
+    """tests/kafka/produce.py: messages ``first``..``n``-1 of ``topic``, as a process."""
     return subprocess.Popen([sys.executable, str(HERE / "produce.py"), bootstrap, topic, str(n), str(parts),
-                             str(per_tick), str(tick_s)], env=subprocess_env())
+                             str(per_tick), str(tick_s), str(first)], env=subprocess_env())
 
 
 def read_sizes(port: int) -> np.ndarray:

@@ -16,6 +16,8 @@ the broker or a location does ends the loop: errors stop at most a partition.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import threading
 import time
 from dataclasses import dataclass, field
@@ -141,7 +143,8 @@ class SourceConsumer:
         from confluent_kafka import Message
 
         errors = list(map(Message.error, msgs))
-        if errors.count(None) != len(msgs):
+        # not errors.count(None): a KafkaError compared with None raises
+        if any(map(operator.is_not, errors, itertools.repeat(None))):
             for m, e in zip(msgs, errors):
                 if e is not None:
                     self._message_error(m)
