@@ -59,6 +59,9 @@ class PartitionState:
     blocked_on: Any = None  # the Location in error it waits for
     assigned: bool = False
     locations: dict[str, Any] = field(default_factory=dict)  # column partition -> Location
+    #: each location's ``epoch`` when the partition was (re)assigned: a location reopened from its
+    #: checkpoint since (its offset moved back) refuses our rows, and the partition re-seeks
+    epochs: dict[str, int] = field(default_factory=dict)
 
     @property
     def lag(self) -> int | None:
@@ -201,6 +204,7 @@ class SourceConsumer:
             if loc.in_error:
                 self._block(st, loc)
                 return
+        st.epochs = {cp: loc.epoch for cp, loc in st.locations.items()}
         offset = self._resume_offset(st)
         st.next_offset = -1 if offset is None else offset
         start = offset if offset is not None else (OFFSET_BEGINNING if self.src.start == "earliest" else OFFSET_END)
@@ -220,7 +224,8 @@ class SourceConsumer:
         """A location of the partition is in error: stop consuming until it is reopened."""
         self._unassign(st)
         st.blocked_on = loc
-        st.stopped = f"location {loc.key} is in error: {loc.error}"
+        st.stopped = (f"location {loc.key} is in error: {loc.error}" if loc.in_error else
+                      f"location {loc.key} was reopened from its checkpoint: resuming from its offset")
         log.error("kafka partition waits for its location", source=st.source, topic=st.topic,
                   partition=st.partition, location=str(loc.key), error=loc.error)
 
@@ -301,7 +306,7 @@ class SourceConsumer:
         try:
             self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes)
         except LocationError as e:
-            loc = next((l for l in st.locations.values() if l.in_error), None)
+            loc = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
             if loc is not None:
                 self._block(st, loc)
             else:
@@ -343,11 +348,11 @@ class SourceConsumer:
                 sel = np.flatnonzero(offs >= threshold)
                 take = sel if idx is None else idx[sel]
             part = cols if take is None else [c.take(pa.array(take)) for c in cols]
-            loc.append_committed(part, position, nbytes if len(by_partition) == 1 else 0)
+            loc.append_committed(part, position, 0 if done else nbytes, epoch=st.epochs[cp])
             done.add(cp)
         for cp, loc in list(st.locations.items()):
             if cp not in done and (not _ours(loc.resume_point, st) or loc.resume_point.offset < end):
-                loc.append_committed([], position)
+                loc.append_committed([], position, epoch=st.epochs[cp])
 
     def _route(self, cols: list[pa.Array], n: int) -> dict[str, np.ndarray | None]:
         """Row indices of each column partition (None: all rows)."""
@@ -372,6 +377,7 @@ class SourceConsumer:
             loc = self.engine.location(LocationKey(s.namespace, s.table, st.internal_partition, cp), create=True,
                                        version=s.version)
             st.locations[cp] = loc
+            st.epochs[cp] = loc.epoch
         if loc.in_error:
             raise LocationError(loc.error, loc.error_errno)
         if loc.schema_version != self.src.schema.version:
