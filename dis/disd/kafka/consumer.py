@@ -230,6 +230,14 @@ class SourceConsumer:
                   partition=st.partition, location=str(loc.key), error=loc.error)
 
     def _retry_blocked(self) -> None:
+        """Re-seek partitions whose location failed or was reopened (even with no message since
+        to notice it: the rows cut back to the checkpoint must be read again), and resume those
+        whose location accepts rows again."""
+        for st in list(self.partitions.values()):
+            if st.assigned:
+                bad = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
+                if bad is not None:
+                    self._block(st, bad)
         for st in list(self.partitions.values()):
             if st.blocked_on is not None and not st.blocked_on.in_error:
                 log.info("kafka partition resumes: its location was reopened", source=st.source, topic=st.topic,
