@@ -225,6 +225,7 @@ def status_report(replies: list) -> dict:
                 "error": l.error or None,
                 "tailer_problem": ({"problem": l.tailer_problem, "tailer": l.tailer_problem_tailer,
                                     "age_s": round(l.tailer_problem_age_s, 1)} if l.tailer_problem else None),
+                "kafka": _kafka(l.kafka) if l.HasField("kafka") else None,
             })
     tables: dict[str, dict] = {}
     for r in locations:
@@ -235,7 +236,8 @@ def status_report(replies: list) -> dict:
         t["rows"] += r["rows"]
         t["tailers"] += r["tailer"] is not None
         # a location counts once: in error in the DIS, or its tailer reports a problem
-        t["errors"] += r["error"] is not None or r["tailer_problem"] is not None
+        t["errors"] += (r["error"] is not None or r["tailer_problem"] is not None
+                        or bool(r["kafka"] and r["kafka"]["stopped"]))
         t["tailer_problems"] += r["tailer_problem"] is not None
     return {"instances": instances, "tables": sorted(tables.values(), key=lambda t: t["table"]),
             "locations": locations}
@@ -268,8 +270,9 @@ def format_status(report: dict) -> str:
         f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}",
         str(r["schema_version"]) if r.get("schema_version") else "-", str(r["rows"]),
         str(r["checkpointed_rows"]), _age(r["last_flush_age_s"]), _age(r["checkpoint_age_s"]),
-        f"{r['checkpoint']['file']}@{r['checkpoint']['offset']}" if r["checkpoint"] else "-",
-        f"{r['tailer']['id']} ({r['tailer']['peer']})" if r["tailer"] else "-", r["error"] or "-",
+        _checkpoint_at(r),
+        f"{r['tailer']['id']} ({r['tailer']['peer']})" if r["tailer"] else _kafka_at(r.get("kafka")),
+        r["error"] or (r["kafka"] or {}).get("stopped") or "-",
         _tailer_problem(r["tailer_problem"]),
     ] for r in report["locations"]])
     if "replicas" in report:
@@ -291,6 +294,31 @@ def format_replicas(rep: dict) -> list[str]:
             "ok" if r["reachable"] else "UNREACHABLE",
         ] for r in rep["locations"]])
     return lines
+
+
+def _kafka(k) -> dict:  # noqa: ANN001
+    """A Kafka location's source in ``dis status --json`` (docs/kafka.md)."""
+    return {"source": k.source, "topic": k.topic, "partition": k.partition,
+            "checkpoint_offset": k.checkpoint_offset if k.checkpoint_offset >= 0 else None,
+            "next_offset": k.next_offset if k.next_offset >= 0 else None,
+            "high_watermark": k.high_watermark if k.high_watermark >= 0 else None,
+            "lag": (k.high_watermark - k.next_offset) if k.high_watermark >= 0 and k.next_offset >= 0 else None,
+            "messages": k.messages, "errors": k.errors, "stopped": k.stopped or None}
+
+
+def _checkpoint_at(r: dict) -> str:
+    k = r.get("kafka")
+    if k is not None:
+        return f"{k['topic']}[{k['partition']}]@{k['checkpoint_offset'] if k['checkpoint_offset'] is not None else '-'}"
+    return f"{r['checkpoint']['file']}@{r['checkpoint']['offset']}" if r["checkpoint"] else "-"
+
+
+def _kafka_at(k: dict | None) -> str:
+    """The TAILER column of a Kafka location: the consumer's position and lag."""
+    if k is None:
+        return "-"
+    at = "-" if k["next_offset"] is None else str(k["next_offset"])
+    return f"kafka {k['source']} @{at}" + (f" lag {k['lag']}" if k["lag"] is not None else "")
 
 
 def _tailer_problem(p: dict | None) -> str:

@@ -131,6 +131,8 @@ class DisConfig:
     max_workers: int = 256
     idle_timeout_s: float = 600.0
     routed_tables: list[str] | None = None  # patterns this DIS accepts ("Market.*"); None: all
+    #: ``import.kafka`` as written: checked against the schemas by ``disd.kafka`` when the DIS starts
+    import_kafka: dict | None = None
     source: str = "<defaults>"
 
     def token(self) -> str | None:
@@ -224,6 +226,7 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
             raise ConfigError(source, f"import.tables.{name}", "must be <Namespace>.<Table>")
         cfg.import_tables[name] = _import_config(tables.sub(name), cfg.import_default)
     tables.finish()
+    cfg.import_kafka = imp.get("kafka", dict, None)
     imp.finish()
     r.finish()
     if base_dir is not None:

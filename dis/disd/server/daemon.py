@@ -59,6 +59,7 @@ class DisServer:
         self.sessions: SessionRegistry | None = None
         self.db_lock: DatabaseLock | None = None
         self.tabledata: TableDataService | None = None
+        self.kafka = None  # disd.kafka.KafkaImport when import.kafka is configured
         self.started = time.time()
 
     def routed(self, namespace: str, table: str) -> bool:
@@ -76,6 +77,11 @@ class DisServer:
 
     def _start(self) -> int:
         cfg = self.config
+        kafka_config = None
+        if cfg.import_kafka is not None:  # checked against the schemas before anything opens
+            from disd.kafka import parse_kafka_config
+
+            kafka_config = parse_kafka_config(cfg.import_kafka, cfg.source, self.schemas, self.routed)
         self.engine = StorageEngine(
             cfg.db_root,
             self.schemas,
@@ -92,6 +98,11 @@ class DisServer:
         self.tabledata = TableDataService(self.engine, self.sessions, cache, cfg.storage.block_size_bytes,
                                           self.routed, self.started)
         dis_pb2_grpc.add_TableDataServicer_to_server(self.tabledata, self.server)
+        if kafka_config is not None:
+            from disd.kafka import KafkaImport
+
+            self.kafka = KafkaImport(kafka_config, self.engine)
+            self.tabledata.kafka_status = self.kafka.status
         enable_health_and_reflection(self.server, self.health, SERVICE_NAMES)
         self.port = listen(self.server, cfg.host, cfg.port, cfg.tls)
         self.server.start()
@@ -106,9 +117,17 @@ class DisServer:
         if cfg.metrics_port is not None:
             from disd.server.metrics import ServerCollector
 
+            extra = []
+            if self.kafka is not None:
+                from disd.kafka import KafkaCollector
+
+                extra.append(KafkaCollector(self.kafka))
             self._metrics_server = serve_metrics(
-                cfg.host, cfg.metrics_port, ServerCollector(self.engine, self.sessions, cfg.db_root, self.tabledata))
+                cfg.host, cfg.metrics_port, ServerCollector(self.engine, self.sessions, cfg.db_root, self.tabledata),
+                *extra)
             self.metrics_port = self._metrics_server.server_address[1]
+        if self.kafka is not None:
+            self.kafka.start()
         log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port, http_port=self.http_port,
                  db_root=cfg.db_root, tables=len(self.schemas), tls=bool(cfg.tls), token=bool(token))
         return self.port
@@ -133,6 +152,9 @@ class DisServer:
             self.server = None
         if self.sessions is not None:
             self.sessions.close()
+        if self.kafka is not None:  # before the engine's final checkpoint, which then holds every row consumed
+            self.kafka.stop()
+            self.kafka = None
         if self.engine is not None:
             self.engine.close()
             self.engine = None
@@ -192,15 +214,19 @@ def listen(server: grpc.Server, host: str, port: int, tls) -> int:  # noqa: ANN0
     return bound
 
 
-def serve_metrics(host: str, port: int, collector):  # noqa: ANN001, ANN201
+def serve_metrics(host: str, port: int, collector, *more):  # noqa: ANN001, ANN002, ANN201
     """The Prometheus endpoint of one server: process-wide metrics and ``collector``'s gauges
-    (``disd.server.metrics.server_registry``).  Returns the HTTP server (``server_address``)."""
+    (``disd.server.metrics.server_registry``), and those of ``more`` collectors (Kafka pull
+    mode's).  Returns the HTTP server (``server_address``)."""
     from prometheus_client import start_http_server
 
     from disd.server.metrics import server_registry
 
+    registry = server_registry(collector)
+    for c in more:
+        registry.register(c)
     try:
-        srv, _thread = start_http_server(port, addr=host, registry=server_registry(collector))
+        srv, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as e:
         raise OSError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
     return srv

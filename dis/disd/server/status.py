@@ -51,8 +51,22 @@ def checkpoint_source(path: str | os.PathLike[str], durable: bool) -> Checkpoint
     return CheckpointSource(s.file_name, int(s.offset), int(s.skip_rows))
 
 
+def kafka_source(path: str | os.PathLike[str], state) -> dis_pb2.KafkaSource:  # noqa: ANN001
+    """A Kafka location's source (``state``: its ``disd.kafka`` partition state): the offset of
+    the checkpoint on disk and where the consumer is."""
+    try:
+        record = read_record(path)
+    except (OSError, CheckpointError):
+        record = None
+    ckpt = record.source.offset if record is not None and record.source.topic == state.topic else -1
+    return dis_pb2.KafkaSource(topic=state.topic, partition=state.partition, checkpoint_offset=ckpt,
+                               next_offset=state.next_offset, high_watermark=state.high_watermark,
+                               messages=state.messages, errors=state.errors, stopped=state.stopped or "",
+                               source=state.source)
+
+
 def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None", now: float,  # noqa: ANN001
-                    durable: bool, problem: "TailerProblem | None" = None) -> dis_pb2.LocationStatus:
+                    durable: bool, problem: "TailerProblem | None" = None, kafka=None) -> dis_pb2.LocationStatus:  # noqa: ANN001
     src = checkpoint_source(loc.path, durable)
     last_flush, last_ckpt = loc.last_flush_time, loc.last_checkpoint_time
     return dis_pb2.LocationStatus(
@@ -73,6 +87,7 @@ def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None"
         tailer_problem_age_s=max(0.0, now - problem.since) if problem else 0.0,
         checkpoint_changed_age_s=_changed_age(loc.path, now),
         schema_version=loc.schema_version,
+        kafka=kafka_source(loc.path, kafka) if kafka is not None else None,
     )
 
 

@@ -61,6 +61,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
                  block_size: int, routed: Callable[[str, str], bool], started: float) -> None:
         self.engine = engine
         self.sessions = sessions
+        #: LocationKey -> the Kafka partition feeding it, or None (``disd.kafka``, set by dis serve)
+        self.kafka_status: Callable | None = None
         self.cache = cache
         self.block_size = block_size
         self.routed = routed
@@ -175,7 +177,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         now = time.time()
         out = [
             location_status(loc, key_to_proto(loc.key), self.sessions.get(loc.key), now, request.durable_checkpoint,
-                            self.sessions.problem(loc.key))
+                            self.sessions.problem(loc.key),
+                            self.kafka_status(loc.key) if self.kafka_status is not None else None)
             for loc in self._matching(request.namespace, request.table)
             if not request.internal_partition or loc.key.internal_partition == request.internal_partition
         ]

@@ -48,11 +48,17 @@ RECORD = RecordFormat(MAGIC_WORD, VERSION, "checkpoint record", "checkpoint form
 @dataclass(frozen=True)
 class SourcePosition:
     """Where ingestion of a location resumes: the log file and the byte offset just past the last
-    committed row; ``skip_rows`` rows of the frame at that offset are already committed."""
+    committed row; ``skip_rows`` rows of the frame at that offset are already committed.
+
+    A location fed by a Kafka partition (``disd.kafka``) has no log file: ``topic`` and
+    ``partition`` name the Kafka partition and ``offset`` is the next Kafka offset to consume.
+    Both are None for a tailed location, whose record then reads and writes exactly as before."""
 
     file_name: str | None
     offset: int
     skip_rows: int = 0
+    topic: str | None = None
+    partition: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,9 @@ class CheckpointRecord:
             "rows": self.rows,
             "files": self.files,
             "source": {"file": self.source.file_name, "offset": self.source.offset,
-                       "skip_rows": self.source.skip_rows},
+                       "skip_rows": self.source.skip_rows}
+            | ({"topic": self.source.topic, "partition": self.source.partition}
+               if self.source.topic is not None else {}),
             "fingerprint": self.fingerprint,
             "import_state": self.import_state,
             "time": self.time,
@@ -95,7 +103,9 @@ class CheckpointRecord:
             rec = cls(
                 rows=int(d["rows"]),
                 files={str(k): int(v) for k, v in d["files"].items()},
-                source=SourcePosition(src["file"], int(src["offset"]), int(src.get("skip_rows", 0))),
+                source=SourcePosition(src["file"], int(src["offset"]), int(src.get("skip_rows", 0)),
+                                      None if src.get("topic") is None else str(src["topic"]),
+                                      None if src.get("topic") is None else int(src["partition"])),
                 fingerprint=str(d["fingerprint"]),
                 import_state={str(k): int(v) for k, v in (d.get("import_state") or {}).items()},
                 time=float(d["time"]),
@@ -104,7 +114,7 @@ class CheckpointRecord:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"{path}: checkpoint record unreadable: {e}") from None
-        if rec.schema_version < 0 or rec.rows < 0 or rec.source.offset < 0 or rec.source.skip_rows < 0 or any(v < 0 for v in rec.files.values()):
+        if rec.schema_version < 0 or rec.rows < 0 or rec.source.offset < 0 or rec.source.skip_rows < 0 or (rec.source.partition or 0) < 0 or any(v < 0 for v in rec.files.values()):
             raise CheckpointError(f"{path}: checkpoint record has a negative count")
         return rec
 

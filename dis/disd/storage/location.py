@@ -452,6 +452,40 @@ class Location:
                     self.writers[colfmt.file_names(c)[0]].append(colfmt.encode_fixed(c, part))
         return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in string_ends.items()}
 
+    def append_committed(self, cols: list[pa.Array], source: SourcePosition, nbytes: int = 0,
+                         epoch: int | None = None) -> None:
+        """Append rows that commit together and move the resume point to ``source`` in the same
+        step, under the lock, so a checkpoint records both or neither: a pull source's batch
+        (``disd.kafka``), whose resume point is its own (a Kafka offset), not a log file's.  With
+        no rows only the resume point moves.  ``epoch`` as in ``ingest``."""
+        with self.lock:
+            self._check_usable()
+            if epoch is not None and epoch != self.epoch:
+                raise LocationError(f"location {self.key} was reopened from its checkpoint after an I/O error; "
+                                    "resume from its resume point")
+            if cols and len(cols) != len(self.schema.columns):
+                raise ValueError(f"{len(cols)} columns given, {self.schema.key} has {len(self.schema.columns)}")
+            n = len(cols[0]) if cols else 0
+            if n:
+                if self.txn_open or self.written_rows != self.committed_rows:
+                    self._guarded(self._rollback_locked, "rollback")
+                string_ends = self._guarded(lambda: self._append(cols, [(0, n)]), "write")
+                new_committed = self.committed_rows + n
+                sizes = dict(self.committed_sizes)
+                for c in self.schema.columns:
+                    if c.type is ColumnType.STRING:
+                        off, dat = colfmt.file_names(c)
+                        sizes[off] = new_committed * colfmt.OFFSET_WIDTH
+                        sizes[dat] = int(string_ends[c.name][n - 1] & colfmt.OFFSET_MASK)
+                    else:
+                        sizes[colfmt.file_names(c)[0]] = new_committed * c.type.width
+                metrics.ROWS_INGESTED.labels(self.schema.key).inc(n)
+                metrics.BYTES_INGESTED.labels(self.schema.key).inc(nbytes)
+                metrics.ROWS_COMMITTED.labels(self.schema.key).inc(n)
+                self.written_rows = self.committed_rows = new_committed
+                self.committed_sizes = sizes
+            self.source = source
+
     def rollback(self) -> None:
         """Abandon the open transaction (its client is gone): truncate its rows away."""
         with self.lock:

@@ -1,0 +1,180 @@
+"""Kafka pull mode: rows/s from librdkafka's mock cluster into visible rows of a real ``dis
+serve``, against a plain confluent-kafka consume loop of the same messages in the same run; and
+exactly once across SIGKILLs.
+
+1. ``--messages`` JSON messages (Market.Trade rows, key, 2 dates) are produced beforehand to a
+   3-partition topic of the mock cluster (its own process, tests/support/kafka_mock.py).
+2. Baseline: one confluent-kafka ``Consumer`` assigned the 3 partitions from offset 0,
+   ``consume(10000)`` in a loop touching every message's value; timed from the assignment to
+   the last message read.  Best of ``--repeat``.
+3. The DIS: ``dis serve`` with an ``import.kafka`` source of the topic; timed from its first
+   partition assignment (the time of its ``kafka partition assigned`` log line) to the moment
+   every row is visible (``Status`` rows polled every 20 ms), so the process's start-up is not
+   timed but librdkafka's first fetches are, as in the baseline.  Best of ``--repeat`` (a fresh
+   database each time).  ``ratio`` = DIS rows/s / baseline.
+4. Exactness: ``--more`` messages are produced live while the DIS is killed with SIGKILL
+   ``--kills`` times and restarted; then the table, read through ``disd.client``, must hold
+   every message exactly once (``exact``).
+
+Last line: one JSON object with exactly the keys ``rows_per_s``, ``baseline``, ``ratio``, ``exact``.
+
+    .venv/bin/python bench/kafka.py [--messages 150000] [--repeat 2] [--more 15000] [--kills 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+
+from disd.client import connect  # noqa: E402
+from support import free_port_pair, start_dis_process, subprocess_env, write_dis_config  # noqa: E402
+from support.kafka_mock import MockCluster  # noqa: E402
+
+PRODUCE = pathlib.Path(__file__).resolve().parent.parent / "tests" / "kafka" / "produce.py"
+TOPIC, PARTS = "bench", 3
+
+
+def produce(bootstrap: str, n: int, first: int = 0, per_tick: int = 100_000, tick: float = 0.0) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(PRODUCE), bootstrap, TOPIC, str(n), str(PARTS), str(per_tick),
+                             str(tick), str(first)], env=subprocess_env())
+
+
+def baseline(bootstrap: str, n: int) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-baseline", "enable.auto.commit": False})
+    t0 = time.perf_counter()
+    c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTS)])
+    got = nbytes = 0
+    while got < n:
+        msgs = c.consume(10000, 1.0)
+        for m in msgs:
+            if m.error() is None:
+                nbytes += len(m.value())
+                got += 1
+    dt = time.perf_counter() - t0
+    c.close()
+    return got / dt
+
+
+def dis_config(tmp: pathlib.Path, port: int, bootstrap: str) -> pathlib.Path:
+    path = write_dis_config(tmp, port, flush_ms=100, checkpoint_ms=1000)
+    data = yaml.safe_load(path.read_text())
+    data["import"]["kafka"] = {"bootstrap_servers": bootstrap, "sources": {"bench": {
+        "topic": TOPIC, "table": "Market.Trade", "batch_size": 10000,
+        "columns": {"Timestamp": {"from": "value.ts", "unit": "ms"}, "Sym": "key", "Price": "value.price",
+                    "Size": "value.size"},
+        "column_partition": {"column": "Timestamp"}}}}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def visible(port: int) -> int:
+    with connect(f"127.0.0.1:{port}") as c:
+        return sum(l.rows for l in c.status().locations)
+
+
+def dis_rate(tmp: pathlib.Path, bootstrap: str, n: int) -> float:
+    port = free_port_pair()
+    dis = start_dis_process(tmp, dis_config(tmp, port, bootstrap))
+    try:
+        with connect(f"127.0.0.1:{port}") as c:
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                rows = sum(l.rows for l in c.status().locations)
+                now = time.time()
+                if rows >= n:
+                    break
+                time.sleep(0.02)
+        if rows != n:
+            raise SystemExit(f"the DIS shows {rows} rows, {n} produced")
+        return n / (now - assigned_at(dis.log_text()))
+    finally:
+        dis.terminate()
+
+
+def assigned_at(log: str) -> float:
+    """The wall-clock time of the DIS's first ``kafka partition assigned`` log line."""
+    from datetime import datetime
+
+    for line in log.splitlines():
+        if line.startswith("{") and '"kafka partition assigned"' in line:
+            return datetime.fromisoformat(json.loads(line)["timestamp"].replace("Z", "+00:00")).timestamp()
+    raise SystemExit("the DIS logged no partition assignment")
+
+
+def exactness(tmp: pathlib.Path, bootstrap: str, n: int, more: int, kills: int) -> bool:
+    """Continue on the database of the last timed run: ``more`` messages produced live while the
+    DIS is killed ``kills`` times; then every message exactly once?"""
+    port = free_port_pair()
+    cfg = dis_config(tmp, port, bootstrap)
+    dis = start_dis_process(tmp, cfg)
+    prod = produce(bootstrap, n + more, first=n, per_tick=2000, tick=0.05)
+    rng = random.Random(18)
+    try:
+        for _ in range(kills):
+            time.sleep(rng.uniform(0.5, 1.5))
+            dis.kill9()
+            dis = start_dis_process(tmp, cfg)
+        if prod.wait(300) != 0:
+            raise SystemExit("the live producer failed")
+        deadline = time.monotonic() + 300
+        while visible(port) < n + more and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # anything beyond would be a duplicate: let it show
+        with connect(f"127.0.0.1:{port}") as c:
+            sizes = np.sort(c.read_table("Market", "Trade", columns=["Size"]).column("Size").to_numpy())
+        return len(sizes) == n + more and bool((sizes == np.arange(n + more)).all())
+    finally:
+        dis.terminate()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--messages", type=int, default=150_000)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--more", type=int, default=15_000)
+    ap.add_argument("--kills", type=int, default=3)
+    args = ap.parse_args()
+    n = args.messages
+    work = pathlib.Path(tempfile.mkdtemp(prefix="dis-bench-kafka-"))
+    try:
+        with MockCluster(f"{TOPIC}:{PARTS}") as mc:
+            t0 = time.perf_counter()
+            if produce(mc.bootstrap, n).wait(600) != 0:
+                raise SystemExit("the producer failed")
+            print(f"produced {n} messages over {PARTS} partitions in {time.perf_counter() - t0:.1f} s")
+            base = max(baseline(mc.bootstrap, n) for _ in range(args.repeat))
+            print(f"baseline: plain confluent-kafka consume loop, best of {args.repeat}: {base:,.0f} messages/s")
+            rates = []
+            for i in range(args.repeat):
+                tmp = work / f"run{i}"
+                tmp.mkdir()
+                rates.append(dis_rate(tmp, mc.bootstrap, n))
+            rate = max(rates)
+            print(f"dis serve: consumed into visible rows, best of {args.repeat}: {rate:,.0f} rows/s "
+                  f"(runs {', '.join(f'{r:,.0f}' for r in rates)})")
+            exact = exactness(work / f"run{args.repeat - 1}", mc.bootstrap, n, args.more, args.kills)
+            print(f"exactness: {args.more} more messages produced live over {args.kills} SIGKILLs of the DIS: "
+                  f"{'every message exactly once' if exact else 'NOT exactly once'}")
+            print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps({"rows_per_s": round(rate, 1), "baseline": round(base, 1), "ratio": round(rate / base, 4),
+                      "exact": exact}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,417 @@
+"""One source's consumer loop: a topic's partitions into their locations, exactly once.
+
+Exactly once without consumer-group offsets (docs/kafka.md): every location holds, in its
+checkpoint's source record, the next Kafka offset of its partition, and a batch's rows and that
+offset move in one step (``Location.append_committed``), so a checkpoint has both or neither.  At
+start (and after a location was reopened from its checkpoint) a partition is assigned at the
+smallest next offset of its locations; a message below a location's own next offset is already
+in it and is dropped for it.  A crash at any moment then loses nothing (the checkpoint's offset
+is at most the first uncheckpointed message) and duplicates nothing (recovery cuts every row past
+the checkpoint).  Offsets committed to the consumer group are for monitoring only, never read.
+
+A poison message (a value that cannot be rows of the table) stops its partition with the reason
+(``on_poison: stop``, the default), or is counted and passed over (``skip``).  Nothing a message,
+the broker or a location does ends the loop: errors stop at most a partition.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import structlog
+
+from disd.kafka.config import KafkaConfig, SourceConfig
+from disd.kafka.decode import Batch, Decoder
+from disd.names import LocationKey
+from disd.storage import LocationError, StorageEngine
+from disd.storage.checkpoint import SourcePosition
+
+log = structlog.get_logger(__name__)
+
+NS_PER_DAY = 86_400_000_000_000
+#: how often partitions are looked for, watermarks read, stopped locations retried
+HOUSEKEEPING_S = 1.0
+METADATA_S = 10.0
+
+
+@dataclass
+class PartitionState:
+    """What the loop knows of one Kafka partition; the metrics and ``dis status`` read it."""
+
+    source: str
+    topic: str
+    partition: int
+    table: str
+    internal_partition: str
+    next_offset: int = -1  # -1: not known yet (no checkpointed offset, before the first message)
+    high_watermark: int = -1
+    messages: int = 0
+    bytes: int = 0
+    errors: int = 0
+    stopped: str | None = None  # why the partition is stopped (poison, a location in error)
+    blocked_on: Any = None  # the Location in error it waits for
+    assigned: bool = False
+    locations: dict[str, Any] = field(default_factory=dict)  # column partition -> Location
+    #: each location's ``epoch`` when the partition was (re)assigned: a location reopened from its
+    #: checkpoint since (its offset moved back) refuses our rows, and the partition re-seeks
+    epochs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lag(self) -> int | None:
+        if self.high_watermark < 0 or self.next_offset < 0:
+            return None
+        return max(0, self.high_watermark - self.next_offset)
+
+
+class SourceConsumer:
+    """The thread consuming one source's topic into its table's locations."""
+
+    def __init__(self, kafka: KafkaConfig, src: SourceConfig, engine: StorageEngine) -> None:
+        self.kafka = kafka
+        self.src = src
+        self.engine = engine
+        self.decoder = Decoder(src)
+        self.partitions: dict[int, PartitionState] = {}
+        self.lock = threading.Lock()
+        self.client_errors = 0
+        self.last_client_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer = None
+        self._next_housekeeping = self._next_metadata = self._next_commit = 0.0
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"dis-kafka-{self.src.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer(self.kafka.client_properties(), logger=_KafkaLog(self.src.name))
+        log.info("kafka source started", source=self.src.name, topic=self.src.topic, table=self.src.schema.key)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._step()
+                except Exception as e:  # noqa: BLE001 - the loop never dies; the error is shown
+                    self._client_error(f"unexpected: {e!r}")
+                    log.exception("kafka source loop failed; retrying", source=self.src.name)
+                    self._stop.wait(1.0)
+        finally:
+            try:
+                self._consumer.close()
+            except Exception as e:  # noqa: BLE001
+                log.warning("kafka consumer close failed", source=self.src.name, error=str(e))
+            log.info("kafka source stopped", source=self.src.name)
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_metadata:
+            self._next_metadata = now + METADATA_S
+            self._discover()
+        if now >= self._next_housekeeping:
+            self._next_housekeeping = now + HOUSEKEEPING_S
+            self._retry_blocked()
+            self._watermarks()
+        if now >= self._next_commit:
+            self._next_commit = now + self.kafka.commit_interval_ms / 1000.0
+            self._commit_for_monitoring()
+        if not any(s.assigned for s in self.partitions.values()):
+            self._stop.wait(0.1)
+            return
+        msgs = self._consumer.consume(self.src.batch_size, 0.1)
+        if not msgs:
+            return
+        for p, part in self._by_partition(msgs).items():
+            st = self.partitions.get(p)
+            if st is not None and st.assigned:
+                self._process(st, part)
+
+    def _by_partition(self, msgs: list) -> dict[int, list]:
+        """The batch's messages by partition, each in offset order; error events handled apart.
+        C-level passes (``map`` of the unbound methods, numpy), no Python frame a message."""
+        from confluent_kafka import Message
+
+        errors = list(map(Message.error, msgs))
+        # not errors.count(None): a KafkaError compared with None raises
+        if any(map(operator.is_not, errors, itertools.repeat(None))):
+            for m, e in zip(msgs, errors):
+                if e is not None:
+                    self._message_error(m)
+            msgs = [m for m, e in zip(msgs, errors) if e is None]
+            if not msgs:
+                return {}
+        parts = np.fromiter(map(Message.partition, msgs), np.int64, len(msgs))
+        if (parts == parts[0]).all():
+            return {int(parts[0]): msgs}
+        order = np.argsort(parts, kind="stable")
+        uniq, starts = np.unique(parts[order], return_index=True)
+        bounds = [*starts.tolist(), len(msgs)]
+        return {int(p): [msgs[i] for i in order[bounds[j]:bounds[j + 1]].tolist()] for j, p in enumerate(uniq.tolist())}
+
+    # -- partitions ----------------------------------------------------------------------------
+    def _discover(self) -> None:
+        """Assign every partition of the topic not yet known, each at its locations' offset."""
+        from confluent_kafka import KafkaException
+
+        try:
+            md = self._consumer.list_topics(self.src.topic, timeout=5)
+        except KafkaException as e:
+            self._client_error(f"metadata of topic {self.src.topic}: {e}")
+            return
+        t = md.topics.get(self.src.topic)
+        if t is None or t.error is not None:
+            self._client_error(f"topic {self.src.topic}: {t.error if t is not None else 'unknown'}")
+            return
+        for p in sorted(t.partitions):
+            if p not in self.partitions:
+                st = PartitionState(self.src.name, self.src.topic, p, self.src.schema.key,
+                                    self.src.internal_partition(p))
+                self._find_locations(st)
+                with self.lock:
+                    self.partitions[p] = st
+                self._assign(st)
+
+    def _find_locations(self, st: PartitionState) -> None:
+        for loc in self.engine.locations():
+            k = loc.key
+            if (k.namespace, k.table, k.internal_partition) == (self.src.schema.namespace, self.src.schema.table,
+                                                                 st.internal_partition):
+                st.locations[k.column_partition] = loc
+
+    def _resume_offset(self, st: PartitionState) -> int | None:
+        """The smallest next offset among the partition's locations; None: none has one."""
+        offsets = [loc.resume_point.offset for loc in st.locations.values() if _ours(loc.resume_point, st)]
+        return min(offsets) if offsets else None
+
+    def _assign(self, st: PartitionState) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+        for loc in st.locations.values():
+            if loc.in_error:
+                self._block(st, loc)
+                return
+        st.epochs = {cp: loc.epoch for cp, loc in st.locations.items()}
+        offset = self._resume_offset(st)
+        st.next_offset = -1 if offset is None else offset
+        start = offset if offset is not None else (OFFSET_BEGINNING if self.src.start == "earliest" else OFFSET_END)
+        self._consumer.incremental_assign([TopicPartition(st.topic, st.partition, start)])
+        st.assigned, st.stopped, st.blocked_on = True, None, None
+        log.info("kafka partition assigned", source=st.source, topic=st.topic, partition=st.partition,
+                 offset=offset if offset is not None else self.src.start, locations=sorted(st.locations))
+
+    def _unassign(self, st: PartitionState) -> None:
+        from confluent_kafka import TopicPartition
+
+        if st.assigned:
+            self._consumer.incremental_unassign([TopicPartition(st.topic, st.partition)])
+            st.assigned = False
+
+    def _block(self, st: PartitionState, loc: Any) -> None:
+        """A location of the partition is in error: stop consuming until it is reopened."""
+        self._unassign(st)
+        st.blocked_on = loc
+        st.stopped = (f"location {loc.key} is in error: {loc.error}" if loc.in_error else
+                      f"location {loc.key} was reopened from its checkpoint: resuming from its offset")
+        log.error("kafka partition waits for its location", source=st.source, topic=st.topic,
+                  partition=st.partition, location=str(loc.key), error=loc.error)
+
+    def _retry_blocked(self) -> None:
+        """Re-seek partitions whose location failed or was reopened (even with no message since
+        to notice it: the rows cut back to the checkpoint must be read again), and resume those
+        whose location accepts rows again."""
+        for st in list(self.partitions.values()):
+            if st.assigned:
+                bad = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
+                if bad is not None:
+                    self._block(st, bad)
+        for st in list(self.partitions.values()):
+            if st.blocked_on is not None and not st.blocked_on.in_error:
+                log.info("kafka partition resumes: its location was reopened", source=st.source, topic=st.topic,
+                         partition=st.partition)
+                self._assign(st)
+
+    def _watermarks(self) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        for st in list(self.partitions.values()):
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(st.topic, st.partition), timeout=1, cached=st.assigned)
+            except KafkaException:
+                continue
+            if high is not None and high >= 0:
+                st.high_watermark = high
+
+    def _commit_for_monitoring(self) -> None:
+        """The next offsets, committed to the group for lag tools; never read back."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        tps = [TopicPartition(s.topic, s.partition, s.next_offset) for s in self.partitions.values()
+               if s.next_offset >= 0]
+        if not tps:
+            return
+        try:
+            self._consumer.commit(offsets=tps, asynchronous=True)
+        except KafkaException as e:
+            log.debug("kafka monitoring commit failed", source=self.src.name, error=str(e))
+
+    # -- messages ------------------------------------------------------------------------------
+    def _message_error(self, m: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        err = m.error()
+        st = self.partitions.get(m.partition()) if m.topic() == self.src.topic else None
+        if st is not None:
+            st.errors += 1
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:  # the resume offset is gone from the topic
+                self._stop_partition(st, f"offset {st.next_offset} is no longer in the topic (deleted by retention?): "
+                                         f"{err.str()}; messages may be lost, see docs/kafka.md")
+                return
+        self._client_error(str(err))
+
+    def _client_error(self, text: str) -> None:
+        self.client_errors += 1
+        if text != self.last_client_error:
+            log.warning("kafka client error", source=self.src.name, error=text)
+        self.last_client_error = text
+
+    def _process(self, st: PartitionState, msgs: list) -> None:
+        """One partition's messages (in offset order): decode, route to locations, commit."""
+        if st.next_offset >= 0 and msgs[0].offset() < st.next_offset:  # fetched before a reassignment
+            msgs = [m for m in msgs if m.offset() >= st.next_offset]
+            if not msgs:
+                return
+        batch = Batch.of(msgs, self.decoder.need_keys, self.decoder.need_headers, self.decoder.need_timestamps)
+        nbytes = sum(map(len, filter(None, batch.values)))
+        st.messages += len(batch)
+        st.bytes += nbytes
+        dec = self.decoder.decode(batch)
+        end = int(batch.offsets[-1]) + 1
+        keep_below = None
+        if dec.poison:
+            st.errors += len(dec.poison)
+            first, why = dec.poison[0]
+            bad = int(batch.offsets[first])
+            if self.src.on_poison == "stop":
+                end = keep_below = bad
+            for i, reason in dec.poison if self.src.on_poison == "skip" else dec.poison[:1]:
+                log.error("kafka poison message", source=st.source, topic=st.topic, partition=st.partition,
+                          offset=int(batch.offsets[i]), error=reason, policy=self.src.on_poison)
+        try:
+            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes)
+        except LocationError as e:
+            loc = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
+            if loc is not None:
+                self._block(st, loc)
+            else:
+                self._stop_partition(st, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - a partition stops, the DIS goes on
+            self._stop_partition(st, f"cannot write its rows: {e!r}")
+            return
+        st.next_offset = end
+        if keep_below is not None:
+            self._stop_partition(st, f"poison message at offset {keep_below}: {dec.poison[0][1]} "
+                                     "(import.kafka ... on_poison: stop)")
+
+    def _stop_partition(self, st: PartitionState, why: str) -> None:
+        self._unassign(st)
+        st.stopped = why
+        log.error("kafka partition stopped", source=st.source, topic=st.topic, partition=st.partition,
+                  next_offset=st.next_offset, error=why)
+
+    def _commit(self, st: PartitionState, cols: list[pa.Array], row_offsets: np.ndarray, end: int,
+                keep_below: int | None, nbytes: int) -> None:
+        """Append each column partition's rows to its location with the next offset ``end``;
+        every other location of the partition only moves its offset (never back)."""
+        if keep_below is not None and len(row_offsets):
+            n = int(np.searchsorted(row_offsets, keep_below, side="left"))
+            cols, row_offsets = [c.slice(0, n) for c in cols], row_offsets[:n]
+        position = SourcePosition(None, end, 0, st.topic, st.partition)
+        by_partition = self._route(cols, len(row_offsets))
+        done = set()
+        for cp, idx in by_partition.items():
+            loc = self._location(st, cp)
+            threshold = loc.resume_point.offset if _ours(loc.resume_point, st) else 0
+            if threshold >= end:
+                done.add(cp)
+                continue
+            offs = row_offsets if idx is None else row_offsets[idx]
+            take = idx
+            if len(offs) and offs[0] < threshold:  # already in this location before a restart
+                sel = np.flatnonzero(offs >= threshold)
+                take = sel if idx is None else idx[sel]
+            part = cols if take is None else [c.take(pa.array(take)) for c in cols]
+            loc.append_committed(part, position, 0 if done else nbytes, epoch=st.epochs[cp])
+            done.add(cp)
+        for cp, loc in list(st.locations.items()):
+            if cp not in done and (not _ours(loc.resume_point, st) or loc.resume_point.offset < end):
+                loc.append_committed([], position, epoch=st.epochs[cp])
+
+    def _route(self, cols: list[pa.Array], n: int) -> dict[str, np.ndarray | None]:
+        """Row indices of each column partition (None: all rows)."""
+        if self.src.fixed_partition is not None:
+            return {self.src.fixed_partition: None} if n else {}
+        if not n:
+            return {}
+        ts = cols[self.src.schema.column_names.index(self.src.partition_column)]
+        days = np.asarray(ts.cast(pa.int64()).to_numpy(zero_copy_only=False)) // NS_PER_DAY
+        first, last = days.min(), days.max()
+        if first == last:
+            return {_date(first): None}
+        order = np.argsort(days, kind="stable")
+        uniq, starts = np.unique(days[order], return_index=True)
+        bounds = [*starts.tolist(), n]
+        return {_date(d): np.sort(order[bounds[i]:bounds[i + 1]]) for i, d in enumerate(uniq.tolist())}
+
+    def _location(self, st: PartitionState, cp: str) -> Any:
+        loc = st.locations.get(cp)
+        if loc is None:
+            s = self.src.schema
+            loc = self.engine.location(LocationKey(s.namespace, s.table, st.internal_partition, cp), create=True,
+                                       version=s.version)
+            st.locations[cp] = loc
+            st.epochs[cp] = loc.epoch
+        if loc.in_error:
+            raise LocationError(loc.error, loc.error_errno)
+        if loc.schema_version != self.src.schema.version:
+            raise ValueError(f"location {loc.key} is written in schema version {loc.schema_version}, the source "
+                             f"decodes version {self.src.schema.version}")
+        return loc
+
+    def snapshot(self) -> list[PartitionState]:
+        with self.lock:
+            return list(self.partitions.values())
+
+
+def _ours(pos: SourcePosition, st: PartitionState) -> bool:
+    return pos.topic == st.topic and pos.partition == st.partition
+
+
+def _date(day: int) -> str:
+    return str(np.datetime64(int(day), "D"))
+
+
+class _KafkaLog:
+    """librdkafka's log lines into the DIS's structured log (a ``logging.Logger``-like sink)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        text = fmt % args if args else fmt
+        (log.warning if level >= 30 else log.debug)("librdkafka", source=self.source, message=text)
