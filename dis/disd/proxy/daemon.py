@@ -29,6 +29,8 @@ from disd.server.daemon import (
     run_until_signalled,
     serve_metrics,
     set_serving,
+    stop_front,
+    stop_metrics,
 )
 
 log = structlog.get_logger(__name__)
@@ -95,19 +97,12 @@ class ProxyServer:
                 f"{sum(subs.values())}/{len(subs)} upstream subscriptions, cache {self.cache.size_bytes >> 20} MiB")
 
     def stop(self, grace_s: float = 5.0) -> None:
-        if self._http_server is not None:
-            self._http_server.stop()
-            self._http_server = None
-        if self.server is not None:
-            self.health.enter_graceful_shutdown()
-            self.server.stop(grace_s).wait()
-            self.server = None
+        stop_front(self._http_server, self.server, self.health, grace_s)
+        self._http_server = self.server = None
         if self.upstream is not None:
             self.upstream.close()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-            self._metrics_server = None
+        stop_metrics(self._metrics_server)
+        self._metrics_server = None
         log.info("dis proxy stopped", name=self.config.name)
 
 

@@ -143,13 +143,8 @@ class DisServer:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, end the streams, then flush and checkpoint every location."""
-        if self._http_server is not None:
-            self._http_server.stop()
-            self._http_server = None
-        if self.server is not None:
-            self.health.enter_graceful_shutdown()
-            self.server.stop(grace_s).wait()
-            self.server = None
+        stop_front(self._http_server, self.server, self.health, grace_s)
+        self._http_server = self.server = None
         if self.sessions is not None:
             self.sessions.close()
         if self.kafka is not None:  # before the engine's final checkpoint, which then holds every row consumed
@@ -158,14 +153,28 @@ class DisServer:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-            self._metrics_server = None
+        stop_metrics(self._metrics_server)
+        self._metrics_server = None
         if self.db_lock is not None:
             self.db_lock.release()  # last: the column files are checkpointed and closed
             self.db_lock = None
         log.info("dis stopped")
+
+
+def stop_front(http_server, server: grpc.Server | None, health, grace_s: float) -> None:  # noqa: ANN001
+    """What readers and writers reach, stopped first: the block endpoint, then the gRPC server
+    (health says NOT_SERVING meanwhile; open streams get ``grace_s`` to end)."""
+    if http_server is not None:
+        http_server.stop()
+    if server is not None:
+        health.enter_graceful_shutdown()
+        server.stop(grace_s).wait()
+
+
+def stop_metrics(metrics_server) -> None:  # noqa: ANN001 - serve_metrics' server, or None
+    if metrics_server is not None:
+        metrics_server.shutdown()
+        metrics_server.server_close()
 
 
 def grpc_server(max_workers: int, token: str | None) -> grpc.Server:
