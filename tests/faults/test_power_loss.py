@@ -92,7 +92,7 @@ def test_power_loss_after_io_errors_and_reopens(tmp_path, seed):
 # -- the test of the test: engines that break the order on purpose are caught ----------------------
 
 
-def _rename_before_data_fsync(self, handles, record):
+def _rename_before_data_fsync(self, handles, record, state=None):  # no last-by state in these tables
     location_mod.write_record(str(self.path), record, self.fs)
     for h in handles:
         h.fsync()
