@@ -354,3 +354,61 @@ def test_header_written_before_versions_reads_as_version_1(tmp_path):
     assert read_file(p).table.column("Size").to_pylist() == [7, 8]
     with pytest.raises(SchemaMismatchError, match="version 1 of Market.Quote, not version 2"):
         BinlogWriter(p, _versioned(2))
+
+
+# -- rows with several string columns: the row-major heap split per column --------------------------
+
+TAGS = TableSchema.from_dict({"namespace": "Test", "table": "Tags", "columns": [
+    {"name": "A", "type": "string"}, {"name": "N", "type": "int"}, {"name": "B", "type": "string"},
+    {"name": "C", "type": "string"}]})
+
+
+def _tags_frame(table: pa.Table, mutate=None) -> bytes:  # noqa: ANN001
+    """A log of TAGS holding ``table`` in one frame; ``mutate(rec, heap)`` edits its records
+    and string heap first and the frame is rebuilt (checksum included) around the result."""
+    from disd.binlog.format import encode_frame, encode_header, encode_rows, layout_for
+
+    n = table.num_rows
+    payload, _ = encode_rows(TAGS, normalize_columns(TAGS, table), np.full(n, RowFlag.SINGLE_ROW, np.uint8))
+    dtype = layout_for(TAGS).dtype
+    rec = np.frombuffer(payload[: n * dtype.itemsize], dtype).copy()
+    heap = bytearray(payload[n * dtype.itemsize:])
+    if mutate is not None:
+        heap = mutate(rec, heap)
+    return encode_header(TAGS) + encode_frame(rec.tobytes() + bytes(heap), n)
+
+
+def _read_tags(tmp_path, blob: bytes) -> pa.Table:  # noqa: ANN001
+    p = tmp_path / "Test.Tags.System.ip.2026-11-22.bin.2026-11-22.000000.000+0000"
+    p.write_bytes(blob)
+    return read_file(p).table
+
+
+def test_several_string_columns_with_nulls_round_trip(tmp_path):
+    t = pa.table({"A": ["x", None, "żółć", "", "abc"], "N": [1, 2, 3, 4, 5], "B": [None, "日本", "b", None, ""],
+                  "C": ["c1", "c2", None, "c4", "🚀"]})
+    assert _read_tags(tmp_path, _tags_frame(t)).equals(t.cast(TAGS.arrow_schema()))
+
+
+def test_several_string_columns_name_the_bad_column(tmp_path):
+    t = pa.table({"A": ["aa", "bb"], "N": [1, 2], "B": ["cc", "dd"], "C": ["ee", "ff"]})
+
+    def bad_utf8_in_c(rec, heap):  # noqa: ANN001
+        heap[-1] = 0xFF  # the last byte of the heap is the last row's C
+        return heap
+
+    with pytest.raises(CorruptLogError, match="column C"):
+        _read_tags(tmp_path, _tags_frame(t, bad_utf8_in_c))
+
+    def null_b_with_bytes(rec, heap):  # noqa: ANN001
+        rec["_nulls"][0] |= 1 << 2  # B of row 0 marked null, its two bytes still there
+        return heap
+
+    with pytest.raises(CorruptLogError, match="null B value with a non-zero length"):
+        _read_tags(tmp_path, _tags_frame(t, null_b_with_bytes))
+
+    def short_heap(rec, heap):  # noqa: ANN001
+        return heap[:-1]
+
+    with pytest.raises(CorruptLogError, match="heap size"):
+        _read_tags(tmp_path, _tags_frame(t, short_heap))

@@ -400,7 +400,9 @@ def _decode_records(
     columns: list[pa.Array] = []
     str_lens = None
     if len(lay.string_columns) > 1:
-        str_lens = np.stack([rec[f"c{i}"] for i in lay.string_columns], axis=1).astype(np.int64)
+        str_lens = np.empty((n, len(lay.string_columns)), np.int64)  # one pass per column: no stack, no cast
+        for j, i in enumerate(lay.string_columns):
+            str_lens[:, j] = rec[f"c{i}"]
         flat_starts = np.zeros(str_lens.size, np.int64)
         np.cumsum(str_lens.ravel()[:-1], out=flat_starts[1:])
         str_starts = flat_starts.reshape(str_lens.shape)
@@ -413,6 +415,16 @@ def _decode_records(
         if col_nulls is not None and col_nulls.any():
             validity = pa.py_buffer(np.packbits(~col_nulls, bitorder="little"))
         null_count = int(col_nulls.sum()) if validity is not None else 0
+        if c.type is ColumnType.STRING and by_row is not None:
+            # The column's strings out of the row-major run of every string (one C++ take;
+            # already checked as UTF-8 as a whole), its validity laid over them.
+            j = lay.string_columns.index(i)
+            if validity is not None and str_lens[:, j][col_nulls].any():
+                raise CorruptLogError(offset, f"null {c.name} value with a non-zero length")
+            taken = by_row.take(pa.array(np.arange(j, len(by_row), len(lay.string_columns))))
+            columns.append(pa.StringArray.from_buffers(n, taken.buffers()[1], taken.buffers()[2], validity,
+                                                       null_count))
+            continue
         if c.type is ColumnType.STRING:
             lens = rec[f"c{i}"].astype(np.int64)
             if validity is not None and lens[col_nulls].any():
@@ -423,14 +435,6 @@ def _decode_records(
                 if offs[-1] != len(heap):
                     raise CorruptLogError(offset, "string lengths do not match the heap size")
                 data = heap
-            elif by_row is not None:
-                # The column's strings out of the row-major run of every string (one C++ take;
-                # already checked as UTF-8 as a whole), its validity laid over them.
-                j = lay.string_columns.index(i)
-                taken = by_row.take(pa.array(np.arange(j, len(by_row), len(lay.string_columns))))
-                columns.append(pa.StringArray.from_buffers(n, taken.buffers()[1], taken.buffers()[2], validity,
-                                                           null_count))
-                continue
             else:
                 j = lay.string_columns.index(i)
                 total = int(offs[-1])
