@@ -44,3 +44,18 @@ def emit(name: str, value: float, unit: str, baseline: float, **extra: Any) -> N
     line.update({k: (round(v, 4) if isinstance(v, float) else v) for k, v in extra.items()})
     sys.stdout.write(json.dumps(line) + "\n")
     sys.stdout.flush()
+
+
+def wait_serving(metrics_port: int, timeout: float = 60.0) -> None:
+    """Until the process behind ``metrics_port`` answers a scrape (it has started)."""
+    import urllib.request
+
+    deadline = time.perf_counter() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2).read()
+            return
+        except OSError:
+            if time.perf_counter() > deadline:
+                raise SystemExit("the tailer did not start") from None
+            time.sleep(0.05)
