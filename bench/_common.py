@@ -46,8 +46,9 @@ def emit(name: str, value: float, unit: str, baseline: float, **extra: Any) -> N
     sys.stdout.flush()
 
 
-def wait_serving(metrics_port: int, timeout: float = 60.0) -> None:
-    """Until the process behind ``metrics_port`` answers a scrape (it has started)."""
+def wait_serving(metrics_port: int, proc=None, timeout: float = 60.0) -> None:  # noqa: ANN001
+    """Until the process behind ``metrics_port`` answers a scrape (it has started); exits with
+    the end of ``proc``'s log (a ``support.Proc``) when it died or did not start in time."""
     import urllib.request
 
     deadline = time.perf_counter() + timeout
@@ -56,6 +57,7 @@ def wait_serving(metrics_port: int, timeout: float = 60.0) -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2).read()
             return
         except OSError:
-            if time.perf_counter() > deadline:
-                raise SystemExit("the tailer did not start") from None
+            if (proc is not None and not proc.alive()) or time.perf_counter() > deadline:
+                tail = proc.log_text()[-2000:] if proc is not None else ""
+                raise SystemExit(f"the process serving metrics on port {metrics_port} did not start:\n{tail}") from None
             time.sleep(0.05)

@@ -40,7 +40,7 @@ from disd.binlog import BinlogWriter, normalize_columns  # noqa: E402
 from disd.client import connect, state_table  # noqa: E402
 from disd.schema import load_schema  # noqa: E402
 from disd.storage.lastby import last_by  # noqa: E402
-from _common import TRADE_SCHEMA  # noqa: E402
+from _common import TRADE_SCHEMA, wait_serving  # noqa: E402
 from lastby.support_lastby import random_updates, with_last_by  # noqa: E402
 from support import (BIN, Proc, dis_settings, free_port, free_port_pair, sample, scrape,  # noqa: E402
                      start_dis_process)
@@ -112,15 +112,7 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
     metrics_port = free_port()
     tailer = start_tailer(d, port, log_dir, metrics_port)
     try:
-        t_up = time.perf_counter()
-        while True:
-            try:
-                scrape(metrics_port)
-                break
-            except OSError:
-                if not tailer.alive() or time.perf_counter() - t_up > 60:
-                    raise SystemExit("dis-tailer did not start:\n" + tailer.log_text()[-2000:]) from None
-                time.sleep(0.05)
+        wait_serving(metrics_port, tailer)
         time.sleep(0.3)
         with connect(f"127.0.0.1:{port}", retry_s=0, timeout_s=10) as c:
             t0 = time.perf_counter()

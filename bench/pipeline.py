@@ -112,7 +112,7 @@ def main() -> None:
         tailer_metrics = free_port()
         procs.append(start_tailer(run_dir, write_tailer_config(run_dir, run_port, watched,
                                                                metrics_port=tailer_metrics)))
-        wait_serving(tailer_metrics)
+        wait_serving(tailer_metrics, procs[-1])
         time.sleep(0.3)
         t0 = time.perf_counter()
         for f in sorted(os.listdir(logs)):

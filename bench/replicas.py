@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from _common import TRADE_SCHEMA, trade_table  # noqa: E402
+from _common import TRADE_SCHEMA, trade_table, wait_serving  # noqa: E402
 from disd.client import connect  # noqa: E402
 from disd.logger import IntradayLoggerBuilder  # noqa: E402
 from support import BIN, Proc, free_port, free_port_pair, sample, scrape, start_dis_process, trade_rows  # noqa: E402
@@ -128,15 +128,7 @@ def ingest_seconds(work: pathlib.Path, logs: pathlib.Path, n: int, replicas: int
         log_dir.mkdir()
         metrics_port = free_port()
         tailer = start_tailer(d, "tailer", routing, log_dir, metrics_port)
-        t_up = time.perf_counter()
-        while True:
-            try:
-                scrape(metrics_port)
-                break
-            except OSError:
-                if not tailer.alive() or time.perf_counter() - t_up > 60:
-                    raise SystemExit("dis-tailer did not start:\n" + tailer.log_text()[-2000:]) from None
-                time.sleep(0.05)
+        wait_serving(metrics_port, tailer)
         time.sleep(0.3)
         t0 = time.perf_counter()
         for f in sorted(logs.iterdir()):

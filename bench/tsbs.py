@@ -147,7 +147,7 @@ def main() -> None:
         tailer_metrics = free_port()
         extra = {"max_in_flight_bytes": args.max_in_flight_mib << 20} if args.max_in_flight_mib else {}
         procs.append(start_tailer(work, write_tailer_config(work, port, watched, metrics_port=tailer_metrics, **extra)))
-        wait_serving(tailer_metrics)
+        wait_serving(tailer_metrics, procs[-1])
         time.sleep(0.3)
         t0 = time.perf_counter()
         for f in sorted(logs.iterdir()):
