@@ -61,3 +61,18 @@ def wait_serving(metrics_port: int, proc=None, timeout: float = 60.0) -> None:  
                 tail = proc.log_text()[-2000:] if proc is not None else ""
                 raise SystemExit(f"the process serving metrics on port {metrics_port} did not start:\n{tail}") from None
             time.sleep(0.05)
+
+
+def time_arrival(logs, watched, done: Callable[[], bool], timeout: float = 300.0) -> float:  # noqa: ANN001
+    """Seconds from hard-linking every file of ``logs`` into ``watched`` (the directory of a
+    running tailer) until ``done()``: ingestion of a burst, the processes' start-up left out."""
+    import os
+
+    t0 = time.perf_counter()
+    for f in sorted(os.listdir(logs)):
+        os.link(os.path.join(logs, f), os.path.join(watched, f))
+    while not done():
+        time.sleep(0.005)
+        if time.perf_counter() - t0 > timeout:
+            raise SystemExit(f"not every row was published within {timeout:.0f} s of the logs' arrival")
+    return time.perf_counter() - t0

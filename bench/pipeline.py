@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
-from _common import TRADE_SCHEMA, emit, trade_table, wait_serving  # noqa: E402
+from _common import TRADE_SCHEMA, emit, time_arrival, trade_table, wait_serving  # noqa: E402
 from disd.client import connect  # noqa: E402
 from disd.logger import IntradayLoggerBuilder  # noqa: E402
 from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config  # noqa: E402
@@ -114,14 +114,7 @@ def main() -> None:
                                                                metrics_port=tailer_metrics)))
         wait_serving(tailer_metrics, procs[-1])
         time.sleep(0.3)
-        t0 = time.perf_counter()
-        for f in sorted(os.listdir(logs)):
-            os.link(os.path.join(logs, f), watched / f)
-        while published(run_port) < N:
-            time.sleep(0.005)
-            if time.perf_counter() - t0 > 300:
-                raise SystemExit("the running pipeline did not publish every row in 300 s")
-        run_el = time.perf_counter() - t0
+        run_el = time_arrival(logs, watched, lambda: published(run_port) >= N)
         run_rows_per_s = N / run_el
 
         # -- visibility latency ----------------------------------------------------------------

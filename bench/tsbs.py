@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import yaml  # noqa: E402
 
-from _common import ROOT, emit, wait_serving  # noqa: E402
+from _common import ROOT, emit, time_arrival, wait_serving  # noqa: E402
 from disd.client import connect  # noqa: E402
 from disd.logger import IntradayLoggerBuilder  # noqa: E402
 from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config  # noqa: E402
@@ -149,14 +149,7 @@ def main() -> None:
         procs.append(start_tailer(work, write_tailer_config(work, port, watched, metrics_port=tailer_metrics, **extra)))
         wait_serving(tailer_metrics, procs[-1])
         time.sleep(0.3)
-        t0 = time.perf_counter()
-        for f in sorted(logs.iterdir()):
-            os.link(f, watched / f.name)
-        while published(port) < args.rows:
-            time.sleep(0.01)
-            if time.perf_counter() - t0 > 600:
-                raise SystemExit("the pipeline did not publish every row in 600 s")
-        el = time.perf_counter() - t0
+        el = time_arrival(logs, watched, lambda: published(port) >= args.rows, timeout=600)
     finally:
         for p in procs:
             if p.alive():
