@@ -7,7 +7,7 @@ location gets a ``LocationWorker`` thread (``disd.tailer.stream``) per replica o
 holding its own Ingest stream from that replica's resume point: a replica that is down or slow
 holds back only its own workers, and catches up from the files on disk when it comes back.  The
 workers of one replica share one gRPC channel (``channel``): HTTP/2 carries their streams over one
-connection, served by one channel thread, instead of a channel, a connection and a thread per
+connection, whose events one channel thread serves, instead of a channel and a channel thread per
 location.
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
 (``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
