@@ -26,8 +26,8 @@ with ``spark.read.format("dis")`` every few seconds.
 Failing fast: the DIS serves each open Ingest stream on a thread of its gRPC pool and refuses
 streams beyond ``server.max_workers`` (RESOURCE_EXHAUSTED), so ``--max-workers`` defaults to the
 locations plus room for the readers, and a smaller one is refused before anything starts.  While
-waiting for rows, no progress for ``--stall-s`` seconds ends the run with what the processes
-were doing (rows and locations published, each process's RSS, threads and descriptors, the
+waiting for rows, no progress for ``--stall-s`` seconds, or a burst (or the drain after the live
+phase) longer than ``--timeout-s``, ends the run with what the processes were doing (rows and locations published, each process's RSS, threads and descriptors, the
 tailers' last stream errors) instead of waiting out the timeout.
 
 Flush latency (p99) comes from the DIS's Prometheus histogram ``dis_flush_duration_seconds``
@@ -520,6 +520,8 @@ def parse_args() -> argparse.Namespace:
                     help="the DIS's server.max_workers (default: locations + 64, at least 512); each open "
                          "Ingest stream holds one")
     ap.add_argument("--stall-s", type=float, default=60.0, help="end the run when no row is published this long")
+    ap.add_argument("--timeout-s", type=float, default=120.0,
+                    help="end the run when the burst, or the drain after the live phase, takes longer")
     ap.add_argument("--chunk-bytes", type=int, default=1 * MiB)
     ap.add_argument("--max-in-flight-bytes", type=int, default=2 * MiB)
     ap.add_argument("--no-spark", action="store_true")
@@ -580,7 +582,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         m0, cpu0 = c.metrics(), cpu_seconds(c)
         t_burst = time.perf_counter()
         move_logs(work / "load" / "staged", work / "load" / "logs")
-        burst_s = wait_published(c, pub, burst_rows, 600, args.stall_s, streams, t_burst)
+        burst_s = wait_published(c, pub, burst_rows, args.timeout_s, args.stall_s, streams, t_burst)
         m1, cpu1 = c.metrics(), cpu_seconds(c)
         burst_rate = burst_rows / burst_s
         burst_p99, burst_flushes = flush_p99(m0, m1)
@@ -603,7 +605,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         live_rows = ticks * per_call * len(ips)
         feed.flush()
         total = burst_rows + live_rows
-        drain_s = wait_published(c, pub, total, 300, args.stall_s, streams)
+        drain_s = wait_published(c, pub, total, args.timeout_s, args.stall_s, streams)
         m2, cpu2 = c.metrics(), cpu_seconds(c)
         live_p99, live_flushes = flush_p99(m1, m2)
         pub.close()
@@ -641,7 +643,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         bpub = Published(b.port)
         t_base = time.perf_counter()
         move_logs(work / "base" / "staged", work / "base" / "logs")
-        base_s = wait_published(b, bpub, burst_rows, 600, args.stall_s, 1, t_base)
+        base_s = wait_published(b, bpub, burst_rows, args.timeout_s, args.stall_s, 1, t_base)
         bpub.close()
         base_rate = burst_rows / base_s
         b.stop()
