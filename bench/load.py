@@ -28,7 +28,8 @@ streams beyond ``server.max_workers`` (RESOURCE_EXHAUSTED), so ``--max-workers``
 locations plus room for the readers, and a smaller one is refused before anything starts.  While
 waiting for rows, no progress for ``--stall-s`` seconds, or a burst (or the drain after the live
 phase) longer than ``--timeout-s``, ends the run with what the processes were doing (rows and locations published, each process's RSS, threads and descriptors, the
-tailers' last stream errors) instead of waiting out the timeout.
+tailers' last stream errors) and a last JSON line with ``failed``, ``ratio`` null and
+``lag_bounded`` false.
 
 Flush latency (p99) comes from the DIS's Prometheus histogram ``dis_flush_duration_seconds``
 (per phase, interpolated inside buckets as PromQL's histogram_quantile does).  The memory bound
@@ -458,7 +459,7 @@ def wait_published(c: Cluster, pub: Published, total: int, timeout: float, stall
             why = (f"the subscription counting published rows failed: {pub.error}" if pub.error
                    else f"no row published for {now - last_t:.0f} s" if now - last_t > stall_s
                    else f"not every row published within {timeout:.0f} s")
-            stalled(c, why, rows, total, locs, locations)
+            stalled(c, why, rows, total, locs, locations, now - t0)
         time.sleep(0.005)
 
 
@@ -470,8 +471,10 @@ def process_figures(pid: int) -> str:
         return f"gone ({e.__class__.__name__})"
 
 
-def stalled(c: Cluster, why: str, rows: int, total: int, published_locs: int, locations: int) -> None:
-    """Exit with what the processes were doing when the rows stopped coming."""
+def stalled(c: Cluster, why: str, rows: int, total: int, published_locs: int, locations: int,
+            elapsed: float) -> None:
+    """Exit with what the processes were doing when the rows stopped coming, and a last JSON
+    line with the contract's keys (``ratio`` null, ``lag_bounded`` false) and ``failed``."""
     lines = [f"FAILED at {locations} locations: {why}; {rows} of {total} rows published, "
              f"{published_locs} of {locations} locations have rows; load average {os.getloadavg()[0]:.1f}; "
              f"machine threads {sum(p.num_threads() for p in psutil.process_iter() if _alive(p))}"]
@@ -490,7 +493,26 @@ def stalled(c: Cluster, why: str, rows: int, total: int, published_locs: int, lo
         lines.append("  tailers' stream errors (count): " + "; ".join(f"{v}x {k}" for k, v in
                                                                       sorted(errors.items(), key=lambda x: -x[1])[:3]))
     print("\n".join(lines), flush=True)
-    raise SystemExit(lines[0])
+
+    def rss(pid: int) -> float | None:
+        try:
+            return psutil.Process(pid).memory_info().rss / MiB
+        except psutil.Error:
+            return None
+
+    def threads(pid: int) -> int | None:
+        try:
+            return psutil.Process(pid).num_threads()
+        except psutil.Error:
+            return None
+
+    pids = c.processes()
+    emit("load", rows / elapsed if elapsed > 0 else 0.0, "rows/s", 0.0, failed=why, locations=locations,
+         rss_mib=rss(pids["dis"]), rss_bound_mib=None, lag_bounded=False, complete=False, published_rows=rows,
+         rows=total, published_locations=published_locs, dis_threads=threads(pids["dis"]),
+         tailer_threads=sum(t or 0 for t in (threads(p) for n, p in pids.items() if n != "dis")),
+         load_average=os.getloadavg()[0])
+    raise SystemExit(1)
 
 
 def _alive(p: psutil.Process) -> bool:
