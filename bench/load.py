@@ -27,9 +27,9 @@ Failing fast: the DIS serves each open Ingest stream on a thread of its gRPC poo
 streams beyond ``server.max_workers`` (RESOURCE_EXHAUSTED), so ``--max-workers`` defaults to the
 locations plus room for the readers, and a smaller one is refused before anything starts.  While
 waiting for rows, no progress for ``--stall-s`` seconds, or a burst (or the drain after the live
-phase) longer than ``--timeout-s``, ends the run with what the processes were doing (rows and locations published, each process's RSS, threads and descriptors, the
-tailers' last stream errors) and a last JSON line with ``failed``, ``ratio`` null and
-``lag_bounded`` false.
+phase) longer than ``--timeout-s``, ends the run with what the processes were doing (rows and
+locations published, each process's RSS, threads and descriptors, the tailers' last stream
+errors) and a last JSON line with ``failed``, ``ratio`` null and ``lag_bounded`` false.
 
 Flush latency (p99) comes from the DIS's Prometheus histogram ``dis_flush_duration_seconds``
 (per phase, interpolated inside buckets as PromQL's histogram_quantile does).  The memory bound
