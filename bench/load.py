@@ -7,8 +7,11 @@ split into dates by a vectorized partition function).  All the while a client th
 table (``subscribe``, then reads each location's new rows) and a local Spark session counts it
 with ``spark.read.format("dis")`` every few seconds.
 
-1. Burst: ``--rows`` rows are logged, then the tailers start; rows / time until every row is
-   published is the throughput.
+1. Burst: ``--rows`` rows are logged into staging directories while the tailers start on empty
+   ones; once every tailer serves its metrics, the staged files are moved into the tailers'
+   directories, and rows / time from the move until every row is published is the
+   throughput (the processes' start-up left out, as in ``bench/pipeline.py``; before, the four
+   tailers' Python start-up on two cores was a third of the burst's time).
 2. Live: the loggers write ``--live-rate`` rows/s (every ``--tick`` s) for ``--live-seconds``
    while the tailers follow.  A separate sampler process (so a busy benchmark process cannot
    starve it) records every ``--sample`` s each location's published rows, the DIS's RSS and
@@ -17,8 +20,16 @@ with ``spark.read.format("dis")`` every few seconds.
    (median of the worst location's lag over the last third of the phase no higher than over the
    first two thirds plus one second of a location's rows) and drains within 5 s of the last
    write, and every location ends with exactly the rows logged for it.
-3. Baseline, same run: a fresh DIS and one tailer take the burst's rows in a single location,
-   no readers.  ``ratio`` = load rows/s / baseline rows/s.
+3. Baseline, same run: a fresh DIS and one running tailer take the burst's rows in a single
+   location, moved in the same way, no readers.  ``ratio`` = load rows/s / baseline rows/s.
+
+Failing fast: the DIS serves each open Ingest stream on a thread of its gRPC pool and refuses
+streams beyond ``server.max_workers`` (RESOURCE_EXHAUSTED), so ``--max-workers`` defaults to the
+locations plus room for the readers, and a smaller one is refused before anything starts.  While
+waiting for rows, no progress for ``--stall-s`` seconds, or a burst (or the drain after the live
+phase) longer than ``--timeout-s``, ends the run with what the processes were doing (rows and
+locations published, each process's RSS, threads and descriptors, the tailers' last stream
+errors) and a last JSON line with ``failed``, ``ratio`` null and ``lag_bounded`` false.
 
 Flush latency (p99) comes from the DIS's Prometheus histogram ``dis_flush_duration_seconds``
 (per phase, interpolated inside buckets as PromQL's histogram_quantile does).  The memory bound
@@ -62,7 +73,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import yaml  # noqa: E402
 
-from _common import SYMS, TRADE_SCHEMA, emit  # noqa: E402
+from _common import SYMS, TRADE_SCHEMA, emit, wait_serving  # noqa: E402
 from disd.client import connect  # noqa: E402
 from disd.logger import IntradayLoggerBuilder, Rollover  # noqa: E402
 from e2e_helpers import BIN, Proc, free_port, start_dis  # noqa: E402
@@ -70,6 +81,8 @@ from e2e_helpers import BIN, Proc, free_port, start_dis  # noqa: E402
 DATES = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
 COLUMN_FILES = 5  # Market.Trade: Timestamp, Sym (offsets + data), Price, Size
 MiB = 1 << 20
+#: pool threads left for the readers' and sampler's calls (subscribe, listings, reads, Spark)
+READER_RPCS = 64
 
 
 # ------------------------------------------------------------------------------------------
@@ -93,6 +106,9 @@ class Cluster:
     def metrics(self) -> str:
         return urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
 
+    def processes(self) -> dict[str, int]:
+        return {"dis": self.dis.p.pid} | {f"tailer{k}": t.p.pid for k, t in enumerate(self.tailers)}
+
     def stop(self) -> None:
         for p in [*self.tailers, self.dis]:
             if p.alive():
@@ -115,13 +131,29 @@ def start_cluster(work: pathlib.Path, args: argparse.Namespace) -> Cluster:
 
 
 def start_tailer(c: Cluster, k: int, log_dir: pathlib.Path, args: argparse.Namespace) -> Proc:
+    """A ``dis-tailer`` of ``log_dir`` (created empty if need be), once it serves its metrics."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    mport = free_port()
     cfg = {"dis": f"127.0.0.1:{c.port}", "log_dirs": [str(log_dir)], "state_dir": str(c.work / f"tailer{k}"),
-           "chunk_bytes": args.chunk_bytes, "max_in_flight_bytes": args.max_in_flight_bytes, "poll_interval_ms": 100}
+           "chunk_bytes": args.chunk_bytes, "max_in_flight_bytes": args.max_in_flight_bytes, "poll_interval_ms": 100,
+           "metrics_port": mport}
     path = c.work / f"tailer{k}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     p = Proc([str(BIN / "dis-tailer"), "--config", str(path)], c.work / f"tailer{k}.log").start()
     c.tailers.append(p)
+    wait_serving(mport, p)
     return p
+
+
+def move_logs(staged: pathlib.Path, watched: pathlib.Path) -> None:
+    """Move every staged log of every tailer (``staged/tK``) into its watched directory
+    (``watched/tK``): the files appear at once.  Moved, not linked: the loggers keep their files
+    open and go on writing them in the live phase, and the kernel reports those writes (inotify)
+    to the directory the file is in now; through a hard link they would be reported to the
+    staging directory only."""
+    for d in sorted(staged.iterdir()):
+        for f in sorted(d.iterdir()):
+            os.rename(f, watched / d.name / f.name)
 
 
 def cpu_seconds(c: Cluster) -> dict[str, float]:
@@ -198,8 +230,10 @@ def sample_process(port: int, metrics_port: int, pids: list[int], interval: floa
                 t = time.monotonic()
                 text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
                 rec = {"t": t, "published": published, "dis_rss": dis.memory_info().rss, "dis_fds": dis.num_fds(),
-                       "handles": gauge(text, "dis_open_file_handles") or 0,
-                       "tailer_rss": [p.memory_info().rss for p in tailers]}
+                       "dis_threads": dis.num_threads(), "handles": gauge(text, "dis_open_file_handles") or 0,
+                       "tailer_rss": [p.memory_info().rss for p in tailers],
+                       "tailer_threads": [p.num_threads() for p in tailers],
+                       "tailer_fds": [p.num_fds() for p in tailers]}
             except Exception as e:  # noqa: BLE001 - recorded, sampling goes on
                 rec = {"t": time.monotonic(), "error": repr(e)}
             f.write(json.dumps(rec) + "\n")
@@ -378,14 +412,115 @@ def published_rows(port: int) -> dict[str, int]:
         return {f"{l.key.internal_partition}/{l.key.column_partition}": l.rows for l in c.locations("Market", "Trade")}
 
 
-def wait_published(port: int, total: int, timeout: float) -> float:
-    t0 = time.perf_counter()
-    with connect(f"127.0.0.1:{port}") as c:
-        while sum(l.rows for l in c.locations("Market", "Trade")) < total:
-            if time.perf_counter() - t0 > timeout:
-                raise SystemExit(f"not every row was published within {timeout:.0f} s")
-            time.sleep(0.02)
-    return time.perf_counter() - t0
+class Published:
+    """Rows published per location, kept by a subscription (the DIS pushes each change).  The
+    waits below read it instead of listing the table every few milliseconds: a listing walks
+    every location's directory on the DIS (about 14 ms for 400 locations), so polling it 50
+    times a second cost the DIS most of a core during a 200-location burst and nothing for the
+    one-location baseline."""
+
+    def __init__(self, port: int) -> None:
+        self.rows: dict = {}
+        self.error: str | None = None
+        self._client = connect(f"127.0.0.1:{port}")
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        try:
+            for snap in self._client.subscribe("Market", "Trade"):
+                self.rows[snap.key] = max(snap.rows, self.rows.get(snap.key, 0))
+        except Exception as e:  # noqa: BLE001
+            self.error = repr(e)
+
+    def total(self) -> tuple[int, int]:
+        """(rows published, locations with rows)."""
+        vals = list(self.rows.values())
+        return sum(vals), sum(1 for v in vals if v)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def wait_published(c: Cluster, pub: Published, total: int, timeout: float, stall_s: float, locations: int,
+                   t0: float | None = None) -> float:
+    """Seconds from ``t0`` (now) until ``total`` rows are published; ends the run (``stalled``)
+    when no row is published for ``stall_s`` seconds or ``timeout`` passes."""
+    t0 = time.perf_counter() if t0 is None else t0
+    last, last_t = -1, time.perf_counter()
+    while True:
+        rows, locs = pub.total()
+        if rows >= total:
+            return time.perf_counter() - t0
+        now = time.perf_counter()
+        if rows > last:
+            last, last_t = rows, now
+        if now - last_t > stall_s or now - t0 > timeout or pub.error:
+            why = (f"the subscription counting published rows failed: {pub.error}" if pub.error
+                   else f"no row published for {now - last_t:.0f} s" if now - last_t > stall_s
+                   else f"not every row published within {timeout:.0f} s")
+            stalled(c, why, rows, total, locs, locations, now - t0)
+        time.sleep(0.005)
+
+
+def process_figures(pid: int) -> str:
+    try:
+        p = psutil.Process(pid)
+        return f"RSS {p.memory_info().rss / MiB:.0f} MiB, {p.num_threads()} threads, {p.num_fds()} descriptors"
+    except psutil.Error as e:
+        return f"gone ({e.__class__.__name__})"
+
+
+def stalled(c: Cluster, why: str, rows: int, total: int, published_locs: int, locations: int,
+            elapsed: float) -> None:
+    """Exit with what the processes were doing when the rows stopped coming, and a last JSON
+    line with the contract's keys (``ratio`` null, ``lag_bounded`` false) and ``failed``."""
+    lines = [f"FAILED at {locations} locations: {why}; {rows} of {total} rows published, "
+             f"{published_locs} of {locations} locations have rows; load average {os.getloadavg()[0]:.1f}; "
+             f"machine threads {sum(p.num_threads() for p in psutil.process_iter() if _alive(p))}"]
+    for name, pid in c.processes().items():
+        lines.append(f"  {name} (pid {pid}): {process_figures(pid)}")
+    errors: dict[str, int] = {}
+    for k in range(len(c.tailers)):
+        for line in (c.work / f"tailer{k}.log").read_text(errors="replace").splitlines():
+            if '"error"' in line and ("failed" in line or "refused" in line):
+                try:
+                    e = json.loads(line).get("error", "")
+                except ValueError:
+                    continue
+                errors[e[:160]] = errors.get(e[:160], 0) + 1
+    if errors:
+        lines.append("  tailers' stream errors (count): " + "; ".join(f"{v}x {k}" for k, v in
+                                                                      sorted(errors.items(), key=lambda x: -x[1])[:3]))
+    print("\n".join(lines), flush=True)
+
+    def rss(pid: int) -> float | None:
+        try:
+            return psutil.Process(pid).memory_info().rss / MiB
+        except psutil.Error:
+            return None
+
+    def threads(pid: int) -> int | None:
+        try:
+            return psutil.Process(pid).num_threads()
+        except psutil.Error:
+            return None
+
+    pids = c.processes()
+    emit("load", rows / elapsed if elapsed > 0 else 0.0, "rows/s", 0.0, failed=why, locations=locations,
+         rss_mib=rss(pids["dis"]), rss_bound_mib=None, lag_bounded=False, complete=False, published_rows=rows,
+         rows=total, published_locations=published_locs, dis_threads=threads(pids["dis"]),
+         tailer_threads=sum(t or 0 for t in (threads(p) for n, p in pids.items() if n != "dis")),
+         load_average=os.getloadavg()[0])
+    raise SystemExit(1)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        p.num_threads()
+        return True
+    except psutil.Error:
+        return False
 
 
 # ------------------------------------------------------------------------------------------
@@ -403,7 +538,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--spark-every", type=float, default=5.0, help="seconds between Spark counts")
     ap.add_argument("--max-open-files", type=int, default=512)
     ap.add_argument("--block-cache-mib", type=int, default=64)
-    ap.add_argument("--max-workers", type=int, default=512)
+    ap.add_argument("--max-workers", type=int, default=None,
+                    help="the DIS's server.max_workers (default: locations + 64, at least 512); each open "
+                         "Ingest stream holds one")
+    ap.add_argument("--stall-s", type=float, default=60.0, help="end the run when no row is published this long")
+    ap.add_argument("--timeout-s", type=float, default=120.0,
+                    help="end the run when the burst, or the drain after the live phase, takes longer")
     ap.add_argument("--chunk-bytes", type=int, default=1 * MiB)
     ap.add_argument("--max-in-flight-bytes", type=int, default=2 * MiB)
     ap.add_argument("--no-spark", action="store_true")
@@ -416,6 +556,12 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     load_avg = os.getloadavg()[0]  # the machine may be shared: say how busy it was
     ips, dates = layout(args.locations)
     streams = len(ips) * len(dates)
+    if args.max_workers is None:
+        args.max_workers = max(512, streams + READER_RPCS)
+    if args.max_workers < streams + READER_RPCS:
+        raise SystemExit(f"--max-workers {args.max_workers} is too small for {streams} locations: the DIS serves "
+                         f"each open Ingest stream on a thread of its pool (server.max_workers) and refuses "
+                         f"streams beyond it; give at least {streams + READER_RPCS} (locations + {READER_RPCS})")
     work = pathlib.Path(tempfile.mkdtemp(prefix="dis-load-", dir=os.environ.get("BENCH_DIR")))
     spark = None
     clusters: list[Cluster] = []
@@ -434,7 +580,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         clusters.append(c)
         time.sleep(1.0)
         idle_rss, idle_fds = c.dis_ps.memory_info().rss, c.dis_ps.num_fds()
-        feed = Feed(work / "load" / "logs", ips, dates, args.tailers)
+        feed = Feed(work / "load" / "staged", ips, dates, args.tailers)
 
         # -- 1. burst ------------------------------------------------------------------------
         per_ip = args.rows // len(ips)
@@ -444,18 +590,21 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         feed.flush()
         log_s = time.perf_counter() - t0
         burst_rows = per_ip * len(ips)
-        readers = Readers(c.port, spark, args.spark_every)
-        readers.start()
-        m0, cpu0 = c.metrics(), cpu_seconds(c)
         for k in range(args.tailers):
             start_tailer(c, k, work / "load" / "logs" / f"t{k}", args)
+        readers = Readers(c.port, spark, args.spark_every)
+        readers.start()
         samples_path = work / "samples.jsonl"
         sampler = mp.get_context("spawn").Process(
             target=sample_process, daemon=True,
             args=(c.port, c.metrics_port, [c.dis.p.pid] + [t.p.pid for t in c.tailers], args.sample, stop_sampling,
                   str(samples_path)))
         sampler.start()
-        burst_s = wait_published(c.port, burst_rows, 600)
+        pub = Published(c.port)
+        m0, cpu0 = c.metrics(), cpu_seconds(c)
+        t_burst = time.perf_counter()
+        move_logs(work / "load" / "staged", work / "load" / "logs")
+        burst_s = wait_published(c, pub, burst_rows, args.timeout_s, args.stall_s, streams, t_burst)
         m1, cpu1 = c.metrics(), cpu_seconds(c)
         burst_rate = burst_rows / burst_s
         burst_p99, burst_flushes = flush_p99(m0, m1)
@@ -478,9 +627,10 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         live_rows = ticks * per_call * len(ips)
         feed.flush()
         total = burst_rows + live_rows
-        drain_s = wait_published(c.port, total, 300)
+        drain_s = wait_published(c, pub, total, args.timeout_s, args.stall_s, streams)
         m2, cpu2 = c.metrics(), cpu_seconds(c)
         live_p99, live_flushes = flush_p99(m1, m2)
+        pub.close()
         caught_up = readers.wait_caught_up(total, 60)
         if not caught_up:
             final_now = published_rows(c.port)
@@ -507,12 +657,16 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         # -- 3. baseline: the burst's rows in one location, one tailer, no readers -----------
         b = start_cluster(work / "base", args)
         clusters.append(b)
-        bfeed = Feed(work / "base" / "logs", ["single"], dates[:1], 1)
+        bfeed = Feed(work / "base" / "staged", ["single"], dates[:1], 1)
         for i in range(0, burst_rows, 500_000):
             bfeed.log(0, min(500_000, burst_rows - i))
         bfeed.close()
         start_tailer(b, 0, work / "base" / "logs" / "t0", args)
-        base_s = wait_published(b.port, burst_rows, 600)
+        bpub = Published(b.port)
+        t_base = time.perf_counter()
+        move_logs(work / "base" / "staged", work / "base" / "logs")
+        base_s = wait_published(b, bpub, burst_rows, args.timeout_s, args.stall_s, 1, t_base)
+        bpub.close()
         base_rate = burst_rows / base_s
         b.stop()
         samples = [json.loads(line) for line in samples_path.read_text().splitlines()]
@@ -552,6 +706,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     peak_fds = max(s["dis_fds"] for s in good)
     peak_handles = max(s["handles"] for s in good)
     tailer_peak = max((max(s["tailer_rss"]) for s in good if s["tailer_rss"]), default=0)
+    dis_threads = max(s["dis_threads"] for s in good)
+    tailer_threads = max(sum(s["tailer_threads"]) for s in good)
+    tailer_fds = max(sum(s["tailer_fds"]) for s in good)
     buffers = streams * COLUMN_FILES * 65536
     in_flight = streams * args.max_in_flight_bytes
     decode = (os.cpu_count() or 1) * 3 * args.chunk_bytes
@@ -582,7 +739,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
           f"+ decoding {os.cpu_count()}x3x{args.chunk_bytes / MiB:g} MiB ({decode / MiB:.0f})")
     print(f"DIS descriptors: idle {idle_fds}, peak {peak_fds}; column-file handles peak {peak_handles:.0f} "
           f"(max_open_files {args.max_open_files}, column files {streams * COLUMN_FILES})")
-    print(f"tailer RSS peak {tailer_peak / MiB:.0f} MiB")
+    print(f"tailer RSS peak {tailer_peak / MiB:.0f} MiB (the largest of {args.tailers}); threads peak: DIS "
+          f"{dis_threads}, tailers {tailer_threads} together; tailers' descriptors peak {tailer_fds} together")
     print(f"readers: client followed {readers.rows_read} rows in {readers.reads} reads (caught up: {caught_up}); "
           f"spark {len(readers.spark_counts)} counts during the load, final count {final_count} of {total}; "
           f"errors {len(readers.errors) + len(sample_errors)}"
@@ -596,7 +754,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
          rss_mib=peak_rss / MiB, rss_bound_mib=bound / MiB,  # the DIS's peak RSS and its derived bound
          dis_rss_idle_mib=idle_rss / MiB, dis_rss_peak_mib=peak_rss / MiB, dis_rss_bound_mib=bound / MiB,
          dis_fds_peak=peak_fds, column_handles_peak=peak_handles, max_open_files=args.max_open_files,
-         tailer_rss_peak_mib=tailer_peak / MiB, samples=len(live), client_rows_read=readers.rows_read,
+         tailer_rss_peak_mib=tailer_peak / MiB, dis_threads_peak=dis_threads, tailer_threads_peak=tailer_threads,
+         tailer_fds_peak=tailer_fds, max_workers=args.max_workers, samples=len(live), client_rows_read=readers.rows_read,
          client_caught_up=caught_up, spark_counts=len(readers.spark_counts),
          reader_errors=len(readers.errors) + len(sample_errors),
          spark_final_count_ok=(final_count == total) if final_count is not None else None,

@@ -5,7 +5,10 @@ One scanner thread watches the log directories (inotify when the kernel offers i
 every ``poll_interval_ms``) and keeps, per location, its files ordered by time stamp.  Each
 location gets a ``LocationWorker`` thread (``disd.tailer.stream``) per replica of its entry, each
 holding its own Ingest stream from that replica's resume point: a replica that is down or slow
-holds back only its own workers, and catches up from the files on disk when it comes back.
+holds back only its own workers, and catches up from the files on disk when it comes back.  The
+workers of one replica share one gRPC channel (``channel``): HTTP/2 carries their streams over one
+connection, whose events one channel thread serves, instead of a channel and a channel thread per
+location.
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
 (``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
 ``retention`` configured, one more thread (``disd.tailer.retention``) deletes or moves the logs
@@ -28,13 +31,16 @@ import socket
 import threading
 import time
 
+import grpc
 import structlog
 
 from disd.binlog import LogFileName
 from disd.names import LocationKey
+from disd.rpc.channel import open_channel
 from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
 from disd.tailer.retention import LogRetention
+from disd.tailer.session import StreamBroken
 from disd.tailer.stream import LocationWorker
 from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, scan_dirs
 
@@ -42,6 +48,8 @@ log = structlog.get_logger("disd.tailer")
 
 #: With inotify, directories are still rescanned this often (events can be missed: NFS, overflow).
 INOTIFY_RESCAN_S = 2.0
+#: The shared channels' first reconnect delay after a DIS went away (milliseconds).
+INITIAL_RECONNECT_MS = 100
 
 
 class Tailer:
@@ -57,6 +65,7 @@ class Tailer:
         self._workers: dict[LocationKey, list[LocationWorker]] = {}
         self._reported: set[str] = set()
         self._scanner: threading.Thread | None = None
+        self._channels: dict[str, grpc.Channel] = {}  # per DIS address: the one all its workers use
         self._started = False
         self._metrics_server = None
         self.metrics_port: int | None = None  # the endpoint's port once started (metrics_port 0: any)
@@ -71,6 +80,23 @@ class Tailer:
                                      config.poll_interval_ms / 1000, self._halt)
             self.csv.on_spool = self._spool_grew
             self.dirs.append(self.csv.spool_dir)
+
+    def channel(self, address: str) -> grpc.Channel:
+        """The channel every worker streaming to ``address`` uses (opened on first use, closed
+        at ``stop``).  Its reconnect backoff starts at ``INITIAL_RECONNECT_MS`` and is capped at
+        ``max_backoff_ms``, as a worker's own: a DIS that restarts is reconnected to as soon as
+        a fresh channel per attempt would."""
+        with self._lock:
+            ch = self._channels.get(address)
+            if ch is None:
+                if self._halt.is_set():  # stop closed the channels: none is opened after it
+                    raise StreamBroken("the tailer is stopping")
+                cap = max(INITIAL_RECONNECT_MS, self.config.max_backoff_ms)
+                ch = self._channels[address] = open_channel(address, self.config.security, (
+                    ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
+                    ("grpc.min_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
+                    ("grpc.max_reconnect_backoff_ms", cap)))
+            return ch
 
     # -- discovery ---------------------------------------------------------------------------
 
@@ -134,6 +160,14 @@ class Tailer:
             if self.csv is not None:
                 self.csv.update(found.csv_files)
             return found
+
+    def idle_poll_s(self) -> float:
+        """How long a worker with nothing to send waits before looking again unless woken: the
+        poll interval, or with inotify on every directory (whose events wake the location's
+        workers, and whose safety-net rescans wake every worker) the rescan interval, so that
+        thousands of idle workers do not each wake ten times a second for nothing."""
+        poll = self.config.poll_interval_ms / 1000
+        return max(poll, INOTIFY_RESCAN_S) if self.watcher.watches_all(self.dirs) else poll
 
     def _wake_names(self, names: set[str]) -> None:
         with self._lock:
@@ -232,6 +266,10 @@ class Tailer:
             self.retention.join(max(0.1, deadline - time.monotonic()))
         if self.csv is not None:
             self.csv.stop()
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for ch in channels:
+            ch.close()
         self.watcher.release()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()

@@ -56,7 +56,6 @@ import structlog
 from disd.binlog import CorruptLogError, LogHeader
 from disd.errors import DisError
 from disd.names import LocationKey
-from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_to_proto
 from disd.routing import Replica
 from disd.rpc.v1 import dis_pb2
@@ -407,7 +406,7 @@ class LocationWorker(threading.Thread):
             told[0] = p
 
     def _idle_wait(self, seconds: float | None = None) -> None:
-        self.wake.wait(self.cfg.poll_interval_ms / 1000 if seconds is None else seconds)
+        self.wake.wait(self.tailer.idle_poll_s() if seconds is None else seconds)
         self.wake.clear()
 
     # -- one stream --------------------------------------------------------------------------
@@ -430,27 +429,25 @@ class LocationWorker(threading.Thread):
         if replica is None:
             raise RefusedByDis("NOT_ROUTED", f"no DIS in the routing takes {self.key.table_key}")
         self._set(state="connecting", dis=replica.address)
-        channel = open_channel(replica.address, self.cfg.security)
+        session = IngestSession(self.tailer.channel(replica.address), self.cfg.max_in_flight_bytes, self._halt,
+                                self._on_ack)
+        self._session = session
+        if self._halt.is_set():
+            session.close()
+            return True
         try:
-            session = IngestSession(channel, self.cfg.max_in_flight_bytes, self._halt, self._on_ack)
-            self._session = session
-            if self._halt.is_set():
-                return True
-            try:
-                resume = session.open(dis_pb2.IngestOpen(
-                    location=key_to_proto(self.key),
-                    schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id,
-                    schema_json=header.schema.to_json()))
-                with self._lock:
-                    self.reachable = True
-                    if self._refused is not None and self._refused[2] and self._refused[0] == self._opening_file:
-                        self._refused = None  # the DIS takes the file it refused
-                self._follow(session, header, resume)
-            finally:
-                self._session = None
-                session.close()
+            resume = session.open(dis_pb2.IngestOpen(
+                location=key_to_proto(self.key),
+                schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id,
+                schema_json=header.schema.to_json()))
+            with self._lock:
+                self.reachable = True
+                if self._refused is not None and self._refused[2] and self._refused[0] == self._opening_file:
+                    self._refused = None  # the DIS takes the file it refused
+            self._follow(session, header, resume)
         finally:
-            channel.close()
+            self._session = None
+            session.close()
         return True
 
     def _opening_header(self, lf: LocationFiles):  # noqa: ANN202 - (file name, LogHeader) | None

@@ -46,6 +46,7 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
         self.lock = threading.Lock()
         self.max_unacked = 0
         self.errors: list[str] = []
+        self.peers: list[str] = []  # the peer (client address and port) of every stream
         self.server: grpc.Server | None = None
         self.port = 0
 
@@ -56,6 +57,8 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
     # -- the service -------------------------------------------------------------------------
 
     def Stream(self, request_iterator, context):  # noqa: N802
+        with self.lock:
+            self.peers.append(context.peer())
         first = next(request_iterator)
         loc = first.open.location
         key = LocationKey(loc.namespace, loc.table, loc.internal_partition, loc.column_partition)

@@ -68,9 +68,12 @@ class _Details(grpc.ClientCallDetails):
         self.compression = getattr(d, "compression", None)
 
 
-def open_channel(address: str, security: ClientSecurity | None = None) -> grpc.Channel:
+def open_channel(address: str, security: ClientSecurity | None = None,
+                 extra_options: tuple[tuple[str, object], ...] = ()) -> grpc.Channel:
+    """A channel to ``address``; ``extra_options`` are more gRPC channel arguments (a long-lived
+    channel's reconnect backoff, for one)."""
     security = security or ClientSecurity()
-    options = list(CHANNEL_OPTIONS)
+    options = list(CHANNEL_OPTIONS) + list(extra_options)
     if security.tls:
         root = pathlib.Path(security.ca).read_bytes()
         cert = pathlib.Path(security.cert).read_bytes() if security.cert else None

@@ -1,0 +1,73 @@
+"""Many locations in one tailer: what each costs.  The workers of one DIS share one channel
+(HTTP/2 streams of one connection, one channel thread) instead of a channel and its thread each,
+and with inotify an idle worker waits for its location's events instead of polling every
+``poll_interval_ms``."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from disd.tailer import Tailer
+from support import wait_for
+
+from .fakedis import FakeDis
+from .helpers import config, name, write
+
+LOCATIONS = 8
+
+
+@pytest.fixture
+def dis():
+    d = FakeDis().start()
+    yield d
+    d.stop()
+
+
+def test_the_workers_of_one_dis_share_one_connection(tmp_path, dis):
+    for i in range(LOCATIONS):
+        write(tmp_path / name(ip=f"ip{i}"), 5)
+    with Tailer(config(dis.address, tmp_path)) as t:
+        assert t.wait_idle(30)
+        assert len(dis.peers) == LOCATIONS
+        # one client port: every stream is an HTTP/2 stream of one connection
+        assert len(set(dis.peers)) == 1, sorted(set(dis.peers))
+        assert t.channel(dis.address) is t.channel(dis.address)
+        # gRPC's threads: one request sender per stream and one channel thread for all of them
+        # (a channel per stream had a channel thread each: 2 per stream)
+        names = [th.name for th in threading.enumerate()]
+        assert sum(1 for n in names if n.startswith("tailer Market")) == LOCATIONS
+        assert sum(1 for n in names if n.endswith("(_run)")) == LOCATIONS + 1, names
+
+
+def test_idle_workers_wait_for_events_not_the_poll(tmp_path, dis):
+    for i in range(LOCATIONS):
+        write(tmp_path / name(ip=f"ip{i}"), 5)
+    t = Tailer(config(dis.address, tmp_path, poll_interval_ms=50))
+    looks = {"n": 0}
+    files_of = t.files_of
+
+    def counted(key):  # noqa: ANN001, ANN202 - counts how often the workers look at their files
+        looks["n"] += 1
+        return files_of(key)
+
+    t.files_of = counted
+    with t:
+        assert t.wait_idle(30)
+        if not t.watcher.watches_all(t.dirs):
+            pytest.skip("no inotify here: workers poll")
+        time.sleep(0.3)
+        before = looks["n"]
+        time.sleep(1.0)
+        idle_looks = looks["n"] - before
+        # polling every 50 ms, 8 workers would look about 160 times a second; waiting for events,
+        # at most the 2 s rescan wakes them (8 looks) plus the status calls of wait_idle (none here)
+        assert idle_looks <= 2 * LOCATIONS, idle_looks
+        # an append still reaches the DIS at once: inotify wakes the location's worker
+        path = tmp_path / name(ip="ip3")
+        t0 = time.monotonic()
+        end = write(path, 3, 5)
+        wait_for(lambda: dis.log_of("ip3").offset == end, 5, 0.005, "the append acknowledged")
+        assert time.monotonic() - t0 < 1.0
