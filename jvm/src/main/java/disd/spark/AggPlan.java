@@ -154,6 +154,18 @@ final class AggPlan implements Serializable {
         if (specs.isEmpty()) {
             return null;
         }
+        for (Object[] s : specs) {
+            // SUM and COUNT of one long column may be Spark's rewrite of AVG, whose own sum is a
+            // double that cannot overflow: a long SUM would raise (or wrap) where AVG does not
+            Projection.Output o = (Projection.Output) s[1];
+            if (s[0] == Op.SUM && o.type.equals(DataTypes.LongType)) {
+                for (Object[] t : specs) {
+                    if (t[0] == Op.COUNT && t[1] == o) {
+                        return null;
+                    }
+                }
+            }
+        }
         List<StructField> fields = new ArrayList<>();
         for (String n : needed) {
             for (Projection.Output o : full.outputs) {
