@@ -232,12 +232,13 @@ def main() -> None:
             "parquet1": lambda: one(pq().select("Price")),
             "jvm1": lambda: one(dis(reader="jvm").select("Price")),
             "local1": lambda: one(dis(direct=True, reader="jvm").select("Price")),
+            "local1_nopush": lambda: one(dis(direct=True, reader="jvm", push=False).select("Price")),
             "parquet_scan": lambda: scan(pq()),
             "jvm_scan": lambda: scan(dis(reader="jvm", push=False)),
             "local_scan": lambda: scan(dis(direct=True, reader="jvm", push=False)),
         }
         if default_reader != "jvm":
-            for k in ("jvm", "local", "local_nopush", "jvm1", "local1", "parquet_scan", "jvm_scan", "local_scan"):
+            for k in ("jvm", "local", "local_nopush", "jvm1", "local1", "local1_nopush", "parquet_scan", "jvm_scan", "local_scan"):
                 del runs[k]
         if not args.no_python:
             spark.dataSource.register(floor_source(args.rows, 1 << 19))
@@ -255,7 +256,7 @@ def main() -> None:
             if k != "floor" and not k.endswith("1") and not k.endswith("scan"):
                 assert same(got, expected), f"{k} and Parquet disagree"
         one_expected = one(pq())
-        for k in ("jvm1", "local1", "python1"):
+        for k in ("jvm1", "local1", "local1_nopush", "python1"):
             if k in runs:
                 assert abs(runs[k]() - one_expected) < 1e-6 * abs(one_expected), f"{k} and Parquet disagree"
         if "jvm_scan" in runs:
@@ -298,7 +299,10 @@ def main() -> None:
             floor = max(0.0, nopush - best["local_scan"]) / pq_s
             extra.update(jvm_local_no_pushdown_s=nopush, jvm_local_ratio_no_pushdown=nopush / pq_s,
                          jvm_local_grouping_floor_ratio=floor)
-            print(f"  JVM reader, local, pushAggregates=false: {nopush:.2f} s, ratio {nopush / pq_s:.2f}")
+            print(f"  JVM reader, local, pushAggregates=false: {nopush:.2f} s, ratio {nopush / pq_s:.2f}; one column "
+                  f"{best['local1_nopush']:.2f} s, ratio {best['local1_nopush'] / pq1_s:.2f}")
+            extra.update(jvm_local_one_column_no_pushdown_s=best["local1_nopush"],
+                         jvm_local_ratio_one_column_no_pushdown=best["local1_nopush"] / pq1_s)
             print(f"  grouping alone (JVM local grouped, no pushdown - JVM local scan) over Parquet's grouped "
                   f"time: {floor:.2f}")
             print(f"scan, no grouping (every column): Parquet {pqs:.2f} s; JVM network {best['jvm_scan']:.2f} s, "
