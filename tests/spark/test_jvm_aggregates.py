@@ -349,3 +349,24 @@ def test_option_turns_pushdown_off_and_is_checked(jvm_spark, trade_address):
         (jvm_spark.read.format("dis").option("reader", "jvm").option("address", trade_address)
          .option("table", "Market.Trade").option("pushAggregates", "maybe").load().count())
     assert "option 'pushAggregates' must be true or false" in str(e.value)
+
+
+def test_a_streaming_aggregation_is_not_pushed(jvm_spark, trade_dis, trade_address, tmp_path):
+    """Spark pushes aggregates into batch scans only: a stream's aggregation runs in Spark over
+    the rows of each micro-batch, and gives the batch answer."""
+    df = (jvm_spark.readStream.format("dis").option("reader", "jvm").option("address", trade_address)
+          .option("table", "Market.Trade").load().groupBy("Date").agg(F.count("*").alias("n"),
+                                                                         F.sum("Size").alias("s")))
+    q = (df.writeStream.format("memory").queryName("dis_agg_stream").outputMode("complete")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(120)
+        plan = q._jsq.streamingQuery().lastExecution().executedPlan().toString()
+        assert "dis Market.Trade" in plan and "pushed aggregation" not in plan, plan
+        got = {r.Date: (r.n, r.s) for r in jvm_spark.sql("select * from dis_agg_stream").collect()}
+    finally:
+        q.stop()
+    batch = load(jvm_spark, trade_address, "Market.Trade").groupBy("Date").agg(F.count("*"), F.sum("Size"))
+    assert pushed(batch)
+    assert got == {r[0]: (r[1], r[2]) for r in batch.collect()}
+    assert sum(n for n, _ in got.values()) == TOTAL
