@@ -238,7 +238,8 @@ def main() -> None:
             "local_scan": lambda: scan(dis(direct=True, reader="jvm", push=False)),
         }
         if default_reader != "jvm":
-            for k in ("jvm", "local", "local_nopush", "jvm1", "local1", "local1_nopush", "parquet_scan", "jvm_scan", "local_scan"):
+            for k in ("jvm", "local", "local_nopush", "jvm1", "local1", "local1_nopush", "parquet_scan", "jvm_scan",
+                      "local_scan"):
                 del runs[k]
         if not args.no_python:
             spark.dataSource.register(floor_source(args.rows, 1 << 19))

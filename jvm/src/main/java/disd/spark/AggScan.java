@@ -81,7 +81,8 @@ final class AggScan implements Scan, Batch {
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-            return new AggReader(plan, new ColumnarReader(spec, (Planner.Part) partition), spec.batchRows, spec.offHeap);
+            ColumnarReader rows = new ColumnarReader(spec, (Planner.Part) partition);
+            return new AggReader(plan, rows, spec.batchRows, spec.offHeap);
         }
 
         @Override
