@@ -14,10 +14,12 @@ on one local Spark session, the contenders take turns, round after round (best r
 Queries: full scan + aggregation (per Sym and Date: count, sum(Size), avg(Price), max(Timestamp)),
 one column (sum(Price): ``select("Price")``; ``columns=Price`` for the Python reader), and, for
 the JVM reader, a scan with no grouping (count, count(Sym), sum(Size), max(Price),
-min(Timestamp) over every row): the grouped query's time is mostly Spark's hash aggregation on
-string keys, the same for every reader, which this one leaves out.  ``jvm_local_grouping_floor_ratio``
-is the grouped query less the ungrouped scan, for the JVM reader with ``dbRoot``, over Parquet's
-grouped time: what Spark's aggregation alone costs, a floor under ``jvm_local_ratio``.
+min(Timestamp) over every row).  The JVM reader pushes the aggregates of the first two into its
+scan by default (docs/spark.md, "Aggregate pushdown"); the ungrouped scan runs with
+``pushAggregates=false`` so that it times the read itself, and the grouped query runs once more
+with ``pushAggregates=false`` (``jvm_local_ratio_no_pushdown``).  ``jvm_local_grouping_floor_ratio``
+is that grouped query less the ungrouped scan, for the JVM reader with ``dbRoot``, over Parquet's
+grouped time: what Spark's hash aggregation alone costs, the floor pushdown gets under.
 
 The last line is the JSON summary: ``value`` = ``format("dis")`` by default, full aggregation, in
 seconds; ``baseline`` = Parquet; ``ratio`` = value / baseline; ``jvm_network_ratio``,
@@ -178,9 +180,11 @@ def main() -> None:
 
         db_root = str(work / "db")
 
-        def dis(columns: str | None = None, direct: bool = False, reader: str | None = None):
+        def dis(columns: str | None = None, direct: bool = False, reader: str | None = None, push: bool = True):
             r = (spark.read.format("dis").option("address", address)
                  .option("namespace", "Market").option("table", "Trade"))
+            if not push:
+                r = r.option("pushAggregates", "false")
             if reader is not None:
                 r = r.option("reader", reader)
             if reader != "python":
@@ -224,15 +228,18 @@ def main() -> None:
             "parquet": lambda: full(pq()),
             "jvm": lambda: full(dis(reader="jvm")),
             "local": lambda: full(dis(direct=True, reader="jvm")),
+            "local_nopush": lambda: full(dis(direct=True, reader="jvm", push=False)),
             "parquet1": lambda: one(pq().select("Price")),
             "jvm1": lambda: one(dis(reader="jvm").select("Price")),
             "local1": lambda: one(dis(direct=True, reader="jvm").select("Price")),
+            "local1_nopush": lambda: one(dis(direct=True, reader="jvm", push=False).select("Price")),
             "parquet_scan": lambda: scan(pq()),
-            "jvm_scan": lambda: scan(dis(reader="jvm")),
-            "local_scan": lambda: scan(dis(direct=True, reader="jvm")),
+            "jvm_scan": lambda: scan(dis(reader="jvm", push=False)),
+            "local_scan": lambda: scan(dis(direct=True, reader="jvm", push=False)),
         }
         if default_reader != "jvm":
-            for k in ("jvm", "local", "jvm1", "local1", "parquet_scan", "jvm_scan", "local_scan"):
+            for k in ("jvm", "local", "local_nopush", "jvm1", "local1", "local1_nopush", "parquet_scan", "jvm_scan",
+                      "local_scan"):
                 del runs[k]
         if not args.no_python:
             spark.dataSource.register(floor_source(args.rows, 1 << 19))
@@ -247,14 +254,16 @@ def main() -> None:
         assert sum(r.n for r in expected) == args.rows
         for k, fn in runs.items():
             got = fn()
-            if k != "floor" and not k.endswith("1") and not k.endswith("scan"):
+            if k != "floor" and "1" not in k and not k.endswith("scan"):
                 assert same(got, expected), f"{k} and Parquet disagree"
         one_expected = one(pq())
-        for k in ("jvm1", "local1", "python1"):
+        for k in ("jvm1", "local1", "local1_nopush", "python1"):
             if k in runs:
                 assert abs(runs[k]() - one_expected) < 1e-6 * abs(one_expected), f"{k} and Parquet disagree"
         if "jvm_scan" in runs:
             assert runs["jvm_scan"]() == runs["local_scan"]() == runs["parquet_scan"](), "scans disagree"
+            pushed = scan(dis(direct=True, reader="jvm"))
+            assert pushed == runs["parquet_scan"](), "the scan with its aggregates pushed disagrees with Parquet"
 
         # Each timed run loads a fresh DataFrame (a new scan planned at the current size).  The
         # contenders take turns, round after round, so that load from other work on a shared
@@ -283,12 +292,20 @@ def main() -> None:
             extra.update(parquet_scan_s=pqs, jvm_network_scan_s=best["jvm_scan"],
                          jvm_network_ratio_scan=best["jvm_scan"] / pqs, jvm_local_scan_s=best["local_scan"],
                          jvm_local_ratio_scan=best["local_scan"] / pqs)
-            # The grouped query less the same reader's ungrouped scan of every column: Spark's hash
-            # aggregation over this reader's batches, not the read.  Over
-            # Parquet's grouped time, it is the ratio this reader would reach if its read cost nothing.
-            floor = max(0.0, best["local"] - best["local_scan"]) / pq_s
-            extra.update(jvm_local_grouping_floor_ratio=floor)
-            print(f"  grouping alone (JVM local grouped - JVM local scan) over Parquet's grouped time: {floor:.2f}")
+            # The grouped query without pushdown less the same reader's ungrouped scan of every
+            # column: Spark's hash aggregation over this reader's batches, not the read.  Over
+            # Parquet's grouped time, it is the ratio the reader would reach without pushdown if its
+            # read cost nothing.
+            nopush = best["local_nopush"]
+            floor = max(0.0, nopush - best["local_scan"]) / pq_s
+            extra.update(jvm_local_no_pushdown_s=nopush, jvm_local_ratio_no_pushdown=nopush / pq_s,
+                         jvm_local_grouping_floor_ratio=floor)
+            print(f"  JVM reader, local, pushAggregates=false: {nopush:.2f} s, ratio {nopush / pq_s:.2f}; one column "
+                  f"{best['local1_nopush']:.2f} s, ratio {best['local1_nopush'] / pq1_s:.2f}")
+            extra.update(jvm_local_one_column_no_pushdown_s=best["local1_nopush"],
+                         jvm_local_ratio_one_column_no_pushdown=best["local1_nopush"] / pq1_s)
+            print(f"  grouping alone (JVM local grouped, no pushdown - JVM local scan) over Parquet's grouped "
+                  f"time: {floor:.2f}")
             print(f"scan, no grouping (every column): Parquet {pqs:.2f} s; JVM network {best['jvm_scan']:.2f} s, "
                   f"ratio {best['jvm_scan'] / pqs:.2f}; JVM local {best['local_scan']:.2f} s, ratio "
                   f"{best['local_scan'] / pqs:.2f}")

@@ -43,6 +43,7 @@ KNOWN = {
     "source",  # intraday (a DIS, or column files), historical or all
     "view",  # rows (default) or lastBy (disd.spark.lastbyview)
     "reader", "httpaddress",  # the JVM reader's (disd.spark.jvm): accepted here, where they change nothing
+    "pushaggregates",  # the JVM reader's aggregate pushdown: accepted here, where it changes nothing
 }
 
 
@@ -164,7 +165,8 @@ def _parse_dis(opts: Mapping[str, str]) -> SourceOptions:
         raise DisSourceError(
             f"unknown option {unknown[0]!r}; the options are: address, routing, namespace, table, columns, "
             "partitions, rowsPerPartition, minPartitions, batchRows, timeout, retrySeconds, ca, cert, key, token, tokenFile, "
-            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot, source, view, reader, httpAddress")
+            "serverName, maxRowsPerTrigger, startingOffsets, dbRoot, source, view, reader, httpAddress, "
+            "pushAggregates")
     reader = str(opts.get("reader") or "jvm").strip().lower()
     if reader not in ("jvm", "python"):
         raise DisSourceError(f"option 'reader' must be 'jvm' or 'python', got {opts.get('reader')!r}")

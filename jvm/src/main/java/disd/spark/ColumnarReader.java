@@ -158,6 +158,16 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         return batch;
     }
 
+    /** The dictionary of output {@code i}'s vector in the current batch, when it has one (the
+     *  slice's string dictionary, or the one of single characters). */
+    Dictionary dictionary(int i) {
+        Cursor c = cursors[i];
+        if (c instanceof StringCursor) {
+            return ((StringCursor) c).dict;
+        }
+        return c instanceof FixedCursor ? CharDictionary.INSTANCE : null;
+    }
+
     private void closeCursors() {
         for (int i = 0; i < cursors.length; i++) {
             if (cursors[i] != null) {

@@ -34,7 +34,8 @@ final class DisOptions implements Serializable {
         "address", "routing", "namespace", "table", "path", "columns", "partitions",
         "rowsperpartition", "minpartitions", "batchrows", "timeout", "retryseconds",
         "ca", "cert", "key", "token", "tokenfile", "servername",
-        "maxrowspertrigger", "startingoffsets", "dbroot", "source", "view", "reader", "httpaddress"));
+        "maxrowspertrigger", "startingoffsets", "dbroot", "source", "view", "reader", "httpaddress",
+        "pushaggregates"));
 
     final String namespace;
     final String table;
@@ -53,6 +54,8 @@ final class DisOptions implements Serializable {
     final Long maxRowsPerTrigger;
     final String startingOffsets;
     final String dbRoot;
+    /** Whether batch queries may push partial aggregates into the scan (option pushAggregates). */
+    final boolean pushAggregates;
 
     private DisOptions(Map<String, String> o) {
         String source = o.get("source");
@@ -73,7 +76,7 @@ final class DisOptions implements Serializable {
             throw new DisSourceError("unknown option '" + unknown.iterator().next() + "'; the options are: address, "
                 + "routing, namespace, table, columns, partitions, rowsPerPartition, minPartitions, batchRows, "
                 + "timeout, retrySeconds, ca, cert, key, token, tokenFile, serverName, maxRowsPerTrigger, startingOffsets, "
-                + "dbRoot, source, view, reader, httpAddress");
+                + "dbRoot, source, view, reader, httpAddress, pushAggregates");
         }
         String addr = str(o, "address");
         String rout = str(o, "routing");
@@ -238,6 +241,13 @@ final class DisOptions implements Serializable {
             mr = integer(o, "maxRowsPerTrigger", 0, 1);
         }
         maxRowsPerTrigger = mr;
+
+        String pa = strOr(o, "pushaggregates", "true").toLowerCase(Locale.ROOT);
+        if (!pa.equals("true") && !pa.equals("false")) {
+            throw new DisSourceError("option 'pushAggregates' must be true or false, got '" + o.get("pushaggregates")
+                + "'");
+        }
+        pushAggregates = pa.equals("true");
     }
 
     /** Validate the options Spark passed (names in any case). */

@@ -5,8 +5,10 @@ import java.util.Set;
 import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.internal.SQLConf;
@@ -60,9 +62,11 @@ final class DisTable implements SupportsRead {
         return new Builder();
     }
 
-    final class Builder implements SupportsPushDownRequiredColumns, SupportsPushDownFilters {
+    final class Builder implements SupportsPushDownRequiredColumns, SupportsPushDownFilters,
+        SupportsPushDownAggregates {
         Projection pruned = projection;
         final PartitionFilters filters = new PartitionFilters(projection.partitionName());
+        AggPlan aggregation;
 
         @Override
         public void pruneColumns(StructType required) {
@@ -81,9 +85,31 @@ final class DisTable implements SupportsRead {
             return filters.pushed();
         }
 
+        /** Partial only: Spark aggregates the partial rows again (and splits AVG into SUM and COUNT). */
+        @Override
+        public boolean supportCompletePushDown(Aggregation a) {
+            return false;
+        }
+
+        /**
+         * Push {@code a} into the scan when this reader computes every part of it exactly
+         * ({@link AggPlan#of}) and option {@code pushAggregates} is not false.  Spark offers
+         * aggregates only to batch scans with no filter left for it to apply after the scan.
+         */
+        @Override
+        public boolean pushAggregation(Aggregation a) {
+            if (!options.pushAggregates) {
+                return false;
+            }
+            aggregation = AggPlan.of(projection, a, SQLConf.get().ansiEnabled());
+            return aggregation != null;
+        }
+
         @Override
         public Scan build() {
-            return new DisScan(options, pruned, filters, SQLConf.get().offHeapColumnVectorEnabled());
+            DisScan rows = new DisScan(options, aggregation != null ? aggregation.input : pruned, filters,
+                SQLConf.get().offHeapColumnVectorEnabled());
+            return aggregation != null ? new AggScan(rows, aggregation) : rows;
         }
     }
 }
