@@ -100,6 +100,7 @@ class SourceConsumer:
     def _run(self) -> None:
         from confluent_kafka import Consumer
 
+        _warm_up()
         self._consumer = Consumer(self.kafka.client_properties(), logger=_KafkaLog(self.src.name))
         log.info("kafka source started", source=self.src.name, topic=self.src.topic, table=self.src.schema.key)
         try:
@@ -396,6 +397,13 @@ class SourceConsumer:
     def snapshot(self) -> list[PartitionState]:
         with self.lock:
             return list(self.partitions.values())
+
+
+def _warm_up() -> None:
+    """pyarrow imports pandas (its optional pandas shim, about 0.2 s) at the first conversion of
+    Python or numpy data in a process; done here, before any partition is assigned, so that the
+    first batch does not pay it while its partition's messages queue up."""
+    pa.array([0], pa.int64())
 
 
 def _ours(pos: SourcePosition, st: PartitionState) -> bool:
