@@ -39,6 +39,9 @@ NS_PER_DAY = 86_400_000_000_000
 #: how often partitions are looked for, watermarks read, stopped locations retried
 HOUSEKEEPING_S = 1.0
 METADATA_S = 10.0
+#: a location that received rows is flushed when the source has caught up, at most this often
+#: (a quarter of the default flush_interval_ms: a trickle costs at most 4 times the flusher's flushes)
+CAUGHT_UP_FLUSH_S = 0.025
 
 
 @dataclass
@@ -143,13 +146,26 @@ class SourceConsumer:
             fetched = self._fetcher.queue.get(timeout=0.1)
         except queue.Empty:
             return
+        written: set = set()
         for f in fetched:
             if f.error is not None:
                 self._message_error(f.error)
                 continue
             st = self.partitions.get(f.partition)
             if st is not None and st.assigned and st.generation == f.generation:
-                self._process(st, f.batch)
+                self._process(st, f.batch, written)
+        if fetched and fetched[-1].drained:
+            self._publish_caught_up(written)
+
+    def _publish_caught_up(self, written: set) -> None:
+        """The client had no more messages: publish the rows just written now rather than at
+        the flusher's next tick (up to ``flush_interval_ms`` later), so rows of a source that
+        has caught up are visible as soon as they are in.  At most every ``CAUGHT_UP_FLUSH_S`` a
+        location, so a trickle of single messages does not flush at each."""
+        now = time.time()
+        for loc in written:
+            if loc.last_flush_time is None or now - loc.last_flush_time >= CAUGHT_UP_FLUSH_S:
+                loc.flush()
 
     def _generations(self) -> dict[int, int]:
         """The generation of each assigned partition (the fetcher tags its batches with them)."""
@@ -291,7 +307,7 @@ class SourceConsumer:
             log.warning("kafka client error", source=self.src.name, error=text)
         self.last_client_error = text
 
-    def _process(self, st: PartitionState, batch: Batch) -> None:
+    def _process(self, st: PartitionState, batch: Batch, written: set) -> None:
         """One partition's messages (in offset order): decode, route to locations, commit."""
         if st.next_offset >= 0 and batch.offsets[0] < st.next_offset:  # already written
             batch = batch.take(np.flatnonzero(batch.offsets >= st.next_offset))
@@ -313,7 +329,7 @@ class SourceConsumer:
                 log.error("kafka poison message", source=st.source, topic=st.topic, partition=st.partition,
                           offset=int(batch.offsets[i]), error=reason, policy=self.src.on_poison)
         try:
-            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes)
+            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes, written)
         except LocationError as e:
             loc = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
             if loc is not None:
@@ -336,7 +352,7 @@ class SourceConsumer:
                   next_offset=st.next_offset, error=why)
 
     def _commit(self, st: PartitionState, cols: list[pa.Array], row_offsets: np.ndarray, end: int,
-                keep_below: int | None, nbytes: int) -> None:
+                keep_below: int | None, nbytes: int, written: set) -> None:
         """Append each column partition's rows to its location with the next offset ``end``;
         every other location of the partition only moves its offset (never back)."""
         if keep_below is not None and len(row_offsets):
@@ -358,6 +374,7 @@ class SourceConsumer:
                 take = sel if idx is None else idx[sel]
             part = cols if take is None else [c.take(pa.array(take)) for c in cols]
             loc.append_committed(part, position, 0 if done else nbytes, epoch=st.epochs[cp])
+            written.add(loc)
             done.add(cp)
         for cp, loc in list(st.locations.items()):
             if cp not in done and (not _ours(loc.resume_point, st) or loc.resume_point.offset < end):
