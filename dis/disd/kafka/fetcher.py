@@ -17,7 +17,6 @@ it; after the (re)assignment librdkafka delivers only messages from the new posi
 
 from __future__ import annotations
 
-import itertools
 import operator
 import queue
 import threading
@@ -120,9 +119,8 @@ class Fetcher:
         from confluent_kafka import Message
 
         out: list[Fetched] = []
-        errors = list(map(Message.error, msgs))
-        # not errors.count(None): a KafkaError compared with None raises
-        if any(map(operator.is_not, errors, itertools.repeat(None))):
+        if any(map(Message.error, msgs)):  # error() is None or a KafkaError, which is true
+            errors = list(map(Message.error, msgs))
             out = [Fetched(-1, -1, error=m) for m, e in zip(msgs, errors) if e is not None]
             msgs = [m for m, e in zip(msgs, errors) if e is None]
             if not msgs:
@@ -134,8 +132,14 @@ class Fetcher:
             order = np.argsort(parts, kind="stable")
             uniq, starts = np.unique(parts[order], return_index=True)
             bounds = [*starts.tolist(), len(msgs)]
-            groups = {int(p): [msgs[i] for i in order[bounds[j]:bounds[j + 1]].tolist()]
-                      for j, p in enumerate(uniq.tolist())}
+            groups = {int(p): _pick(msgs, order[bounds[j]:bounds[j + 1]]) for j, p in enumerate(uniq.tolist())}
         for p, group in groups.items():
             out.append(Fetched(p, gens.get(p, -1), Batch.of(group, *self.parts), drained=drained))
         return out
+
+
+def _pick(msgs: list, idx: np.ndarray) -> list:
+    """``msgs`` at ``idx``, by ``itemgetter`` (C), not a Python frame a message."""
+    if len(idx) == 1:
+        return [msgs[int(idx[0])]]
+    return list(operator.itemgetter(*idx.tolist())(msgs))
