@@ -1,7 +1,8 @@
 """A source that has caught up with its topic publishes its rows at once, not at the flusher's
 next tick: with ``flush_interval_ms`` and ``checkpoint_interval_ms`` of a minute, the rows of a
 real ``dis serve`` consuming the mock cluster are visible (``Status`` rows) within seconds, for
-a first burst and for messages that come after it."""
+a first burst, for messages that come after it, and after a batch of exactly ``batch_size``
+that the next ``consume`` finds nothing after."""
 
 from __future__ import annotations
 
@@ -30,5 +31,8 @@ def test_caught_up_source_publishes_without_waiting_for_the_flusher(tmp_path, mo
         wait_for(lambda: visible(port) == 600, 10, 0.1, "the first 600 rows visible")
         assert produce(mock_kafka.bootstrap, "one", 605, 1, 5, 0, first=600).wait(30) == 0
         wait_for(lambda: visible(port) == 605, 10, 0.1, "5 later rows visible")
+        # exactly batch_size (500) more: the consume that takes them is full, the next one empty
+        assert produce(mock_kafka.bootstrap, "one", 1105, 1, 500, 0, first=605).wait(30) == 0
+        wait_for(lambda: visible(port) == 1105, 10, 0.1, "500 later rows visible")
     finally:
         dis.terminate()

@@ -91,6 +91,7 @@ class SourceConsumer:
         self._thread: threading.Thread | None = None
         self._consumer = None
         self._fetcher: Fetcher | None = None
+        self._unpublished: set = set()  # locations written since the last caught-up flush
         self._next_housekeeping = self._next_metadata = self._next_commit = 0.0
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -146,16 +147,15 @@ class SourceConsumer:
             fetched = self._fetcher.queue.get(timeout=0.1)
         except queue.Empty:
             return
-        written: set = set()
         for f in fetched:
             if f.error is not None:
                 self._message_error(f.error)
                 continue
             st = self.partitions.get(f.partition)
-            if st is not None and st.assigned and st.generation == f.generation:
-                self._process(st, f.batch, written)
+            if f.batch is not None and st is not None and st.assigned and st.generation == f.generation:
+                self._process(st, f.batch, self._unpublished)
         if fetched and fetched[-1].drained:
-            self._publish_caught_up(written)
+            self._publish_caught_up(self._unpublished)
 
     def _publish_caught_up(self, written: set) -> None:
         """The client had no more messages: publish the rows just written now rather than at
@@ -163,9 +163,10 @@ class SourceConsumer:
         has caught up are visible as soon as they are in.  At most every ``CAUGHT_UP_FLUSH_S`` a
         location, so a trickle of single messages does not flush at each."""
         now = time.time()
-        for loc in written:
+        for loc in list(written):
             if loc.last_flush_time is None or now - loc.last_flush_time >= CAUGHT_UP_FLUSH_S:
                 loc.flush()
+                written.discard(loc)
 
     def _generations(self) -> dict[int, int]:
         """The generation of each assigned partition (the fetcher tags its batches with them)."""

@@ -37,7 +37,8 @@ QUEUE_BATCHES = 4
 
 @dataclass(frozen=True)
 class Fetched:
-    """One partition's messages of one ``consume``, or (``error``) one error event."""
+    """One partition's messages of one ``consume``, or (``error``) one error event, or (neither)
+    the news that the client's queue is empty."""
 
     partition: int
     generation: int
@@ -61,6 +62,7 @@ class Fetcher:
         self._waiting = threading.Event()  # the loop thread waits for the fetch lock
         self.stop = stop
         self.queue: queue.Queue[list[Fetched]] = queue.Queue(QUEUE_BATCHES)
+        self._told_drained = True  # the loop thread knows the queue was empty (or nothing came yet)
         self.thread = threading.Thread(target=self._run, name=f"dis-kafka-fetch-{name}", daemon=True)
 
     def start(self) -> None:
@@ -104,8 +106,12 @@ class Fetcher:
             self.stop.wait(0.05)
             return
         if not msgs:
-            return
-        out = self.split(msgs, gens, len(msgs) < self.batch_size)
+            if self._told_drained:
+                return
+            out = [Fetched(-1, -1, drained=True)]  # the last batch was full, and nothing followed
+        else:
+            out = self.split(msgs, gens, len(msgs) < self.batch_size)
+        self._told_drained = out[-1].drained
         while not self.stop.is_set():
             try:
                 self.queue.put(out, timeout=0.1)
