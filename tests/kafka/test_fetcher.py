@@ -40,3 +40,30 @@ def test_split_one_partition():
     out = fetcher().split([msg(4, 100 + i) for i in range(5)], {4: 1}, drained=False)
     assert len(out) == 1 and out[0].batch.offsets.tolist() == list(range(100, 105)) and not out[0].drained
     assert out[0].batch.partition == 4
+
+
+def test_messages_that_cannot_be_cut_are_reported_lost(mock_kafka):
+    """A real consumer on the mock cluster; the cut fails: the loop thread is told to re-seek
+    (``lost``) instead of the messages vanishing."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from .test_kafka_exactly_once import produce
+
+    assert produce(mock_kafka.bootstrap, "one", 5, 1, 5, 0).wait(30) == 0
+    c = Consumer({"bootstrap.servers": mock_kafka.bootstrap, "group.id": "t", "enable.auto.commit": False})
+    c.assign([TopicPartition("one", 0, 0)])
+    stop = threading.Event()
+    f = Fetcher("t", c, 100, (False, False, False), lambda: {0: 1}, stop)
+
+    def broken(*_a):
+        raise RuntimeError("cut failed")
+
+    f.split = broken
+    f.start()
+    try:
+        out = f.queue.get(timeout=20)
+    finally:
+        stop.set()
+        f.join(5)
+        c.close()
+    assert len(out) == 1 and out[0].lost and out[0].batch is None

@@ -148,6 +148,9 @@ class SourceConsumer:
         except queue.Empty:
             return
         for f in fetched:
+            if f.lost:
+                self._reseek_all()
+                continue
             if f.error is not None:
                 self._message_error(f.error)
                 continue
@@ -167,6 +170,14 @@ class SourceConsumer:
             if loc.last_flush_time is None or now - loc.last_flush_time >= CAUGHT_UP_FLUSH_S:
                 loc.flush()
                 written.discard(loc)
+
+    def _reseek_all(self) -> None:
+        """Messages were consumed and lost on the way: every assigned partition is assigned again
+        at its locations' offsets (as after a reopened location), so they are read again."""
+        for st in list(self.partitions.values()):
+            if st.assigned:
+                self._unassign(st)
+                self._assign(st)
 
     def _generations(self) -> dict[int, int]:
         """The generation of each assigned partition (the fetcher tags its batches with them)."""

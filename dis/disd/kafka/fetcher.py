@@ -46,6 +46,8 @@ class Fetched:
     error: Any = None  # a confluent_kafka Message whose error() is set
     #: ``consume`` returned fewer than ``batch_size`` messages: the client's queue was empty
     drained: bool = False
+    #: messages were taken from the client but could not be handed over: re-seek every partition
+    lost: bool = False
 
 
 class Fetcher:
@@ -57,7 +59,7 @@ class Fetcher:
         self.consumer = consumer
         self.batch_size = batch_size
         self.parts = parts  # need keys, headers, timestamps
-        self.generations = generations  # each partition's generation; None while none is assigned
+        self.generations = generations  # each assigned partition's generation; empty while none is
         self.fetch_lock = threading.Lock()
         self._waiting = threading.Event()  # the loop thread waits for the fetch lock
         self.stop = stop
@@ -110,7 +112,11 @@ class Fetcher:
                 return
             out = [Fetched(-1, -1, drained=True)]  # the last batch was full, and nothing followed
         else:
-            out = self.split(msgs, gens, len(msgs) < self.batch_size)
+            try:
+                out = self.split(msgs, gens, len(msgs) < self.batch_size)
+            except Exception:  # noqa: BLE001 - the messages are out of the client: have them read again
+                log.exception("kafka fetch: cannot cut a batch; the partitions are re-seeked")
+                out = [Fetched(-1, -1, lost=True)]
         self._told_drained = out[-1].drained
         while not self.stop.is_set():
             try:
