@@ -16,8 +16,7 @@ the broker or a location does ends the loop: errors stop at most a partition.
 
 from __future__ import annotations
 
-import itertools
-import operator
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import structlog
 
 from disd.kafka.config import KafkaConfig, SourceConfig
 from disd.kafka.decode import Batch, Decoder
+from disd.kafka.fetcher import Fetcher
 from disd.names import LocationKey
 from disd.storage import LocationError, StorageEngine
 from disd.storage.checkpoint import SourcePosition
@@ -39,6 +39,9 @@ NS_PER_DAY = 86_400_000_000_000
 #: how often partitions are looked for, watermarks read, stopped locations retried
 HOUSEKEEPING_S = 1.0
 METADATA_S = 10.0
+#: a location that received rows is flushed when the source has caught up, at most this often
+#: (a quarter of the default flush_interval_ms: a trickle costs at most 4 times the flusher's flushes)
+CAUGHT_UP_FLUSH_S = 0.025
 
 
 @dataclass
@@ -58,6 +61,8 @@ class PartitionState:
     stopped: str | None = None  # why the partition is stopped (poison, a location in error)
     blocked_on: Any = None  # the Location in error it waits for
     assigned: bool = False
+    #: moved on at every (un)assignment: batches fetched before carry an older one (fetcher.py)
+    generation: int = 0
     locations: dict[str, Any] = field(default_factory=dict)  # column partition -> Location
     #: each location's ``epoch`` when the partition was (re)assigned: a location reopened from its
     #: checkpoint since (its offset moved back) refuses our rows, and the partition re-seeks
@@ -85,10 +90,13 @@ class SourceConsumer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._consumer = None
+        self._fetcher: Fetcher | None = None
+        self._unpublished: set = set()  # locations written since the last caught-up flush
         self._next_housekeeping = self._next_metadata = self._next_commit = 0.0
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
+        _warm_up()
         self._thread = threading.Thread(target=self._run, name=f"dis-kafka-{self.src.name}", daemon=True)
         self._thread.start()
 
@@ -101,6 +109,10 @@ class SourceConsumer:
         from confluent_kafka import Consumer
 
         self._consumer = Consumer(self.kafka.client_properties(), logger=_KafkaLog(self.src.name))
+        d = self.decoder
+        self._fetcher = Fetcher(self.src.name, self._consumer, self.src.batch_size,
+                                (d.need_keys, d.need_headers, d.need_timestamps), self._generations, self._stop)
+        self._fetcher.start()
         log.info("kafka source started", source=self.src.name, topic=self.src.topic, table=self.src.schema.key)
         try:
             while not self._stop.is_set():
@@ -111,6 +123,8 @@ class SourceConsumer:
                     log.exception("kafka source loop failed; retrying", source=self.src.name)
                     self._stop.wait(1.0)
         finally:
+            self._stop.set()
+            self._fetcher.join(timeout=30)
             try:
                 self._consumer.close()
             except Exception as e:  # noqa: BLE001
@@ -129,38 +143,46 @@ class SourceConsumer:
         if now >= self._next_commit:
             self._next_commit = now + self.kafka.commit_interval_ms / 1000.0
             self._commit_for_monitoring()
-        if not any(s.assigned for s in self.partitions.values()):
-            self._stop.wait(0.1)
+        try:
+            fetched = self._fetcher.queue.get(timeout=0.1)
+        except queue.Empty:
             return
-        msgs = self._consumer.consume(self.src.batch_size, 0.1)
-        if not msgs:
-            return
-        for p, part in self._by_partition(msgs).items():
-            st = self.partitions.get(p)
-            if st is not None and st.assigned:
-                self._process(st, part)
+        for f in fetched:
+            if f.lost:
+                self._reseek_all()
+                continue
+            if f.error is not None:
+                self._message_error(f.error)
+                continue
+            st = self.partitions.get(f.partition)
+            if f.batch is not None and st is not None and st.assigned and st.generation == f.generation:
+                self._process(st, f.batch, self._unpublished)
+        if fetched and fetched[-1].drained:
+            self._publish_caught_up(self._unpublished)
 
-    def _by_partition(self, msgs: list) -> dict[int, list]:
-        """The batch's messages by partition, each in offset order; error events handled apart.
-        C-level passes (``map`` of the unbound methods, numpy), no Python frame a message."""
-        from confluent_kafka import Message
+    def _publish_caught_up(self, written: set) -> None:
+        """The client had no more messages: publish the rows just written now rather than at
+        the flusher's next tick (up to ``flush_interval_ms`` later), so rows of a source that
+        has caught up are visible as soon as they are in.  At most every ``CAUGHT_UP_FLUSH_S`` a
+        location, so a trickle of single messages does not flush at each."""
+        now = time.time()
+        for loc in list(written):
+            if loc.last_flush_time is None or now - loc.last_flush_time >= CAUGHT_UP_FLUSH_S:
+                loc.flush()
+                written.discard(loc)
 
-        errors = list(map(Message.error, msgs))
-        # not errors.count(None): a KafkaError compared with None raises
-        if any(map(operator.is_not, errors, itertools.repeat(None))):
-            for m, e in zip(msgs, errors):
-                if e is not None:
-                    self._message_error(m)
-            msgs = [m for m, e in zip(msgs, errors) if e is None]
-            if not msgs:
-                return {}
-        parts = np.fromiter(map(Message.partition, msgs), np.int64, len(msgs))
-        if (parts == parts[0]).all():
-            return {int(parts[0]): msgs}
-        order = np.argsort(parts, kind="stable")
-        uniq, starts = np.unique(parts[order], return_index=True)
-        bounds = [*starts.tolist(), len(msgs)]
-        return {int(p): [msgs[i] for i in order[bounds[j]:bounds[j + 1]].tolist()] for j, p in enumerate(uniq.tolist())}
+    def _reseek_all(self) -> None:
+        """Messages were consumed and lost on the way: every assigned partition is assigned again
+        at its locations' offsets (as after a reopened location), so they are read again."""
+        for st in list(self.partitions.values()):
+            if st.assigned:
+                self._unassign(st)
+                self._assign(st)
+
+    def _generations(self) -> dict[int, int]:
+        """The generation of each assigned partition (the fetcher tags its batches with them)."""
+        with self.lock:
+            return {p: st.generation for p, st in self.partitions.items() if st.assigned}
 
     # -- partitions ----------------------------------------------------------------------------
     def _discover(self) -> None:
@@ -168,7 +190,8 @@ class SourceConsumer:
         from confluent_kafka import KafkaException
 
         try:
-            md = self._consumer.list_topics(self.src.topic, timeout=5)
+            with self._fetcher.exclusive():
+                md = self._consumer.list_topics(self.src.topic, timeout=5)
         except KafkaException as e:
             self._client_error(f"metadata of topic {self.src.topic}: {e}")
             return
@@ -208,8 +231,10 @@ class SourceConsumer:
         offset = self._resume_offset(st)
         st.next_offset = -1 if offset is None else offset
         start = offset if offset is not None else (OFFSET_BEGINNING if self.src.start == "earliest" else OFFSET_END)
-        self._consumer.incremental_assign([TopicPartition(st.topic, st.partition, start)])
-        st.assigned, st.stopped, st.blocked_on = True, None, None
+        with self._fetcher.exclusive():
+            self._consumer.incremental_assign([TopicPartition(st.topic, st.partition, start)])
+            st.generation += 1
+            st.assigned, st.stopped, st.blocked_on = True, None, None
         log.info("kafka partition assigned", source=st.source, topic=st.topic, partition=st.partition,
                  offset=offset if offset is not None else self.src.start, locations=sorted(st.locations))
 
@@ -217,8 +242,10 @@ class SourceConsumer:
         from confluent_kafka import TopicPartition
 
         if st.assigned:
-            self._consumer.incremental_unassign([TopicPartition(st.topic, st.partition)])
-            st.assigned = False
+            with self._fetcher.exclusive():
+                self._consumer.incremental_unassign([TopicPartition(st.topic, st.partition)])
+                st.generation += 1
+                st.assigned = False
 
     def _block(self, st: PartitionState, loc: Any) -> None:
         """A location of the partition is in error: stop consuming until it is reopened."""
@@ -249,8 +276,10 @@ class SourceConsumer:
 
         for st in list(self.partitions.values()):
             try:
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(st.topic, st.partition), timeout=1, cached=st.assigned)
+                with self._fetcher.exclusive():
+                    _low, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(st.topic, st.partition), timeout=1,
+                        cached=st.assigned and st.high_watermark >= 0)  # the first from the broker: lag at once
             except KafkaException:
                 continue
             if high is not None and high >= 0:
@@ -265,7 +294,8 @@ class SourceConsumer:
         if not tps:
             return
         try:
-            self._consumer.commit(offsets=tps, asynchronous=True)
+            with self._fetcher.exclusive():
+                self._consumer.commit(offsets=tps, asynchronous=True)
         except KafkaException as e:
             log.debug("kafka monitoring commit failed", source=self.src.name, error=str(e))
 
@@ -289,13 +319,12 @@ class SourceConsumer:
             log.warning("kafka client error", source=self.src.name, error=text)
         self.last_client_error = text
 
-    def _process(self, st: PartitionState, msgs: list) -> None:
+    def _process(self, st: PartitionState, batch: Batch, written: set) -> None:
         """One partition's messages (in offset order): decode, route to locations, commit."""
-        if st.next_offset >= 0 and msgs[0].offset() < st.next_offset:  # fetched before a reassignment
-            msgs = [m for m in msgs if m.offset() >= st.next_offset]
-            if not msgs:
+        if st.next_offset >= 0 and batch.offsets[0] < st.next_offset:  # already written
+            batch = batch.take(np.flatnonzero(batch.offsets >= st.next_offset))
+            if not len(batch):
                 return
-        batch = Batch.of(msgs, self.decoder.need_keys, self.decoder.need_headers, self.decoder.need_timestamps)
         nbytes = sum(map(len, filter(None, batch.values)))
         st.messages += len(batch)
         st.bytes += nbytes
@@ -312,7 +341,7 @@ class SourceConsumer:
                 log.error("kafka poison message", source=st.source, topic=st.topic, partition=st.partition,
                           offset=int(batch.offsets[i]), error=reason, policy=self.src.on_poison)
         try:
-            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes)
+            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes, written)
         except LocationError as e:
             loc = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
             if loc is not None:
@@ -335,7 +364,7 @@ class SourceConsumer:
                   next_offset=st.next_offset, error=why)
 
     def _commit(self, st: PartitionState, cols: list[pa.Array], row_offsets: np.ndarray, end: int,
-                keep_below: int | None, nbytes: int) -> None:
+                keep_below: int | None, nbytes: int, written: set) -> None:
         """Append each column partition's rows to its location with the next offset ``end``;
         every other location of the partition only moves its offset (never back)."""
         if keep_below is not None and len(row_offsets):
@@ -357,6 +386,7 @@ class SourceConsumer:
                 take = sel if idx is None else idx[sel]
             part = cols if take is None else [c.take(pa.array(take)) for c in cols]
             loc.append_committed(part, position, 0 if done else nbytes, epoch=st.epochs[cp])
+            written.add(loc)
             done.add(cp)
         for cp, loc in list(st.locations.items()):
             if cp not in done and (not _ours(loc.resume_point, st) or loc.resume_point.offset < end):
@@ -396,6 +426,13 @@ class SourceConsumer:
     def snapshot(self) -> list[PartitionState]:
         with self.lock:
             return list(self.partitions.values())
+
+
+def _warm_up() -> None:
+    """pyarrow imports pandas (its optional pandas shim, about 0.2 s) at the first conversion of
+    Python or numpy data in a process; done at start, before any partition is assigned, so that
+    the first batch does not pay it while its partition's messages queue up."""
+    pa.array([0], pa.int64())
 
 
 def _ours(pos: SourcePosition, st: PartitionState) -> bool:

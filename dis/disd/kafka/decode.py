@@ -76,7 +76,14 @@ class Batch:
         n = len(messages)
         ts = (np.fromiter((t[1] for t in map(Message.timestamp, messages)), np.int64, n) if need_timestamps
               else np.full(n, -1, np.int64))
-        return cls(list(map(Message.value, messages)), np.fromiter(map(Message.offset, messages), np.int64, n), ts,
+        # a partition's offsets only grow: n of them from first to first + n - 1 are exactly those
+        # (no gap from compaction or transaction markers), and only two need reading
+        first = messages[0].offset() if n else 0
+        if n and messages[-1].offset() - first == n - 1:
+            offsets = np.arange(first, first + n, dtype=np.int64)
+        else:
+            offsets = np.fromiter(map(Message.offset, messages), np.int64, n)
+        return cls(list(map(Message.value, messages)), offsets, ts,
                    messages[0].partition() if n else 0,
                    list(map(Message.key, messages)) if need_keys else None,
                    list(map(Message.headers, messages)) if need_headers else None)
