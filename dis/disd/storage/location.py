@@ -450,6 +450,8 @@ class Location:
                     string_ends.setdefault(c.name, []).append(ends)
                 else:
                     self.writers[colfmt.file_names(c)[0]].append(colfmt.encode_fixed(c, part))
+        if self.lastby is not None:  # its next update takes these arrays rather than reading the files
+            self.lastby.pending.add(self.written_rows, cols, segments)
         return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in string_ends.items()}
 
     def append_committed(self, cols: list[pa.Array], source: SourcePosition, nbytes: int = 0,
@@ -503,6 +505,8 @@ class Location:
         for name, w in self.writers.items():
             w.truncate_to(self.committed_sizes[name])
         self.written_rows = self.committed_rows
+        if self.lastby is not None:
+            self.lastby.pending.truncate(self.committed_rows)
         self.txn_open = False
         if rolled:
             self.import_state["rows_rolled_back"] += rolled
@@ -634,10 +638,12 @@ class Location:
         keys or a failed read stop the location (unless a reopen since made the read moot)."""
         assert self.lastby is not None
 
-        def read(a: int, b: int) -> pa.Table:
-            if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
-                raise LocationError(f"location {self.key} was reopened")
-            return colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes))
+        def read(a: int, b: int) -> pa.Table | list[pa.Array]:
+            with self.lock:  # (after apply_lock, the order docs/lastby.md gives)
+                if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
+                    raise LocationError(f"location {self.key} was reopened")
+                held = self.lastby.pending.take(a, b)  # type: ignore[union-attr]
+            return held if held is not None else colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes))
 
         try:
             return self.lastby.catch_up(rows, read, held)
