@@ -93,10 +93,10 @@ def stored(column, arr: pa.Array | pa.ChunkedArray) -> pa.Array:  # noqa: ANN001
     """``arr`` as a read of the column files returns it: the column's Arrow type, and for
     fixed-width types a value equal to the null sentinel as null (``columns.encode_fixed`` then
     ``decode_fixed``, numpy only).  Strings are stored as given (nulls stay nulls)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if column.type is ColumnType.STRING:
+    if column.type is ColumnType.STRING:  # (chunks stay chunks: a key column is hashed as it is)
         return arr if arr.type == pa.string() else arr.cast(pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks else pa.nulls(0, arr.type)
     return colfmt.decode_fixed(column, colfmt.encode_fixed(column, arr), len(arr))
 
 
@@ -257,10 +257,10 @@ class Pending:
             return parts[0]
         out = []
         for i in range(len(parts[0])):
-            pieces = [p[i].combine_chunks() if isinstance(p[i], pa.ChunkedArray) else p[i] for p in parts]
+            pieces = [c for p in parts for c in (p[i].chunks if isinstance(p[i], pa.ChunkedArray) else [p[i]])]
             if any(a.type != pieces[0].type for a in pieces):
                 return None  # batches of other Arrow types (cast when stored): read the files
-            out.append(pa.concat_arrays(pieces))
+            out.append(pa.concat_arrays(pieces))  # (a take over many chunks cost more than this copy)
         return out
 
 
@@ -320,14 +320,19 @@ class LastBy:
         # unique and in order, so they get codes 0..k-1 (their slots), and the batch's new keys
         # the next codes in order of first appearance; the dictionary is the new state's keys.
         k = len(s.keys)
-        bkey = _combined([stored(self.schema.columns[i], cols[i]) for i in self._key_index])
-        enc = pc.dictionary_encode(pa.concat_arrays([s.keys, bkey]) if k else bkey, null_encoding="encode")
-        total = len(enc.dictionary)
+        if len(self._key_index) == 1:
+            bkey = stored(self.schema.columns[self._key_index[0]], cols[self._key_index[0]])
+        else:
+            bkey = _combined([stored(self.schema.columns[i], cols[i]) for i in self._key_index])
+        chunks = [s.keys, *(bkey.chunks if isinstance(bkey, pa.ChunkedArray) else [bkey])]
+        enc = pc.dictionary_encode(pa.chunked_array(chunks, s.keys.type), null_encoding="encode")  # no concat
+        dictionary = enc.chunks[-1].dictionary  # (every chunk's codes index the final dictionary)
+        total = len(dictionary)
         if total > self.max_keys:
             raise LastByLimitError(
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
-        codes = _codes(enc.indices)[k:]
+        codes = np.concatenate([_codes(c.indices) for c in enc.chunks])[k:]
         last = np.full(total, -1, np.int64)
         np.maximum.at(last, codes, np.arange(n, dtype=np.int64))  # each key's last row in the batch
         changed = np.flatnonzero(last >= 0)
@@ -335,7 +340,7 @@ class LastBy:
         # state is one take over the old state and those rows: O(keys), not O(batch), columns.
         picked = _indices(last[changed])
         delta = pa.Table.from_arrays([stored(c, arr.take(picked)) for c, arr in zip(self.schema.columns, cols)],
-                                     schema=self.arrow_schema)
+                                     schema=self.arrow_schema).combine_chunks()
         if k == 0:  # every key is new and ``changed`` is every slot in order
             table = delta
         else:
@@ -347,7 +352,7 @@ class LastBy:
         with self._lock:
             if generation is not None and generation != self._generation:
                 return
-            self._state = Snapshot(table, enc.dictionary, rows_after, s.seq + 1)
+            self._state = Snapshot(table, dictionary, rows_after, s.seq + 1)
             if delta is None:
                 self._deltas.clear()
                 return
