@@ -275,6 +275,7 @@ class LastBy:
         self.arrow_schema = schema.arrow_schema()
         self._key_index = [schema.column_names.index(k) for k in keys]
         self.pending = Pending()  # appended rows not yet absorbed (fed by the location)
+        self.rows_read_back = 0  # rows a publish had to read from the files (Pending did not hold them)
         empty = empty_table(self.arrow_schema)
         self._state = Snapshot(empty, combined_key(empty, keys), 0, 0)
         self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque()

@@ -643,7 +643,10 @@ class Location:
                 if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
                     raise LocationError(f"location {self.key} was reopened")
                 held = self.lastby.pending.take(a, b)  # type: ignore[union-attr]
-            return held if held is not None else colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes))
+            if held is not None:
+                return held
+            self.lastby.rows_read_back += b - a  # type: ignore[union-attr]
+            return colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes))
 
         try:
             return self.lastby.catch_up(rows, read, held)
