@@ -101,6 +101,12 @@ def published(client) -> int:  # noqa: ANN001
         return 0
 
 
+def cpu_s(proc: Proc) -> float:
+    """User + system CPU seconds of a process so far (``/proc/<pid>/stat``)."""
+    fields = pathlib.Path(f"/proc/{proc.p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, keep: bool = False):  # noqa: ANN201
     """Seconds from the logs' arrival until every row is published (the tailer's start-up is
     not timed); with ``keep``, the DIS is left running and returned."""
@@ -115,6 +121,7 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
         wait_serving(metrics_port, tailer)
         time.sleep(0.3)
         with connect(f"127.0.0.1:{port}", retry_s=0, timeout_s=10) as c:
+            cpu0 = cpu_s(dis), cpu_s(tailer)
             t0 = time.perf_counter()
             for f in sorted(logs.iterdir()):
                 os.link(f, log_dir / f.name)
@@ -129,6 +136,9 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
             while on and sample(scrape(metrics_dis), "dis_lastby_rows") < n:
                 time.sleep(0.002)
             elapsed = time.perf_counter() - t0
+            dis_cpu, tailer_cpu = cpu_s(dis) - cpu0[0], cpu_s(tailer) - cpu0[1]
+            print(f"  (CPU while timed: DIS {dis_cpu:.2f} s, {dis_cpu / n * 1e9:.0f} ns/row; tailer {tailer_cpu:.2f} s)",
+                  flush=True)
             if on:
                 print(f"  (every row published after {t_published:.3f} s; the state covered them "
                       f"{(elapsed - t_published) * 1e3:.0f} ms later)", flush=True)
