@@ -238,9 +238,10 @@ class Pending:
         self._pieces.clear()
         self._end = 0
 
-    def take(self, start: int, stop: int) -> list[pa.Array] | None:
-        """The columns of rows ``[start, stop)``, forgetting every held row below ``stop``; None
-        when they are not all held (the caller reads the files)."""
+    def take(self, start: int, stop: int) -> list[list[pa.Array]] | None:
+        """The pieces of rows ``[start, stop)`` in order (each a list of columns), forgetting
+        every held row below ``stop``; None when they are not all held (the caller reads the
+        files).  Only slices: ``join`` copies them, after the caller has released its lock."""
         while self._pieces and self._pieces[0][0] + len(self._pieces[0][1][0]) <= start:
             self._pieces.popleft()
         if not self._pieces or self._pieces[0][0] > start or self._end < stop:
@@ -253,15 +254,21 @@ class Pending:
             parts.append(cols if (lo, hi) == (0, n) else [c.slice(lo, hi - lo) for c in cols])
             if first + n > stop:
                 self._pieces.appendleft((stop, [c.slice(hi) for c in cols]))
-        if len(parts) == 1:
-            return parts[0]
-        out = []
-        for i in range(len(parts[0])):
-            pieces = [c for p in parts for c in (p[i].chunks if isinstance(p[i], pa.ChunkedArray) else [p[i]])]
-            if any(a.type != pieces[0].type for a in pieces):
-                return None  # batches of other Arrow types (cast when stored): read the files
-            out.append(pa.concat_arrays(pieces))  # (a take over many chunks cost more than this copy)
-        return out
+        return parts
+
+
+def join(parts: list[list[pa.Array]]) -> list[pa.Array] | None:
+    """One array per column from ``Pending.take``'s pieces; None when pieces of one column
+    differ in Arrow type (the caller reads the files instead)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = []
+    for i in range(len(parts[0])):
+        pieces = [c for p in parts for c in (p[i].chunks if isinstance(p[i], pa.ChunkedArray) else [p[i]])]
+        if any(a.type != pieces[0].type for a in pieces):
+            return None
+        out.append(pa.concat_arrays(pieces))  # (a take over many chunks cost more than this copy)
+    return out
 
 
 class LastBy:

@@ -64,7 +64,7 @@ from disd.storage.checkpoint import (
     write_record,
 )
 from disd.storage.columnwriter import ColumnFileWriter
-from disd.storage.lastby import LastBy, Snapshot
+from disd.storage.lastby import LastBy, Snapshot, join
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
 from disd.storage.transactions import plan_transactions
 from disd.storage.versionstore import LocationVersionError, location_schema
@@ -642,7 +642,8 @@ class Location:
             with self.lock:  # (after apply_lock, the order docs/lastby.md gives)
                 if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
                     raise LocationError(f"location {self.key} was reopened")
-                held = self.lastby.pending.take(a, b)  # type: ignore[union-attr]
+                parts = self.lastby.pending.take(a, b)  # type: ignore[union-attr]
+            held = join(parts) if parts is not None else None  # (the copy, off the lock)
             if held is not None:
                 return held
             self.lastby.rows_read_back += b - a  # type: ignore[union-attr]
