@@ -655,6 +655,7 @@ class Location:
             with self.lock:
                 if self.epoch == epoch and not self.in_error and not self.closed:
                     self._fail(describe_failure("last-by update", e), e)
+                    self.lastby.pending.clear()  # the state will not take them; a reopen starts afresh
             return None
 
     def _read_committed(self, start: int, stop: int) -> pa.Table:
