@@ -203,18 +203,25 @@ class Pending:
     ingestion appended (zero-copy slices of the decoded batches, each ``(first row, columns)``).
 
     Why: a publish's state update used to read its rows back from the column files, and decoding
-    them cost more than the update itself.  The location calls ``add`` and ``truncate`` under its
-    lock, with the same row numbers as its files (a rollback cuts back to the committed rows),
-    and ``take`` under its lock too, with the epoch checked, so what ``take`` returns for rows
-    below the published count are exactly those rows.  Held rows: those between the state and
-    the written rows, i.e. about one flush interval of ingestion."""
+    them was about 30% of its time.  The location calls ``add`` and ``truncate`` under its lock,
+    with the same row numbers as its files (a rollback cuts back to the committed rows, never
+    below the published ones).  ``take`` needs only this object's own lock, not the location's
+    (whose holder may be appending for tens of ms): rows below the published count never change
+    while the epoch stands, and an update that raced a reopen is dropped by ``LastBy``'s
+    generation check whatever it read.  Held rows: those between the state and the written rows,
+    i.e. about one flush interval of ingestion."""
 
     def __init__(self) -> None:
         self._pieces: collections.deque[tuple[int, list[pa.Array]]] = collections.deque()
         self._end = 0  # the row just past the last piece
+        self._lock = threading.Lock()  # a leaf: taken after the location's lock or apply_lock, never before
 
     def add(self, first_row: int, cols: list[pa.Array], segments: list[tuple[int, int]]) -> None:
         """Rows ``[first_row, ...)`` were appended: ``cols``' rows ``[a, b)`` of each segment."""
+        with self._lock:
+            self._add(first_row, cols, segments)
+
+    def _add(self, first_row: int, cols: list[pa.Array], segments: list[tuple[int, int]]) -> None:
         if self._pieces and first_row != self._end:
             self._pieces.clear()  # not contiguous with what is held: none of it can be used
         row = first_row
@@ -227,6 +234,10 @@ class Pending:
 
     def truncate(self, rows: int) -> None:
         """The rows from ``rows`` on are gone (rolled back)."""
+        with self._lock:
+            self._truncate(rows)
+
+    def _truncate(self, rows: int) -> None:
         while self._pieces and self._pieces[-1][0] >= rows:
             self._pieces.pop()
         if self._pieces and self._end > rows:
@@ -235,13 +246,18 @@ class Pending:
         self._end = min(self._end, rows)
 
     def clear(self) -> None:
-        self._pieces.clear()
-        self._end = 0
+        with self._lock:
+            self._pieces.clear()
+            self._end = 0
 
     def take(self, start: int, stop: int) -> list[list[pa.Array]] | None:
         """The pieces of rows ``[start, stop)`` in order (each a list of columns), forgetting
         every held row below ``stop``; None when they are not all held (the caller reads the
-        files).  Only slices: ``join`` copies them, after the caller has released its lock."""
+        files).  Only slices: ``join`` copies them, outside any lock."""
+        with self._lock:
+            return self._take(start, stop)
+
+    def _take(self, start: int, stop: int) -> list[list[pa.Array]] | None:
         while self._pieces and self._pieces[0][0] + len(self._pieces[0][1][0]) <= start:
             self._pieces.popleft()
         if not self._pieces or self._pieces[0][0] > start or self._end < stop:

@@ -639,11 +639,11 @@ class Location:
         assert self.lastby is not None
 
         def read(a: int, b: int) -> pa.Table | list[pa.Array]:
-            with self.lock:  # (after apply_lock, the order docs/lastby.md gives)
-                if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
-                    raise LocationError(f"location {self.key} was reopened")
-                parts = self.lastby.pending.take(a, b)  # type: ignore[union-attr]
-            held = join(parts) if parts is not None else None  # (the copy, off the lock)
+            if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
+                raise LocationError(f"location {self.key} was reopened")
+            # Not under the location lock (see lastby.Pending): ingestion holding it does not stall this.
+            parts = self.lastby.pending.take(a, b)  # type: ignore[union-attr]
+            held = join(parts) if parts is not None else None
             if held is not None:
                 return held
             self.lastby.rows_read_back += b - a  # type: ignore[union-attr]
