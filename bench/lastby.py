@@ -174,7 +174,7 @@ def reads(port: int, n: int, repeat: int) -> tuple[float, float, bool]:
 
 def kills(work: pathlib.Path, n: int, count: int) -> bool:
     """SIGKILL a last-by DIS ``count`` times while rows stream into its log (a writer appends
-    10,000 rows every 20 ms), each time after a checkpoint newer than the last restart's and with
+    10,000 rows every 50 ms, so that three restarts fit in on a loaded machine), each time after a checkpoint newer than the last restart's and with
     published rows past it; True when its state equalled the recomputed last-by after every
     restart and at the end."""
     d = work / "kills"
@@ -190,7 +190,7 @@ def kills(work: pathlib.Path, n: int, count: int) -> bool:
             for a in range(0, n, 10_000):
                 m = min(10_000, n - a)
                 w.write_rows(normalize_columns(schema, random_updates(a, m, KEYS, seed=5)), np.full(m, 3, np.uint8))
-                time.sleep(0.02)
+                time.sleep(0.05)
 
     writer = threading.Thread(target=write)
     writer.start()
