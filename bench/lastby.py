@@ -174,9 +174,9 @@ def reads(port: int, n: int, repeat: int) -> tuple[float, float, bool]:
 
 def kills(work: pathlib.Path, n: int, count: int) -> bool:
     """SIGKILL a last-by DIS ``count`` times while rows stream into its log (a writer appends
-    10,000 rows every 50 ms, so that three restarts fit in on a loaded machine), each time after a checkpoint newer than the last restart's and with
-    published rows past it; True when its state equalled the recomputed last-by after every
-    restart and at the end."""
+    10,000 rows every 50 ms, slow enough that three restarts fit in on a loaded machine), each
+    time after a checkpoint newer than the last restart's and with published rows past it; True
+    when its state equalled the recomputed last-by after every restart and at the end."""
     d = work / "kills"
     d.mkdir()
     dis, port = start_dis(d, True, checkpoint_ms=200)
