@@ -64,7 +64,7 @@ from disd.storage.checkpoint import (
     write_record,
 )
 from disd.storage.columnwriter import ColumnFileWriter
-from disd.storage.lastby import LastBy, Snapshot, join
+from disd.storage.lastby import LastBy, Snapshot
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
 from disd.storage.transactions import plan_transactions
 from disd.storage.versionstore import LocationVersionError, location_schema
@@ -254,7 +254,9 @@ class Location:
         if self.import_config.last_by:  # the state at exactly the checkpointed rows (a file, or rebuilt)
             if self.lastby is None:
                 self.lastby = LastBy(self.schema, self.import_config.last_by, self.import_config.lastby_max_keys)
-            self.lastby.recover(path, fs, record.lastby, rows, self._read_committed, str(self.key))
+            committed = self._fetch(dict(self.committed_sizes))  # (the files, cut to the checkpoint)
+            self.lastby.recover(path, fs, record.lastby, rows,
+                                lambda a, b: colfmt.read_rows(self.schema, None, a, b, committed), str(self.key))
 
     def _use_version(self, schema: TableSchema) -> None:
         """Open the location in ``schema`` (a version of its table): its column files are that
@@ -636,18 +638,10 @@ class Location:
     def _update_lastby(self, rows: int, sizes: dict[str, int], epoch: int, held: bool = False) -> Snapshot | None:
         """Bring the last-by state up to ``rows`` (published, their files' ``sizes``).  Too many
         keys or a failed read stop the location (unless a reopen since made the read moot)."""
-        assert self.lastby is not None
-
         def read(a: int, b: int) -> pa.Table | list[pa.Array]:
             if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
                 raise LocationError(f"location {self.key} was reopened")
-            # Not under the location lock (see lastby.Pending): ingestion holding it does not stall this.
-            parts = self.lastby.pending.take(a, b)  # type: ignore[union-attr]
-            held = join(parts) if parts is not None else None
-            if held is not None:
-                return held
-            self.lastby.rows_read_back += b - a  # type: ignore[union-attr]
-            return colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes))
+            return self.lastby.rows(a, b, lambda: colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes)))  # type: ignore[union-attr]
 
         try:
             return self.lastby.catch_up(rows, read, held)
@@ -657,11 +651,6 @@ class Location:
                     self._fail(describe_failure("last-by update", e), e)
                     self.lastby.pending.clear()  # the state will not take them; a reopen starts afresh
             return None
-
-    def _read_committed(self, start: int, stop: int) -> pa.Table:
-        """Committed rows ``[start, stop)`` from the files (their buffers flushed): the last-by
-        state's input."""
-        return colfmt.read_rows(self.schema, None, start, stop, self._fetch(dict(self.committed_sizes)))
 
     def read_table(self, columns: list[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
         """Published rows ``[start, stop)`` as a Table with the schema's Arrow types."""
