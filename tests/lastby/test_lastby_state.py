@@ -146,3 +146,54 @@ def test_a_table_view_takes_each_key_from_the_latest_column_partition():
                    ["Sym"], "Date", a.schema)
     expected = last_by(pa.concat_tables([a, b]), ["Sym"])
     assert view.drop_columns(["Date"]).sort_by("Sym").equals(expected.sort_by("Sym"))
+
+
+def _ingest(srv, feeder, table, flags) -> None:
+    """Rows with their transaction flags into KEY as the Ingest service would (one frame)."""
+    import numpy as np
+
+    from disd.binlog import normalize_columns
+    from disd.binlog.format import decode_frames, encode_frame, encode_rows, scan_frames
+
+    schema = srv.schemas.get(KEY.namespace, KEY.table)
+    payload, rows = encode_rows(schema, normalize_columns(schema, table), np.asarray(flags, np.uint8))
+    frame = encode_frame(payload, rows)
+    base = feeder.offsets.get(KEY, 4096)
+    run = scan_frames(frame, base, schema)
+    srv.engine.location(KEY).ingest(feeder.log_name(KEY), run, decode_frames(frame, base, run, schema))
+    feeder.offsets[KEY] = base + len(frame)
+
+
+def test_state_takes_only_committed_rows_from_the_appended_arrays(tmp_path):
+    """The state's input comes from the arrays ingestion appended: rows of an open transaction
+    are not in it at a publish, rolled-back and abandoned rows never, and a value equal to its
+    column's null sentinel is null as a read of the files returns it."""
+    START, END, NONE = 1, 2, 0
+    srv = _server(tmp_path / "db")
+    try:
+        feeder = Feeder(srv)
+        loc = srv.engine.location(KEY)
+        sentinel = srv.schemas.get("Market", "Trade").column("Size").type.null_sentinel
+        t = random_updates(0, 400, 50, seed=6)
+        t = t.set_column(3, "Size", pa.array([sentinel if i % 7 == 0 else i for i in range(400)], pa.int32()))
+        # rows 0-99 commit one by one; 100-149 open a transaction left open at the publish
+        _ingest(srv, feeder, t.slice(0, 150), [0] * 100 + [START] + [NONE] * 49)
+        loc.flush()
+        assert loc.published_rows == 100 and loc.lastby.snapshot().rows == 100
+        assert loc.lastby.snapshot().table.equals(last_by(loc.read_table(), ["Sym"]))
+        loc.rollback()  # the open transaction's rows go
+        # a transaction abandoned by a second Start inside one frame, then committed rows
+        _ingest(srv, feeder, t.slice(150, 100), [START] + [NONE] * 29 + [START] + [NONE] * 68 + [END])
+        _ingest(srv, feeder, t.slice(250, 150), [0] * 150)
+        loc.flush()
+        assert loc.published_rows == 100 + 70 + 150
+        state = loc.lastby.snapshot()
+        assert state.rows == loc.published_rows
+        rows = loc.read_table()
+        assert state.table.equals(last_by(rows, ["Sym"]))
+        assert rows["Size"].null_count > 0 and state.table["Size"].null_count > 0  # sentinels read as null
+        assert loc.lastby.rows_read_back == 0  # every publish's rows came from the appended arrays
+        kept = pa.concat_tables([t.slice(0, 100), t.slice(180, 70), t.slice(250, 150)])
+        assert rows.column("Sym").equals(kept.column("Sym"))  # what the files hold: no rolled-back rows
+    finally:
+        srv.stop(0.5)

@@ -7,10 +7,17 @@ the answer without scanning the day's rows, and the DIS already sees every row a
 
 The state is an Arrow table in the location's columns, one row per key, keys in the order they
 first appeared, plus the key of each row (``_keys``) that the next batch is matched against.  It
-is never mutated: each publish builds a new one (``pyarrow`` take over the old state and the
-batch's last rows, O(keys + batch rows), no per-row Python), so a reader holds a consistent
-snapshot without a lock.  Invariant: ``state.rows`` is the location's published row count and the
-state is exactly the last-by of rows ``[0, rows)``.
+is never mutated: each publish builds a new one (one hash pass over the state's keys and the
+batch's, then a ``pyarrow`` take over the old state and the batch's last row per key, no per-row
+Python), so a reader holds a consistent snapshot without a lock.  Invariant: ``state.rows`` is
+the location's published row count and the state is exactly the last-by of rows ``[0, rows)``.
+
+Input: the rows a publish adds are taken from ``Pending``, the Arrow arrays ingestion appended
+(zero-copy slices, dropped again on rollback), not read back from the column files: decoding the
+bytes just written cost more than the state update itself.  ``stored`` turns them into exactly
+what a read of the files returns (a fixed-width value equal to its null sentinel reads as null),
+so the state never depends on which path its rows came by; when ``Pending`` does not hold the
+rows (after a restart, a reopen) they are read from the files.
 
 Durability (docs/lastby.md): at each checkpoint the state at exactly the checkpointed row count
 is written as an Arrow IPC stream to ``lastby.<rows>.arrow`` (temp, fsync, rename, directory
@@ -38,7 +45,10 @@ import structlog
 from disd.binlog.format import crc32c
 from disd.errors import DisError
 from disd.schema import TableSchema
+from disd.schema import ColumnType
+from disd.storage import columns as colfmt
 from disd.storage.fsio import FileSystem, read_file, write_file
+from disd.storage.lastbyfeed import Pending, join
 
 log = structlog.get_logger(__name__)
 
@@ -61,16 +71,52 @@ def state_file_name(rows: int) -> str:
     return f"{PREFIX}{rows}{SUFFIX}"
 
 
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """An empty table of ``schema``.  Not ``Schema.empty_table()``: that imports pandas, which
+    cost a DIS 0.25-0.45 s of ingestion (holding the GIL) when its first last-by location opened."""
+    return pa.Table.from_batches([], schema)
+
+
+def _indices(values: np.ndarray) -> pa.Array:
+    """An int64 numpy array as an Arrow array without a copy.  Not ``pa.array``: its first call
+    imports pandas (when installed), 0.25-0.45 s with the GIL held on a DIS that never needs it."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _codes(arr: pa.Array) -> np.ndarray:
+    """The values of an integer Arrow array without nulls (dictionary indices) as numpy, no copy."""
+    dtype = np.dtype(f"<i{arr.type.bit_width // 8}")
+    return np.frombuffer(arr.buffers()[1], dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+
+
+def stored(column, arr: pa.Array | pa.ChunkedArray) -> pa.Array:  # noqa: ANN001 - a schema Column
+    """``arr`` as a read of the column files returns it: the column's Arrow type, and for
+    fixed-width types a value equal to the null sentinel as null (``columns.encode_fixed`` then
+    ``decode_fixed``, numpy only).  Strings are stored as given (nulls stay nulls)."""
+    if column.type is ColumnType.STRING:  # (chunks stay chunks: a key column is hashed as it is)
+        return arr if arr.type == pa.string() else arr.cast(pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks else pa.nulls(0, arr.type)
+    return colfmt.decode_fixed(column, colfmt.encode_fixed(column, arr), len(arr))
+
+
 def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
     """One hashable value per row for the key columns.  A single column is its own key; several
     are joined into one string, each part prefixed by its length (``3:abc|N|5:12345``, ``N`` for
     null) so no two different tuples of values can produce the same string."""
-    if len(keys) == 1:
-        col = table.column(keys[0])
-        return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return _combined([table.column(k) for k in keys])
+
+
+def _combined(columns: list[pa.Array | pa.ChunkedArray]) -> pa.Array:
+    if len(columns) == 1:
+        col = columns[0]
+        if isinstance(col, pa.ChunkedArray):  # (an empty one's combine_chunks imports pandas)
+            col = pa.concat_arrays(col.chunks) if col.num_chunks else pa.nulls(0, col.type)
+        return col
     parts = []
-    for k in keys:
-        s = pc.cast(table.column(k), pa.string())
+    for col in columns:
+        s = pc.cast(col, pa.string())
         part = pc.binary_join_element_wise(pc.cast(pc.utf8_length(s), pa.string()), s, ":")
         parts.append(pc.fill_null(part, "N"))
     out = pc.binary_join_element_wise(*parts, "|")
@@ -110,7 +156,7 @@ def combine(parts: list[tuple[Any, pa.Table]], keys: Iterable[str], partition_co
         tables.append(t.append_column(out_schema.field(partition_column),
                                       pa.array([key.column_partition] * len(t), pa.string())))
     if not tables:
-        return out_schema.empty_table()
+        return empty_table(out_schema)
     both = pa.concat_tables(tables)
     return both if len(tables) == 1 else last_by(both, keys)
 
@@ -162,7 +208,10 @@ class LastBy:
         self.keys = keys
         self.max_keys = max_keys
         self.arrow_schema = schema.arrow_schema()
-        empty = self.arrow_schema.empty_table()
+        self._key_index = [schema.column_names.index(k) for k in keys]
+        self.pending = Pending()  # appended rows not yet absorbed (fed by the location)
+        self.rows_read_back = 0  # rows a publish had to read from the files (Pending did not hold them)
+        empty = empty_table(self.arrow_schema)
         self._state = Snapshot(empty, combined_key(empty, keys), 0, 0)
         self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque()
         self._lock = threading.Lock()  # guards _state's replacement and _deltas
@@ -178,7 +227,17 @@ class LastBy:
     def snapshot(self) -> Snapshot:
         return self._state
 
-    def catch_up(self, rows: int, read: Callable[[int, int], pa.Table], held: bool = False) -> Snapshot:
+    def rows(self, start: int, stop: int, read_files: Callable[[], pa.Table]) -> pa.Table | list[pa.Array]:
+        """Rows ``[start, stop)`` for an update: from ``pending`` when it holds them (copied
+        here, outside every lock), else ``read_files()`` (counted in ``rows_read_back``)."""
+        parts = self.pending.take(start, stop)
+        held = join(parts) if parts is not None else None
+        if held is not None:
+            return held
+        self.rows_read_back += stop - start
+        return read_files()
+
+    def catch_up(self, rows: int, read: Callable[[int, int], pa.Table | list[pa.Array]], held: bool = False) -> Snapshot:
         """Bring the state up to ``rows`` published rows, reading the rows it lacks with
         ``read(start, stop)``; ``held``: the caller holds ``apply_lock``."""
         with contextlib.nullcontext() if held else self.apply_lock:
@@ -187,12 +246,17 @@ class LastBy:
                 self.apply(read(s.rows, rows), rows, generation)
             return self._state
 
-    def apply(self, batch: pa.Table, rows_after: int, generation: int | None = None) -> None:
-        """Absorb newly published rows (``batch``, the rows ``[state.rows, rows_after)``).
-        Raises LastByLimitError, leaving the state as it was, when the keys would exceed the
-        limit.  Dropped when ``recover`` ran since ``generation`` was read."""
+    def apply(self, batch: pa.Table | list[pa.Array], rows_after: int, generation: int | None = None) -> None:
+        """Absorb newly published rows (``batch``, the rows ``[state.rows, rows_after)``: a table
+        read from the files, or the columns ``Pending`` held, in schema order).  Raises
+        LastByLimitError, leaving the state as it was, when the keys would exceed the limit.
+        Dropped when ``recover`` ran since ``generation`` was read."""
         s = self._state
-        n = len(batch)
+        cols = list(batch.columns) if isinstance(batch, pa.Table) else batch
+        if len(cols) != len(self.schema.columns):
+            raise LastByError(f"table {self.schema.key}: last-by state given {len(cols)} columns, "
+                              f"the location has {len(self.schema.columns)}")
+        n = len(cols[0])
         if n != rows_after - s.rows:
             raise LastByError(f"table {self.schema.key}: last-by state at {s.rows} rows given {n} rows "
                               f"to reach {rows_after}")
@@ -202,25 +266,39 @@ class LastBy:
         # unique and in order, so they get codes 0..k-1 (their slots), and the batch's new keys
         # the next codes in order of first appearance; the dictionary is the new state's keys.
         k = len(s.keys)
-        bkey = combined_key(batch, self.keys)
-        enc = pc.dictionary_encode(pa.concat_arrays([s.keys, bkey]) if k else bkey, null_encoding="encode")
-        total = len(enc.dictionary)
+        if len(self._key_index) == 1:
+            bkey = stored(self.schema.columns[self._key_index[0]], cols[self._key_index[0]])
+        else:
+            bkey = _combined([stored(self.schema.columns[i], cols[i]) for i in self._key_index])
+        chunks = [s.keys, *(bkey.chunks if isinstance(bkey, pa.ChunkedArray) else [bkey])]
+        enc = pc.dictionary_encode(pa.chunked_array(chunks, s.keys.type), null_encoding="encode")  # no concat
+        dictionary = enc.chunks[-1].dictionary  # (every chunk's codes index the final dictionary)
+        total = len(dictionary)
         if total > self.max_keys:
             raise LastByLimitError(
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
-        codes = enc.indices.to_numpy(zero_copy_only=False)[k:]
+        codes = np.concatenate([_codes(c.indices) for c in enc.chunks])[k:]
         last = np.full(total, -1, np.int64)
         np.maximum.at(last, codes, np.arange(n, dtype=np.int64))  # each key's last row in the batch
         changed = np.flatnonzero(last >= 0)
-        idx = np.arange(total, dtype=np.int64)
-        idx[changed] = k + last[changed]
-        table = pa.concat_tables([s.table, batch]).take(pa.array(idx))
-        delta = table.take(pa.array(changed)) if self.subscribers else None
+        # Only the batch's last row of each key is taken (and made ``stored``), then the new
+        # state is one take over the old state and those rows: O(keys), not O(batch), columns.
+        picked = _indices(last[changed])
+        delta = pa.Table.from_arrays([stored(c, arr.take(picked)) for c, arr in zip(self.schema.columns, cols)],
+                                     schema=self.arrow_schema).combine_chunks()
+        if k == 0:  # every key is new and ``changed`` is every slot in order
+            table = delta
+        else:
+            idx = np.arange(total, dtype=np.int64)
+            idx[changed] = k + np.arange(len(changed), dtype=np.int64)
+            table = pa.concat_tables([s.table, delta]).combine_chunks().take(_indices(idx))
+        if not self.subscribers:
+            delta = None
         with self._lock:
             if generation is not None and generation != self._generation:
                 return
-            self._state = Snapshot(table, enc.dictionary, rows_after, s.seq + 1)
+            self._state = Snapshot(table, dictionary, rows_after, s.seq + 1)
             if delta is None:
                 self._deltas.clear()
                 return
@@ -235,7 +313,7 @@ class LastBy:
         deltas kept (or the state was reloaded since)."""
         s = self._state
         if seq == s.seq:
-            return False, self.arrow_schema.empty_table(), seq, s.rows
+            return False, empty_table(self.arrow_schema), seq, s.rows
         with self._lock:
             deltas = [t for q, t in self._deltas if seq < q <= s.seq]
             complete = bool(self._deltas) and self._deltas[0][0] <= seq + 1 and len(deltas) == s.seq - seq
@@ -265,10 +343,11 @@ class LastBy:
                 read_rows: Callable[[int, int], pa.Table], where: str) -> None:
         """Set the state to the last-by of the checkpointed ``rows``: from the file ``ref`` names
         when it checks out, else rebuilt from the rows (logged)."""
-        empty = self.arrow_schema.empty_table()
+        empty = empty_table(self.arrow_schema)
         with self._lock:
             self._generation += 1
             self._state = Snapshot(empty, combined_key(empty, self.keys), 0, self._state.seq + 1)
+            self.pending.clear()
             self._deltas.clear()
             self._delta_rows = 0
         self.durable_ref = None
@@ -340,12 +419,15 @@ def remove_stale(directory: str, fs: FileSystem, keep: str | None) -> None:
 
 
 def metric_families(locations: Iterable[Any]) -> Iterator[Any]:
-    """``dis_lastby_keys`` and ``dis_lastby_state_bytes`` per location with a last-by state."""
+    """``dis_lastby_keys``, ``dis_lastby_state_bytes`` and ``dis_lastby_rows`` per location with
+    a last-by state (the rows: how far the state has caught up with ``dis_location_rows``)."""
     from prometheus_client.core import GaugeMetricFamily
 
     lbl = ["table", "location"]
     keys = GaugeMetricFamily("dis_lastby_keys", "Keys in the location's last-by state", labels=lbl)
     size = GaugeMetricFamily("dis_lastby_state_bytes", "Bytes of the location's last-by state in memory", labels=lbl)
+    rows = GaugeMetricFamily("dis_lastby_rows", "Published rows the location's last-by state is the last-by of",
+                             labels=lbl)
     for loc in locations:
         lb = getattr(loc, "lastby", None)
         if lb is None:
@@ -354,5 +436,7 @@ def metric_families(locations: Iterable[Any]) -> Iterator[Any]:
         labels = [loc.key.table_key, str(loc.key)]
         keys.add_metric(labels, len(s.table))
         size.add_metric(labels, s.nbytes)
+        rows.add_metric(labels, s.rows)
     yield keys
     yield size
+    yield rows

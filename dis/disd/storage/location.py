@@ -254,7 +254,9 @@ class Location:
         if self.import_config.last_by:  # the state at exactly the checkpointed rows (a file, or rebuilt)
             if self.lastby is None:
                 self.lastby = LastBy(self.schema, self.import_config.last_by, self.import_config.lastby_max_keys)
-            self.lastby.recover(path, fs, record.lastby, rows, self._read_committed, str(self.key))
+            committed = self._fetch(dict(self.committed_sizes))  # (the files, cut to the checkpoint)
+            self.lastby.recover(path, fs, record.lastby, rows,
+                                lambda a, b: colfmt.read_rows(self.schema, None, a, b, committed), str(self.key))
 
     def _use_version(self, schema: TableSchema) -> None:
         """Open the location in ``schema`` (a version of its table): its column files are that
@@ -450,6 +452,8 @@ class Location:
                     string_ends.setdefault(c.name, []).append(ends)
                 else:
                     self.writers[colfmt.file_names(c)[0]].append(colfmt.encode_fixed(c, part))
+        if self.lastby is not None:  # its next update takes these arrays rather than reading the files
+            self.lastby.pending.add(self.written_rows, cols, segments)
         return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in string_ends.items()}
 
     def append_committed(self, cols: list[pa.Array], source: SourcePosition, nbytes: int = 0,
@@ -503,6 +507,8 @@ class Location:
         for name, w in self.writers.items():
             w.truncate_to(self.committed_sizes[name])
         self.written_rows = self.committed_rows
+        if self.lastby is not None:
+            self.lastby.pending.truncate(self.committed_rows)
         self.txn_open = False
         if rolled:
             self.import_state["rows_rolled_back"] += rolled
@@ -632,12 +638,10 @@ class Location:
     def _update_lastby(self, rows: int, sizes: dict[str, int], epoch: int, held: bool = False) -> Snapshot | None:
         """Bring the last-by state up to ``rows`` (published, their files' ``sizes``).  Too many
         keys or a failed read stop the location (unless a reopen since made the read moot)."""
-        assert self.lastby is not None
-
-        def read(a: int, b: int) -> pa.Table:
+        def read(a: int, b: int) -> pa.Table | list[pa.Array]:
             if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
                 raise LocationError(f"location {self.key} was reopened")
-            return colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes))
+            return self.lastby.rows(a, b, lambda: colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes)))  # type: ignore[union-attr]
 
         try:
             return self.lastby.catch_up(rows, read, held)
@@ -645,12 +649,8 @@ class Location:
             with self.lock:
                 if self.epoch == epoch and not self.in_error and not self.closed:
                     self._fail(describe_failure("last-by update", e), e)
+                    self.lastby.pending.clear()  # the state will not take them; a reopen starts afresh
             return None
-
-    def _read_committed(self, start: int, stop: int) -> pa.Table:
-        """Committed rows ``[start, stop)`` from the files (their buffers flushed): the last-by
-        state's input."""
-        return colfmt.read_rows(self.schema, None, start, stop, self._fetch(dict(self.committed_sizes)))
 
     def read_table(self, columns: list[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
         """Published rows ``[start, stop)`` as a Table with the schema's Arrow types."""
