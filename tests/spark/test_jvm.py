@@ -12,6 +12,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -274,11 +275,14 @@ def test_reads_while_rows_are_ingested_see_whole_published_batches(spark, fresh_
     errors: list[BaseException] = []
 
     def ingest() -> None:
+        # Paced and open-ended (until the reads are done), so the rows keep arriving during every
+        # read however long the first query takes to plan: an unpaced feeder can finish before it.
         try:
             n = 0
-            while not stop.is_set() and n < 600_000:
+            while not stop.is_set():
                 feeder.append(K1, trade_rows(n, step))
                 n += step
+                time.sleep(0.05)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
