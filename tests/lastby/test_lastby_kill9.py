@@ -27,17 +27,22 @@ from .support_lastby import random_updates, with_last_by
 pytestmark = pytest.mark.slow
 
 KEYS = 100_000
-FRAMES, PER_FRAME = 300, 1000  # 300,000 rows
+# At least 300,000 rows; the writer goes on (up to 1,500,000) until the kills are done, so on a
+# loaded machine rows still arrive for every kill instead of all being in before the last one.
+MIN_FRAMES, MAX_FRAMES, PER_FRAME = 300, 1500, 1000
 KILLS = 5
 
 
-def _writer(path, done: threading.Event) -> None:
+def _writer(path, stop: threading.Event, written: list[int]) -> None:
+    """Frames of ``PER_FRAME`` rows every 20 ms: at least ``MIN_FRAMES``, then until ``stop``."""
     with BinlogWriter(path, TRADE) as w:
-        for i in range(FRAMES):
+        i = 0
+        while i < MIN_FRAMES or (not stop.is_set() and i < MAX_FRAMES):
             w.write_rows(normalize_columns(TRADE, random_updates(i * PER_FRAME, PER_FRAME, KEYS, seed=7)),
                          np.full(PER_FRAME, 3, np.uint8))
+            i += 1
+            written[0] = i * PER_FRAME
             time.sleep(0.02)
-    done.set()
 
 
 def _served(client) -> tuple[int, object]:
@@ -84,8 +89,8 @@ def test_state_survives_kill9_and_equals_the_last_by_of_the_rows(tmp_path):
     cfg = tmp_path / "dis.yaml"
     cfg.write_text(yaml.safe_dump(settings))
     tcfg = write_tailer_config(tmp_path, port, logs, poll_interval_ms=50, max_backoff_ms=300)
-    done = threading.Event()
-    writer = threading.Thread(target=_writer, args=(logs / log_name("q"), done))
+    stop, written = threading.Event(), [0]
+    writer = threading.Thread(target=_writer, args=(logs / log_name("q"), stop, written))
     dis = start_dis_process(tmp_path, cfg)
     tailer = start_tailer(tmp_path, tcfg)
     writer.start()
@@ -104,9 +109,10 @@ def test_state_survives_kill9_and_equals_the_last_by_of_the_rows(tmp_path):
                 rows, state = _served(c)
                 assert state is not None and state.equals(last_by(c.read_table("Market", "Trade").slice(0, rows)
                                                                   .drop_columns(["Date"]), ["Sym"]))
-            assert checkpoints[-1] < FRAMES * PER_FRAME, "the last kill came after every row was in"
+            stop.set()
             writer.join(60)
-            total = FRAMES * PER_FRAME
+            total = written[0]
+            assert checkpoints[-1] < total, "the last kill came after every row was in"
             wait_for(lambda: _served(c)[0] == total, 60, what="every row after the kills")
             rows, state = _served(c)
             everything = c.read_table("Market", "Trade").drop_columns(["Date"])
@@ -116,6 +122,7 @@ def test_state_survives_kill9_and_equals_the_last_by_of_the_rows(tmp_path):
             assert state.equals(last_by(everything, ["Sym"]))
             assert c.last_by("Market", "Trade").num_rows == KEYS
     finally:
+        stop.set()
         if tailer.alive():
             assert tailer.terminate() == 0, tailer.log_text()[-3000:]
         if dis.alive():
