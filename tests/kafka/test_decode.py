@@ -76,3 +76,49 @@ def test_binlog_frames_one_or_more_a_message():
     assert out.ok.tolist() == [True, True, False]
     assert dict(zip(TRADE.column_names, out.columns))["Size"].to_pylist() == [0, 1, 2, 3, 4]
     assert out.row_offsets.tolist() == [10, 10, 10, 11, 11]
+
+
+def test_decode_many_equals_each_batch_alone_and_gives_way_to_poison():
+    """Several partitions' batches decoded in one pass give exactly the columns and offsets of
+    decoding each alone; a poison message in any of them makes it decline (None), so the
+    caller decodes each partition alone and the bad message costs only its own partition."""
+    d = decoder(columns={"Timestamp": "timestamp", "Sym": "key", "Price": "value.p", "Size": "partition"})
+
+    def part(p, first, n):
+        vals = [json.dumps({"p": first + i + 0.5}).encode() for i in range(n)]
+        keys = [f"K{p}".encode()] * n
+        return Batch(vals, np.arange(first, first + n, dtype=np.int64), np.full(n, 1_795_392_000_123, np.int64), p,
+                     keys=keys)
+
+    batches = [part(0, 100, 3), part(1, 7, 1), part(2, 50, 4)]
+    many = d.decode_many(batches)
+    assert many is not None and len(many) == 3
+    for b, got in zip(batches, many):
+        alone = d.decode(b)
+        assert [c.to_pylist() for c in got.columns] == [c.to_pylist() for c in alone.columns]
+        assert got.row_offsets.tolist() == alone.row_offsets.tolist() == b.offsets.tolist()
+        assert not got.poison
+    sizes = dict(zip(TRADE.column_names, many[2].columns))["Size"].to_pylist()
+    assert sizes == [2, 2, 2, 2]  # the partition of each row, not the first batch's
+    bad = part(1, 7, 2)
+    bad = Batch([bad.values[0], b"{not json"], bad.offsets, bad.timestamps_ms, 1, keys=bad.keys)
+    assert d.decode_many([batches[0], bad, batches[2]]) is None
+    assert d.decode(bad).poison and d.decode(bad).num_rows == 1
+
+
+def test_decode_many_of_binlog_frames_splits_rows_by_message():
+    """Binary-log values hold any number of rows a message: the rows go back to their batch."""
+    d = decoder(format="binlog")
+    cols = normalize_columns(TRADE, {"Timestamp": np.array([1_795_392_000_000_000_000] * 5, "datetime64[ns]"),
+                                     "Sym": ["A", "B", "C", "D", "E"], "Price": [1.0, 2, 3, 4, 5],
+                                     "Size": [1, 2, 3, 4, 5]})
+
+    def frame(lo, hi):
+        return encode_frame(*encode_rows(TRADE, [c.slice(lo, hi - lo) for c in cols], np.full(hi - lo, 3, np.uint8)))
+
+    b1 = batch([frame(0, 2), frame(2, 3)], offsets=[5, 6])
+    b2 = Batch([frame(3, 5)], np.array([9], np.int64), np.full(1, -1, np.int64), 2)
+    many = d.decode_many([b1, b2])
+    assert many is not None
+    assert many[0].row_offsets.tolist() == [5, 5, 6] and many[1].row_offsets.tolist() == [9, 9]
+    assert dict(zip(TRADE.column_names, many[1].columns))["Size"].to_pylist() == [4, 5]
