@@ -19,7 +19,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,37 +160,10 @@ class SourceConsumer:
                 if len(batch):
                     work.append((st, batch))
         decoded = self.decoder.decode_many([b for _, b in work]) if len(work) > 1 else None
-        routes = self._open_new_locations(work, decoded) if decoded else [None] * len(work)
         for i, (st, batch) in enumerate(work):
-            self._process(st, batch, self._unpublished, decoded[i] if decoded else None, routes[i])
+            self._process(st, batch, self._unpublished, decoded[i] if decoded else None)
         if fetched and fetched[-1].drained:
             self._publish_caught_up(self._unpublished)
-
-    def _open_new_locations(self, work: list, decoded: list[Decoded]) -> list[dict[str, np.ndarray | None]]:
-        """Each batch's rows by column partition; the locations none of its partitions had yet
-        are opened side by side (creating one is mostly directory and file fsyncs, which let go
-        of the GIL): when a new date begins, every partition needs its location at once, and one
-        after the other they held up the loop for tens of milliseconds.  A location that cannot
-        be opened here is left to ``_location``, which names the error in its place."""
-        routes = [self._route(dec.columns, dec.num_rows) for dec in decoded]
-        missing = [(st, cp) for (st, _), r in zip(work, routes) for cp in r if cp not in st.locations]
-        if len(missing) > 1:
-            s = self.src.schema
-
-            def open_one(m: tuple[PartitionState, str]) -> Any:
-                try:
-                    return self.engine.location(LocationKey(s.namespace, s.table, m[0].internal_partition, m[1]),
-                                                create=True, version=s.version)
-                except Exception:  # noqa: BLE001 - _location opens it again and reports
-                    return None
-
-            with ThreadPoolExecutor(len(missing), thread_name_prefix=f"dis-kafka-open-{self.src.name}") as ex:
-                opened = list(ex.map(open_one, missing))
-            for (st, cp), loc in zip(missing, opened):
-                if loc is not None and cp not in st.locations:
-                    st.locations[cp] = loc
-                    st.epochs[cp] = loc.epoch
-        return routes
 
     def _publish_caught_up(self, written: set) -> None:
         """The client had no more messages: publish the rows just written now rather than at
@@ -359,11 +331,9 @@ class SourceConsumer:
             return batch.take(np.flatnonzero(batch.offsets >= st.next_offset))
         return batch
 
-    def _process(self, st: PartitionState, batch: Batch, written: set, dec: Decoded | None = None,
-                 route: dict[str, np.ndarray | None] | None = None) -> None:
+    def _process(self, st: PartitionState, batch: Batch, written: set, dec: Decoded | None = None) -> None:
         """One partition's messages (in offset order, none written yet): decode (unless ``dec``,
-        decoded with the other partitions' of the same ``consume``, and ``route``d), route to
-        locations, commit."""
+        decoded with the other partitions' of the same ``consume``), route to locations, commit."""
         nbytes = sum(map(len, filter(None, batch.values)))
         st.messages += len(batch)
         st.bytes += nbytes
@@ -381,7 +351,7 @@ class SourceConsumer:
                 log.error("kafka poison message", source=st.source, topic=st.topic, partition=st.partition,
                           offset=int(batch.offsets[i]), error=reason, policy=self.src.on_poison)
         try:
-            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes, written, route)
+            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes, written)
         except LocationError as e:
             loc = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
             if loc is not None:
@@ -404,17 +374,14 @@ class SourceConsumer:
                   next_offset=st.next_offset, error=why)
 
     def _commit(self, st: PartitionState, cols: list[pa.Array], row_offsets: np.ndarray, end: int,
-                keep_below: int | None, nbytes: int, written: set,
-                route: dict[str, np.ndarray | None] | None = None) -> None:
+                keep_below: int | None, nbytes: int, written: set) -> None:
         """Append each column partition's rows to its location with the next offset ``end``;
-        every other location of the partition only moves its offset (never back).  ``route``:
-        the rows' column partitions, when known already (of all rows: none is kept back)."""
+        every other location of the partition only moves its offset (never back)."""
         if keep_below is not None and len(row_offsets):
             n = int(np.searchsorted(row_offsets, keep_below, side="left"))
             cols, row_offsets = [c.slice(0, n) for c in cols], row_offsets[:n]
-            route = None
         position = SourcePosition(None, end, 0, st.topic, st.partition)
-        by_partition = route if route is not None else self._route(cols, len(row_offsets))
+        by_partition = self._route(cols, len(row_offsets))
         done = set()
         for cp, idx in by_partition.items():
             loc = self._location(st, cp)
