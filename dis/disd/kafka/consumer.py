@@ -27,7 +27,7 @@ import pyarrow as pa
 import structlog
 
 from disd.kafka.config import KafkaConfig, SourceConfig
-from disd.kafka.decode import Batch, Decoded, Decoder
+from disd.kafka.decode import Batch, Decoder
 from disd.kafka.fetcher import Fetcher
 from disd.names import LocationKey
 from disd.storage import LocationError, StorageEngine
@@ -147,21 +147,16 @@ class SourceConsumer:
             fetched = self._fetcher.queue.get(timeout=0.1)
         except queue.Empty:
             return
-        for f in fetched:  # errors first: they may stop a partition, whose batch is then dropped
+        for f in fetched:
             if f.lost:
                 self._reseek_all()
-            elif f.error is not None:
+                continue
+            if f.error is not None:
                 self._message_error(f.error)
-        work = []
-        for f in fetched:
+                continue
             st = self.partitions.get(f.partition)
             if f.batch is not None and st is not None and st.assigned and st.generation == f.generation:
-                batch = self._unwritten(st, f.batch)
-                if len(batch):
-                    work.append((st, batch))
-        decoded = self.decoder.decode_many([b for _, b in work]) if len(work) > 1 else None
-        for i, (st, batch) in enumerate(work):
-            self._process(st, batch, self._unpublished, decoded[i] if decoded else None)
+                self._process(st, f.batch, self._unpublished)
         if fetched and fetched[-1].drained:
             self._publish_caught_up(self._unpublished)
 
@@ -324,21 +319,16 @@ class SourceConsumer:
             log.warning("kafka client error", source=self.src.name, error=text)
         self.last_client_error = text
 
-    @staticmethod
-    def _unwritten(st: PartitionState, batch: Batch) -> Batch:
-        """The batch less the messages already written (below the partition's next offset)."""
-        if st.next_offset >= 0 and batch.offsets[0] < st.next_offset:
-            return batch.take(np.flatnonzero(batch.offsets >= st.next_offset))
-        return batch
-
-    def _process(self, st: PartitionState, batch: Batch, written: set, dec: Decoded | None = None) -> None:
-        """One partition's messages (in offset order, none written yet): decode (unless ``dec``,
-        decoded with the other partitions' of the same ``consume``), route to locations, commit."""
+    def _process(self, st: PartitionState, batch: Batch, written: set) -> None:
+        """One partition's messages (in offset order): decode, route to locations, commit."""
+        if st.next_offset >= 0 and batch.offsets[0] < st.next_offset:  # already written
+            batch = batch.take(np.flatnonzero(batch.offsets >= st.next_offset))
+            if not len(batch):
+                return
         nbytes = sum(map(len, filter(None, batch.values)))
         st.messages += len(batch)
         st.bytes += nbytes
-        if dec is None:
-            dec = self.decoder.decode(batch)
+        dec = self.decoder.decode(batch)
         end = int(batch.offsets[-1]) + 1
         keep_below = None
         if dec.poison:

@@ -64,8 +64,6 @@ class Batch:
     partition: int
     keys: list[bytes | None] | None = None
     headers: list[Any] | None = None
-    #: each message's partition, in a batch joined from several partitions' (``Batch.join``)
-    partitions: np.ndarray | None = None
 
     @classmethod
     def of(cls, messages: Sequence[Any], need_keys: bool = False, need_headers: bool = False,
@@ -98,15 +96,6 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.values)
-
-    @classmethod
-    def join(cls, batches: Sequence["Batch"]) -> "Batch":
-        """Several partitions' batches as one, in the order given (``Decoder.decode_many``)."""
-        return cls([v for b in batches for v in b.values], np.concatenate([b.offsets for b in batches]),
-                   np.concatenate([b.timestamps_ms for b in batches]), batches[0].partition,
-                   None if batches[0].keys is None else [k for b in batches for k in b.keys],
-                   None if batches[0].headers is None else [h for b in batches for h in b.headers],
-                   np.repeat([b.partition for b in batches], [len(b) for b in batches]).astype(np.int64))
 
 
 class Decoder:
@@ -153,27 +142,6 @@ class Decoder:
         else:
             cols, offsets = self.decode(good).columns, np.zeros(0, np.int64)
         return Decoded(cols, offsets, ok, poison)
-
-    def decode_many(self, batches: Sequence[Batch]) -> list[Decoded] | None:
-        """Several partitions' batches (one ``consume``) in one pass: one JSON read (or one frame
-        scan) and one conversion instead of one each, the columns then sliced back per batch
-        (zero-copy).  None when any message is poison: the caller then decodes each batch
-        alone (``decode``), so a bad message of one partition stops or is skipped in its own
-        partition only and never costs another partition's rows."""
-        if not all(len(b) for b in batches):
-            return None
-        try:
-            cols, rows_per = self._decode_all(Batch.join(batches))
-        except PoisonMessage:
-            return None
-        ends = np.cumsum([len(b) for b in batches])
-        row_ends = np.concatenate(([0], np.cumsum(rows_per)[ends - 1])).tolist()
-        out = []
-        for i, b in enumerate(batches):
-            r0, r1 = row_ends[i], row_ends[i + 1]
-            per = rows_per[ends[i] - len(b):ends[i]]
-            out.append(Decoded([c.slice(r0, r1 - r0) for c in cols], np.repeat(b.offsets, per), np.ones(len(b), bool)))
-        return out
 
     def _decode_all(self, batch: Batch) -> tuple[list[pa.Array], np.ndarray]:
         if self.src.format == "binlog":
@@ -274,8 +242,7 @@ class Decoder:
         if c.part == "offset":
             return pa.array(batch.offsets)
         if c.part == "partition":
-            return pa.array(batch.partitions if batch.partitions is not None else
-                            np.full(len(batch), batch.partition, np.int64))
+            return pa.array(np.full(len(batch), batch.partition, np.int64))
         if c.part == "timestamp":
             ts = batch.timestamps_ms
             ctype = self.schema.column(c.column).type
