@@ -75,9 +75,9 @@ def test_poison_stops_then_skip_passes_over(tmp_path, mock_kafka):
 
 
 def test_poison_in_one_partition_costs_no_other_partition_a_row(tmp_path, mock_kafka):
-    """A poison message in partition 1 of 3 (all produced before the DIS starts, so one
-    ``consume`` holds several partitions' messages) stops partition 1 alone, at its offset,
-    while partitions 0 and 2 ingest every message."""
+    """A poison message in partition 1 of 3 (all produced before the DIS starts, so that a
+    ``consume`` can return several partitions' messages) stops partition 1 alone, at its
+    offset, while partitions 0 and 2 ingest every message."""
     p = Producer({"bootstrap.servers": mock_kafka.bootstrap})
     for part in range(3):
         for i in range(200):
