@@ -72,3 +72,32 @@ def test_poison_stops_then_skip_passes_over(tmp_path, mock_kafka):
         dis.terminate()
     log = dis.log_text()
     assert log.count("kafka poison message") == 1 + 2 and "Traceback" not in log  # stop: the first; skip: both
+
+
+def test_poison_in_one_partition_costs_no_other_partition_a_row(tmp_path, mock_kafka):
+    """A poison message in partition 1 of 3 (all produced before the DIS starts, so that a
+    ``consume`` can return several partitions' messages) stops partition 1 alone, at its
+    offset, while partitions 0 and 2 ingest every message."""
+    p = Producer({"bootstrap.servers": mock_kafka.bootstrap})
+    for part in range(3):
+        for i in range(200):
+            size = part * 1000 + i
+            v = (b'{"Sym": "A", "Size": "many"}' if part == 1 and i == 120 else
+                 json.dumps({"Timestamp": 1_795_392_000_000_000_000 + i, "Sym": "A", "Price": 1.5, "Size": size}).encode())
+            p.produce("trades", value=v, partition=part)
+    assert p.flush(10) == 0
+    port = free_port_pair()
+    cfg, _ = config(tmp_path, port, mock_kafka.bootstrap, "stop")
+    data = yaml.safe_load(cfg.read_text())
+    data["import"]["kafka"]["sources"]["one"]["topic"] = "trades"
+    cfg.write_text(yaml.safe_dump(data))
+    expected = sorted([*range(200), *range(1000, 1120), *range(2000, 2200)])
+    dis = start_dis_process(tmp_path, cfg)
+    try:
+        wait_for(lambda: sorted(rows(port)) == expected, 30, 0.2, "partitions 0 and 2 whole, 1 up to its poison")
+        ks = {k.partition: k for k in kafka_status(port)}
+        assert ks[1].next_offset == 120 and "poison message at offset 120" in ks[1].stopped, ks[1].stopped
+        assert ks[0].next_offset == ks[2].next_offset == 200 and not ks[0].stopped and not ks[2].stopped
+    finally:
+        dis.terminate()
+    assert "Traceback" not in dis.log_text()
