@@ -105,6 +105,12 @@ final class AggPlan implements Serializable {
     /** The plan for {@code a} over {@code full} (the table's outputs), or null when any part of it
      *  is not one this reader computes exactly. */
     static AggPlan of(Projection full, Aggregation a, boolean ansi) {
+        if (a.groupByExpressions().length == 0) {
+            // A global aggregate is left to Spark: its generated code already sums a column vector
+            // about as fast as the reader would (measured: one column's sum pushed 0.11 s against
+            // 0.09 s not pushed, 10 M rows), so pushing it adds risk and saves nothing.
+            return null;
+        }
         List<String> needed = new ArrayList<>();
         List<Projection.Output> keyOuts = new ArrayList<>();
         for (Expression e : a.groupByExpressions()) {
