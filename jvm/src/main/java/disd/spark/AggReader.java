@@ -113,9 +113,6 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
             }
             seen[a] = new boolean[c];
         }
-        if (k == 0) {
-            newGroup(); // a global aggregate has its one row even over no rows (COUNT(*) = 0)
-        }
     }
 
     @Override
@@ -177,10 +174,6 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
             AggPlan.Agg g = aggs[a];
             if (g.op == AggPlan.Op.COUNT_STAR) {
                 long[] acc = lacc[a];
-                if (k == 0) {
-                    acc[0] += n;
-                    continue;
-                }
                 for (int i = 0; i < n; i++) {
                     acc[gid[i]]++;
                 }
@@ -207,19 +200,6 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
         long[] x = longs(v, g.type, n);
         long[] acc = lacc[a];
         boolean[] s = seen[a];
-        if (k == 0 && g.op == AggPlan.Op.SUM && !plan.ansi) { // one group, wrapping: in a register
-            long sum = acc[0];
-            boolean any = s[0];
-            for (int i = 0; i < n; i++) {
-                if (!nulls || !v.isNullAt(i)) {
-                    sum += x[i];
-                    any = true;
-                }
-            }
-            acc[0] = sum;
-            s[0] = any;
-            return;
-        }
         switch (g.op) {
             case SUM:
                 if (plan.ansi) {
@@ -282,26 +262,6 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
         double[] x = doubles(v, g.type, n);
         double[] acc = dacc[a];
         boolean[] s = seen[a];
-        if (k == 0 && g.op == AggPlan.Op.SUM) { // one group: the sum in a register, in row order
-            double sum = acc[0];
-            boolean any = s[0];
-            if (nulls) {
-                for (int i = 0; i < n; i++) {
-                    if (!v.isNullAt(i)) {
-                        sum += x[i];
-                        any = true;
-                    }
-                }
-            } else {
-                for (int i = 0; i < n; i++) {
-                    sum += x[i];
-                }
-                any = true;
-            }
-            acc[0] = sum;
-            s[0] = any;
-            return;
-        }
         switch (g.op) {
             case SUM:
                 for (int i = 0; i < n; i++) {
@@ -385,10 +345,6 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
 
     /** gid[0..n): each row's group, new groups created as they appear. */
     private void groupIds(ColumnarBatch b, int n) {
-        if (k == 0) {
-            java.util.Arrays.fill(gid, 0, n, 0);
-            return;
-        }
         int varying = -1;
         int nonConstant = 0;
         for (int j = 0; j < k; j++) {

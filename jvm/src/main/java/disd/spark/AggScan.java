@@ -1,7 +1,6 @@
 package disd.spark;
 
 import java.io.IOException;
-import java.util.Collections;
 import java.util.Iterator;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.Batch;
@@ -48,15 +47,10 @@ final class AggScan implements Scan, Batch {
         return this;
     }
 
-    /** The scan's partitions; with no group keys at least one (even over no rows), whose task
-     *  gives the one row a global aggregate has (COUNT(*) 0: Spark sums the partial counts). */
+    /** The plain scan's partitions: a grouped aggregate over no rows has no rows either. */
     @Override
     public InputPartition[] planInputPartitions() {
-        InputPartition[] parts = rows.planInputPartitions();
-        if (parts.length == 0 && plan.keys.isEmpty()) {
-            return new InputPartition[] {new Planner.Part(0, Collections.emptyList(), Collections.emptyList())};
-        }
-        return parts;
+        return rows.planInputPartitions();
     }
 
     @Override
