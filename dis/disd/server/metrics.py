@@ -106,7 +106,9 @@ class ServerCollector:
         version = GaugeMetricFamily("dis_location_schema_version",
                                     "Schema version of the table the location is written in (0: unknown, in error)",
                                     labels=lbl)
-        flush_age = GaugeMetricFamily("dis_flush_age_seconds", "Seconds since the location's last flush", labels=lbl)
+        flush_age = GaugeMetricFamily("dis_flush_age_seconds",
+                                      "Seconds the location's published rows have been behind its rows (since it "
+                                      "took rows no flush has published; with none, since the flusher's last cycle)", labels=lbl)
         age = GaugeMetricFamily("dis_checkpoint_age_seconds", "Seconds since the location's last checkpoint",
                                 labels=lbl)
         interval = GaugeMetricFamily("dis_checkpoint_interval_seconds", "Configured checkpoint interval",
@@ -125,8 +127,9 @@ class ServerCollector:
             ckpt_rows.add_metric(labels, loc.checkpointed_rows)
             in_error.add_metric(labels, 1.0 if loc.in_error else 0.0)
             version.add_metric(labels, loc.schema_version)
-            if loc.last_flush_time:
-                flush_age.add_metric(labels, max(0.0, now - loc.last_flush_time))
+            fa = self.engine.flush_age(loc, now)
+            if fa is not None:
+                flush_age.add_metric(labels, fa)
             if loc.last_checkpoint_time:
                 age.add_metric(labels, max(0.0, now - loc.last_checkpoint_time))
             interval.add_metric(labels, self.engine.import_config(loc.key.table_key).checkpoint_interval_ms / 1000.0)

@@ -66,14 +66,16 @@ def kafka_source(path: str | os.PathLike[str], state) -> dis_pb2.KafkaSource:  #
 
 
 def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None", now: float,  # noqa: ANN001
-                    durable: bool, problem: "TailerProblem | None" = None, kafka=None) -> dis_pb2.LocationStatus:  # noqa: ANN001
+                    durable: bool, problem: "TailerProblem | None" = None, kafka=None,  # noqa: ANN001
+                    flush_age: float | None = None) -> dis_pb2.LocationStatus:
+    """``flush_age``: ``StorageEngine.flush_age`` of the location (None: never flushed)."""
     src = checkpoint_source(loc.path, durable)
-    last_flush, last_ckpt = loc.last_flush_time, loc.last_checkpoint_time
+    last_ckpt = loc.last_checkpoint_time
     return dis_pb2.LocationStatus(
         key=key_msg, rows=loc.published_rows, checkpointed_rows=loc.checkpointed_rows,
         # ``now`` was taken before this location was looked at: a flush or checkpoint since then
         # is age 0, not a negative age (which reads as "never").
-        last_flush_age_s=max(0.0, now - last_flush) if last_flush else -1.0,
+        last_flush_age_s=flush_age if flush_age is not None else -1.0,
         checkpoint_age_s=max(0.0, now - last_ckpt) if last_ckpt else -1.0,
         error=(loc.error or "") if loc.in_error else "",
         checkpoint_file=src.file_name, checkpoint_offset=src.offset, checkpoint_skip_rows=src.skip_rows,

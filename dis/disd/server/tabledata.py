@@ -178,7 +178,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         out = [
             location_status(loc, key_to_proto(loc.key), self.sessions.get(loc.key), now, request.durable_checkpoint,
                             self.sessions.problem(loc.key),
-                            self.kafka_status(loc.key) if self.kafka_status is not None else None)
+                            self.kafka_status(loc.key) if self.kafka_status is not None else None,
+                            self.engine.flush_age(loc, now))
             for loc in self._matching(request.namespace, request.table)
             if not request.internal_partition or loc.key.internal_partition == request.internal_partition
         ]

@@ -1,8 +1,10 @@
 """The storage engine: every location of a database root, and the flush and checkpoint clocks.
 
-Two threads drive the three routines of the seeds: the flusher writes each location's dirty
-buffers and publishes every ``flush_interval_ms``; the checkpointer checkpoints each location
-every ``checkpoint_interval_ms``.  They are separate so a slow fsync never delays publishing.
+Two threads drive the three routines of the seeds: the flusher writes a location's dirty
+buffers and publishes within ``flush_interval_ms`` of its rows' arrival, visiting only locations
+with something to flush; the checkpointer checkpoints each location every
+``checkpoint_interval_ms`` (``storage.clock``).  They are separate so a slow fsync never delays
+publishing.
 Locations are independent: one in error state stops only itself.  A third thread, the reopener,
 reopens a location in error after an I/O error from its checkpoint when its backoff is due
 (``Location.reopen``), so a full disk needs no restart once space is back.
@@ -30,6 +32,7 @@ from disd.config import ImportConfig, StorageConfig
 from disd.errors import DisError
 from disd.names import InvalidNameError, LocationKey
 from disd.schema import SchemaRegistry, TableSchema
+from disd.storage.clock import CheckpointClock, FlushClock
 from disd.storage.filehandles import TrackedFileHandleFactory
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location
@@ -74,6 +77,9 @@ class StorageEngine:
         self._threads: list[threading.Thread] = []
         self._warned: set[tuple] = set()
         self._closed = False
+        self.flusher = FlushClock(Location.flush, self._stop)
+        self.checkpointer = CheckpointClock(
+            Location.checkpoint, lambda loc: loc.import_config.checkpoint_interval_ms / 1000.0, self._stop)
         self._discover()
 
     def import_config(self, table_key: str) -> ImportConfig:
@@ -162,7 +168,7 @@ class StorageEngine:
                 raise LookupError(f"no location {key}")
             loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
                            self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
-                           create_version=version)
+                           create_version=version, on_dirty=self._dirty)
             with self._lock:
                 closed = self._closed
                 if not closed:
@@ -170,6 +176,7 @@ class StorageEngine:
             if closed:
                 loc.close()
                 raise RuntimeError("the storage engine is closed")
+            self.checkpointer.add(loc)
         finally:
             with self._lock:
                 del self._opening[key]
@@ -225,16 +232,26 @@ class StorageEngine:
         if self._threads:
             return
         self.file_handles.start()
-        for name, routine, interval in (
-            ("flusher", Location.flush, lambda c: c.flush_interval_ms),
-            ("checkpointer", Location.checkpoint, lambda c: c.checkpoint_interval_ms),
-        ):
-            t = threading.Thread(target=self._clock, args=(routine, interval), name=f"dis-{name}", daemon=True)
+        for name, run in (("flusher", self.flusher.run), ("checkpointer", self.checkpointer.run),
+                          ("reopener", self._reopener)):
+            t = threading.Thread(target=run, name=f"dis-{name}", daemon=True)
             t.start()
             self._threads.append(t)
-        t = threading.Thread(target=self._reopener, name="dis-reopener", daemon=True)
-        t.start()
-        self._threads.append(t)
+
+    def _dirty(self, loc: Location) -> None:
+        """A location took rows (or cut some back): the flusher visits it at its next tick."""
+        self.flusher.mark(loc, loc.import_config.flush_interval_ms / 1000.0)
+
+    def flush_age(self, loc: Location, now: float | None = None) -> float | None:
+        """Seconds the location's published rows have been behind what it holds: since it took
+        rows not yet flushed; with nothing to flush, since the flusher's last cycle (so a stopped
+        flusher still shows).  ``None`` before its first flush while the clocks are not running."""
+        now = time.time() if now is None else now
+        if loc.dirty_since is not None:
+            return max(0.0, now - loc.dirty_since)
+        if self._threads:
+            return max(0.0, now - self.flusher.last_cycle)
+        return None if loc.last_flush_time is None else max(0.0, now - loc.last_flush_time)
 
     def _reopener(self) -> None:
         """Reopen each location in error after an I/O error once its backoff is due."""
@@ -252,23 +269,6 @@ class StorageEngine:
                 except Exception as e:  # noqa: BLE001 - one location must not stop the others
                     log.error("reopening a location failed", location=str(loc.key), error=repr(e))
         return done
-
-    def _clock(self, routine: Callable[[Location], object], interval_of: Callable[[ImportConfig], int]) -> None:
-        due: dict[LocationKey, float] = {}
-        while not self._stop.is_set():
-            now = time.monotonic()
-            next_due = now + 0.05
-            for loc in self._open_locations():
-                ivl = interval_of(loc.import_config) / 1000.0
-                t = due.setdefault(loc.key, now + ivl)
-                if t <= now:
-                    try:
-                        routine(loc)
-                    except Exception as e:  # noqa: BLE001 - one location must not stop the others
-                        log.error("location routine failed", location=str(loc.key), error=repr(e))
-                    t = due[loc.key] = max(t + ivl, time.monotonic())
-                next_due = min(next_due, t)
-            self._stop.wait(max(0.0, next_due - time.monotonic()))
 
     def close(self) -> None:
         """Stop the clocks, then flush and checkpoint every location and close its files."""

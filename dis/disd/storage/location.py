@@ -134,6 +134,7 @@ class Location:
         on_publish: Callable[["Location"], None] | None = None,
         io_retry: IoRetry = IoRetry(),
         create_version: int | None = None,
+        on_dirty: Callable[["Location"], None] | None = None,
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be positive")
@@ -151,6 +152,7 @@ class Location:
         self._files = files
         self.fs = files.fs
         self._on_publish = on_publish
+        self._on_dirty = on_dirty
         self.io_retry = io_retry
         self.lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
@@ -166,6 +168,9 @@ class Location:
         self.closed = False
         self.writers: dict[str, ColumnFileWriter] = {}
         self.last_flush_time: float | None = None
+        #: time.time() since which the location holds rows (or a cut) no flush has written; None
+        #: when there is nothing to flush (the flush clock visits only marked locations)
+        self.dirty_since: float | None = None
         self.last_checkpoint_time: float | None = None
         self.written_rows = self.committed_rows = self.published_rows = self.checkpointed_rows = 0
         self.committed_sizes: dict[str, int] = {}
@@ -243,6 +248,7 @@ class Location:
                 handle.truncate(sizes[name])  # rows written after the checkpoint
         rows = record.rows
         self.written_rows = self.committed_rows = self.published_rows = self.checkpointed_rows = rows
+        self.dirty_since = None
         self.committed_sizes = dict(sizes)
         self.published_sizes = dict(sizes)
         self.source = record.source
@@ -427,6 +433,7 @@ class Location:
                 self.committed_sizes = sizes
                 self.source = _position(file_name, run, plan.last_commit + skip)
             self.txn_open = plan.open_at_end
+            self._mark_dirty()
 
     def _guarded(self, fn: Callable[[], object], what: str):  # noqa: ANN202
         """Run a step that touches the column files; any failure puts the location in error
@@ -488,6 +495,7 @@ class Location:
                 metrics.ROWS_COMMITTED.labels(self.schema.key).inc(n)
                 self.written_rows = self.committed_rows = new_committed
                 self.committed_sizes = sizes
+                self._mark_dirty()
             self.source = source
 
     def rollback(self) -> None:
@@ -510,11 +518,21 @@ class Location:
         if self.lastby is not None:
             self.lastby.pending.truncate(self.committed_rows)
         self.txn_open = False
+        self._mark_dirty()
         if rolled:
             self.import_state["rows_rolled_back"] += rolled
             metrics.ROWS_ROLLED_BACK.labels(self.schema.key).inc(rolled)
 
     # -- flush and checkpoint ------------------------------------------------------------------
+    def _mark_dirty(self) -> None:
+        """Under the lock, after every change a flush must write or publish (rows taken, rows
+        cut back): the first since the last flush tells the engine's flush clock, which visits
+        only locations that told it."""
+        if self.dirty_since is None:
+            self.dirty_since = time.time()
+            if self._on_dirty is not None:
+                self._on_dirty(self)
+
     def flush(self) -> None:
         """Write dirty buffers (no sync), then publish the committed row count."""
         t0 = time.perf_counter()
@@ -530,6 +548,7 @@ class Location:
             self._on_publish(self)
 
     def _flush_locked(self) -> bool:
+        self.dirty_since = None
         try:
             for w in self.writers.values():
                 w.flush()

@@ -1,0 +1,101 @@
+"""The storage engine's clocks over real files: the flusher visits only locations with rows to
+flush and still publishes them within the interval; the checkpointer visits every location,
+idle or not, once per interval; the flush age says how long a location's rows have waited."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from disd.binlog import LocationKey
+from disd.storage import ImportConfig, StorageEngine
+from support import trade_rows, wait_for, write_log
+
+from .util import KEY, LOG, SCHEMAS, TRADE, ingest_file
+
+IDLE = 120
+
+
+def _engine(tmp_path, flush_ms: int, checkpoint_ms: int = 60_000) -> StorageEngine:
+    return StorageEngine(str(tmp_path / "db"), SCHEMAS,
+                         import_default=ImportConfig(flush_interval_ms=flush_ms, checkpoint_interval_ms=checkpoint_ms))
+
+
+def _idle_locations(eng: StorageEngine, n: int) -> list:
+    return [eng.location(LocationKey("Market", "Trade", f"idle{i}", "2026-11-22")) for i in range(n)]
+
+
+def test_the_flusher_visits_only_locations_with_rows_and_publishes_them_within_the_interval(tmp_path):
+    eng = _engine(tmp_path, flush_ms=20)
+    try:
+        idle = _idle_locations(eng, IDLE)
+        loc = eng.location(KEY)
+        published: dict[int, float] = {}
+        got = threading.Condition()
+
+        def on_publish(location, rows):
+            if location is loc:
+                with got:
+                    published.setdefault(rows, time.monotonic())
+                    got.notify_all()
+
+        eng.subscribe(on_publish)
+        eng.start()
+        delays = []
+        rows = 0
+        t_end = time.monotonic() + 1.0
+        while time.monotonic() < t_end:
+            write_log(tmp_path / LOG, TRADE, trade_rows(rows, 10), [3] * 10)
+            start = loc.resume_point.offset if rows else 0
+            t0 = time.monotonic()
+            ingest_file(loc, tmp_path / LOG, start=start)
+            rows += 10
+            with got:
+                assert got.wait_for(lambda: rows in published, 5), f"{rows} rows never published"
+            delays.append(published[rows] - t0)
+        visits = eng.flusher.visits
+        # A clock visiting every location would have made (IDLE + 1) visits per 20 ms: over 6,000.
+        assert visits <= len(delays) + 5, (visits, len(delays))
+        assert all(l.last_flush_time is None for l in idle)
+        assert loc.published_rows == rows and loc.read_table().num_rows == rows
+        # Rows wait for the next tick of the 20 ms grid: the median well under a second even on
+        # a loaded machine, where a clock stuck behind idle locations would be far slower.
+        delays.sort()
+        assert delays[len(delays) // 2] < 0.2, delays
+    finally:
+        eng.close()
+
+
+def test_the_checkpointer_visits_every_location_each_interval_even_idle(tmp_path):
+    eng = _engine(tmp_path, flush_ms=20, checkpoint_ms=200)
+    try:
+        idle = _idle_locations(eng, 40)
+        eng.start()
+        t0 = time.time()
+        wait_for(lambda: all(l.last_checkpoint_time is not None and l.last_checkpoint_time > t0 for l in idle),
+                 10, what="every idle location checkpointed")
+        t1 = time.time()
+        wait_for(lambda: all(l.last_checkpoint_time > t1 for l in idle), 10, what="and again one interval later")
+        ages = [eng.flush_age(l) for l in idle]
+        assert all(a is not None and a < 5 for a in ages), ages  # nothing to flush: as fresh as the flusher
+    finally:
+        eng.close()
+
+
+def test_the_flush_age_counts_from_rows_waiting_for_their_flush(tmp_path):
+    eng = _engine(tmp_path, flush_ms=60_000)
+    try:
+        loc = eng.location(KEY)
+        eng.start()
+        assert eng.flush_age(loc) < 5
+        write_log(tmp_path / LOG, TRADE, trade_rows(0, 100), [3] * 100)
+        ingest_file(loc, tmp_path / LOG)
+        time.sleep(0.3)
+        assert loc.published_rows == 0
+        assert eng.flush_age(loc) >= 0.3
+        assert eng.flusher.pending() == 1
+        loc.flush()
+        assert loc.published_rows == 100 and loc.dirty_since is None
+        assert eng.flush_age(loc) < 5
+    finally:
+        eng.close()
