@@ -192,3 +192,25 @@ def test_idle_stream_is_closed(tmp_path, trade):
             next(s.responses)  # send nothing: the DIS ends the stream
         assert ei.value.code() == grpc.StatusCode.CANCELLED
         s.close()
+
+
+def test_a_caught_up_chunk_is_published_at_once_and_others_wait_for_the_tick(tmp_path, trade):
+    """With a one-minute flush interval, rows of a chunk marked ``caught_up`` are visible as its
+    ack arrives; rows of an unmarked chunk are not (they wait for the tick)."""
+    p1, p2 = tmp_path / FILE1, tmp_path / FILE2
+    write_log(p1, trade, trade_rows(0, 100), [3] * 100)
+    write_log(p2, trade, trade_rows(100, 50), [3] * 50)
+    with running_dis(tmp_path / "db", flush_ms=60_000, checkpoint_ms=60_000) as srv:
+        s = IngestStream(srv.port)
+        s.open(fingerprint=trade.fingerprint)
+        data = p1.read_bytes()
+        s.send(dis_pb2.IngestRequest(chunk=dis_pb2.LogChunk(file_name=FILE1, offset=0, data=data)))
+        assert next(s.responses).ack.committed_rows == 100
+        with connect(f"127.0.0.1:{srv.port}") as c:
+            assert sum(l.rows for l in c.locations("Market", "Trade")) == 0  # waits for the tick
+            s.send(dis_pb2.IngestRequest(chunk=dis_pb2.LogChunk(file_name=FILE2, offset=0, data=p2.read_bytes(),
+                                                                caught_up=True)))
+            assert next(s.responses).ack.committed_rows == 150
+            assert sum(l.rows for l in c.locations("Market", "Trade")) == 150
+            assert c.read_table("Market", "Trade").column("Size").to_pylist() == list(range(150))
+        s.close()

@@ -372,6 +372,8 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                     raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT,
                                   "only 'chunk' and 'report' messages may follow 'open'")
                 self._ingest_chunk(session, loc, schema, req.chunk)
+                if req.chunk.caught_up:
+                    loc.publish_soon()
                 yield _ack(session, loc.committed_rows)
         except RequestRefused as r:
             metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
