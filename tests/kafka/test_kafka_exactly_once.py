@@ -82,9 +82,12 @@ def test_kill9_while_consuming_leaves_exactly_the_messages(tmp_path, mock_kafka)
         # 3 partitions x 2 dates, each partition's locations at its end offset (1000 messages each)
         assert [k[:2] for k in kafka] == [(f"trades-{p}", d) for p in range(3) for d in ("2026-11-23", "2026-11-24")]
         assert {k[3] for k in kafka} == {1000}
-        samples = scrape(yaml.safe_load(cfg.read_text())["server"]["metrics_port"])
-        wait_for(lambda: sample(scrape(yaml.safe_load(cfg.read_text())["server"]["metrics_port"]),
-                                "dis_kafka_next_offset", partition="0") == 1000, 10, 0.2, "next offset metric")
+        metrics_port = yaml.safe_load(cfg.read_text())["server"]["metrics_port"]
+        wait_for(lambda: sample(scrape(metrics_port), "dis_kafka_next_offset", partition="0") == 1000, 10, 0.2,
+                 "next offset metric")
+        # the lag once the fetch process (started with the source) has the first watermarks
+        wait_for(lambda: "dis_kafka_lag_messages" in scrape(metrics_port), 10, 0.2, "lag metric")
+        samples = scrape(metrics_port)
         assert sample(samples, "dis_kafka_lag_messages", source="trades", partition="1") == 0
         assert sample(samples, "dis_kafka_partition_stopped") == 0
         assert rule_series() <= set(samples), "series of the Kafka alert rules the DIS does not serve"
