@@ -75,10 +75,16 @@ def test_kill9_while_consuming_leaves_exactly_the_messages(tmp_path, mock_kafka)
         time.sleep(1.5)
         sizes = read_sizes(port)
         assert len(sizes) == n and (sizes == np.arange(n)).all()
-        with connect(f"127.0.0.1:{port}") as c:
-            st = c.status()
-        kafka = sorted((l.key.internal_partition, l.key.column_partition, l.kafka.partition, l.kafka.next_offset)
-                       for l in st.locations if l.HasField("kafka"))
+
+        def kafka_status():
+            with connect(f"127.0.0.1:{port}") as c:
+                st = c.status()
+            return sorted((l.key.internal_partition, l.key.column_partition, l.kafka.partition, l.kafka.next_offset)
+                          for l in st.locations if l.HasField("kafka"))
+
+        # shown once the source's fetch process has started and read the topic's metadata
+        wait_for(lambda: len(kafka_status()) == 6, 20, 0.2, "the Kafka status of the locations")
+        kafka = kafka_status()
         # 3 partitions x 2 dates, each partition's locations at its end offset (1000 messages each)
         assert [k[:2] for k in kafka] == [(f"trades-{p}", d) for p in range(3) for d in ("2026-11-23", "2026-11-24")]
         assert {k[3] for k in kafka} == {1000}
