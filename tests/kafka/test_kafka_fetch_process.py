@@ -82,15 +82,18 @@ def test_no_fetch_process_outlives_the_dis(tmp_path, mock_kafka):
     cfg = write_config(tmp_path, port, mock_kafka.bootstrap)
     assert produce(mock_kafka.bootstrap, "trades", 300, 3, 300, 0).wait(30) == 0
     dis = start_dis_process(tmp_path, cfg)
-    pid = fetch_process(dis.p.pid)
-    wait_for(lambda: len(read_sizes(port)) == 300, 30, 0.2, "the messages in the table")
-    dis.kill9()
-    wait_for(lambda: not alive(pid), 10, 0.05, "the fetch process gone with its DIS")
-    # a DIS stopped in order stops its fetch process; every message once across the restart
-    dis = start_dis_process(tmp_path, cfg)
-    pid = fetch_process(dis.p.pid)
-    wait_for(lambda: len(read_sizes(port)) >= 300, 30, 0.2, "the messages in the table after the restart")
-    time.sleep(1.0)
-    assert (read_sizes(port) == np.arange(300)).all()
-    assert dis.terminate() == 0
+    try:
+        pid = fetch_process(dis.p.pid)
+        wait_for(lambda: len(read_sizes(port)) == 300, 30, 0.2, "the messages in the table")
+        dis.kill9()
+        wait_for(lambda: not alive(pid), 10, 0.05, "the fetch process gone with its DIS")
+        # a DIS stopped in order stops its fetch process; every message once across the restart
+        dis = start_dis_process(tmp_path, cfg)
+        pid = fetch_process(dis.p.pid)
+        wait_for(lambda: len(read_sizes(port)) >= 300, 30, 0.2, "the messages in the table after the restart")
+        time.sleep(1.0)
+        assert (read_sizes(port) == np.arange(300)).all()
+    finally:
+        if dis.alive():
+            assert dis.terminate() == 0
     assert not alive(pid)
