@@ -119,7 +119,10 @@ class SourceConsumer:
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        self._start_fetch()
+        try:
+            self._start_fetch()
+        except FetchProcessGone as e:  # the loop's first receive fails too: started again there
+            self._client_error(str(e))
         log.info("kafka source started", source=self.src.name, topic=self.src.topic, table=self.src.schema.key,
                  fetch_pid=self._fetch.pid)
         try:
@@ -150,14 +153,19 @@ class SourceConsumer:
         self._stop.wait(max(0.0, self._last_start + RESTART_S - time.monotonic()))
         if self._stop.is_set():
             return
-        self._start_fetch()
-        log.info("kafka fetch process started", source=self.src.name, fetch_pid=self._fetch.pid)
-        self._next_metadata = 0.0
-        for st in list(self.partitions.values()):
-            if st.assigned:
-                st.assigned = False
+        for st in self.partitions.values():
+            if st.assigned:  # assigned again below, or by the next start if this one fails
                 st.generation += 1
-                self._assign(st)
+        self._next_metadata = 0.0
+        try:
+            self._start_fetch()
+            log.info("kafka fetch process started", source=self.src.name, fetch_pid=self._fetch.pid)
+            for st in list(self.partitions.values()):
+                if st.assigned:
+                    st.assigned = False
+                    self._assign(st)
+        except FetchProcessGone as e:  # gone again at once: the next receive says so, and we start again
+            self._client_error(str(e))
 
     def _step(self) -> None:
         now = time.monotonic()

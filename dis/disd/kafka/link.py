@@ -45,12 +45,18 @@ class FetchProcess:
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "disd.kafka.child", str(theirs.fileno()),
                                           str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except OSError as e:
+            ours.close()
+            raise FetchProcessGone(f"cannot start the fetch process ({sys.executable} -m disd.kafka.child): {e}") \
+                from None
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())
         self.send((self.kafka, self.src))
 
     def send(self, cmd: tuple) -> None:
+        if self.conn is None:
+            raise FetchProcessGone("no fetch process")
         try:
             self.conn.send_bytes(pickle.dumps(cmd))
         except OSError as e:
@@ -58,6 +64,8 @@ class FetchProcess:
 
     def receive(self, timeout: float) -> tuple[tuple, pa.RecordBatch | None] | None:
         """The next message (header, and a batch's rows), or None after ``timeout`` seconds."""
+        if self.conn is None:
+            raise FetchProcessGone("no fetch process")
         try:
             if not self.conn.poll(timeout):
                 return None
