@@ -64,7 +64,9 @@ def _fetch(kafka: Any, src: Any, commands: queue.Queue, out: "_Outbox") -> None:
 
     pa.array([0], pa.int64())  # pyarrow's pandas shim (0.2 s) now, not in the first batch
     consumer = Consumer(kafka.client_properties(), logger=_KafkaLog(out))
-    f = Fetcher(src, consumer, out.send, _BrokerWatermarks(kafka, src.topic, out).ask)
+    side = _BrokerWatermarks(kafka, src.topic, out)
+    f = Fetcher(src, consumer, out.send, side.ask)
+    side.started.wait(5.0)  # its client's start is over before the DIS assigns anything
     out.encode = f.encode
     out.send(("ready", os.getpid()), b"")
     try:
@@ -152,12 +154,12 @@ class _BrokerWatermarks:
     def __init__(self, kafka: Any, topic: str, out: _Outbox) -> None:
         self.kafka, self.topic, self.out = kafka, topic, out
         self.queue: queue.Queue = queue.Queue()
-        self.thread: threading.Thread | None = None
+        self.started = threading.Event()
+        # started with the process, not at the first question: a client's start (threads,
+        # connections) costs CPU, which right after the first assignment the consuming needs
+        threading.Thread(target=self._run, name="dis-kafka-watermarks", daemon=True).start()
 
     def ask(self, partitions: list[int]) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="dis-kafka-watermarks", daemon=True)
-            self.thread.start()
         self.queue.put(partitions)
 
     def _run(self) -> None:
@@ -165,7 +167,16 @@ class _BrokerWatermarks:
 
         from disd.kafka.fetcher import watermarks
 
-        consumer = Consumer(self.kafka.client_properties(), logger=_KafkaLog(self.out))
+        consumer = None
+        try:
+            consumer = Consumer(self.kafka.client_properties(), logger=_KafkaLog(self.out))
+            consumer.list_topics(self.topic, timeout=5)  # connected before the first question
+        except Exception as e:  # noqa: BLE001 - connects at its first question then (if it was made)
+            self.out.send(("log", "warning", "kafka watermark client not connected", {"error": repr(e)}), b"")
+        finally:
+            self.started.set()
+        if consumer is None:  # no broker watermarks: the lag shows after the first fetch (cached)
+            return
         while True:
             parts = set(self.queue.get())
             while not self.queue.empty():  # asked again meanwhile: one answer
