@@ -155,12 +155,15 @@ class _BrokerWatermarks:
         self.kafka, self.topic, self.out = kafka, topic, out
         self.queue: queue.Queue = queue.Queue()
         self.started = threading.Event()
+        self.working = True  # False: its client could not be made; the fetching thread asks
         # started with the process, not at the first question: a client's start (threads,
         # connections) costs CPU, which right after the first assignment the consuming needs
         threading.Thread(target=self._run, name="dis-kafka-watermarks", daemon=True).start()
 
-    def ask(self, partitions: list[int]) -> None:
-        self.queue.put(partitions)
+    def ask(self, partitions: list[int]) -> bool:
+        if self.working:
+            self.queue.put(partitions)
+        return self.working
 
     def _run(self) -> None:
         from confluent_kafka import Consumer
@@ -175,7 +178,8 @@ class _BrokerWatermarks:
             self.out.send(("log", "warning", "kafka watermark client not connected", {"error": repr(e)}), b"")
         finally:
             self.started.set()
-        if consumer is None:  # no broker watermarks: the lag shows after the first fetch (cached)
+        if consumer is None:
+            self.working = False
             return
         while True:
             parts = set(self.queue.get())

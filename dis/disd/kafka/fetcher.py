@@ -42,12 +42,12 @@ class Fetcher:
     through ``send``."""
 
     def __init__(self, src: SourceConfig, consumer: Any, send: Send,
-                 ask_broker: Callable[[list[int]], None] | None = None) -> None:
+                 ask_broker: Callable[[list[int]], bool] | None = None) -> None:
         self.src = src
         self.consumer = consumer
         self.send = send
         #: asks the broker for partitions' high watermarks off this thread (the answer is sent
-        #: on); None: here, between two ``consume``s (a query can take 0.5 s)
+        #: on; False: it cannot); None or False: here, between two ``consume``s (a query can take 0.5 s)
         self.ask_broker = ask_broker
         self.decoder = Decoder(src)
         d = self.decoder
@@ -90,8 +90,8 @@ class Fetcher:
         elif op == "watermarks":  # ("watermarks", [(partition, librdkafka's cached value will do)])
             fresh = [p for p, cached in cmd[1] if not cached]
             highs = watermarks(self.consumer, topic, [p for p, cached in cmd[1] if cached], cached=True)
-            if fresh and self.ask_broker is not None:
-                self.ask_broker(fresh)
+            if fresh and self.ask_broker is not None and self.ask_broker(fresh):
+                pass
             else:
                 highs.update(watermarks(self.consumer, topic, fresh, cached=False))
             self.send(("watermarks", highs), b"")
