@@ -75,16 +75,25 @@ def test_kill9_while_consuming_leaves_exactly_the_messages(tmp_path, mock_kafka)
         time.sleep(1.5)
         sizes = read_sizes(port)
         assert len(sizes) == n and (sizes == np.arange(n)).all()
-        with connect(f"127.0.0.1:{port}") as c:
-            st = c.status()
-        kafka = sorted((l.key.internal_partition, l.key.column_partition, l.kafka.partition, l.kafka.next_offset)
-                       for l in st.locations if l.HasField("kafka"))
+
+        def kafka_status():
+            with connect(f"127.0.0.1:{port}") as c:
+                st = c.status()
+            return sorted((l.key.internal_partition, l.key.column_partition, l.kafka.partition, l.kafka.next_offset)
+                          for l in st.locations if l.HasField("kafka"))
+
+        # shown once the source's fetch process has started and read the topic's metadata
+        wait_for(lambda: len(kafka_status()) == 6, 20, 0.2, "the Kafka status of the locations")
+        kafka = kafka_status()
         # 3 partitions x 2 dates, each partition's locations at its end offset (1000 messages each)
         assert [k[:2] for k in kafka] == [(f"trades-{p}", d) for p in range(3) for d in ("2026-11-23", "2026-11-24")]
         assert {k[3] for k in kafka} == {1000}
-        samples = scrape(yaml.safe_load(cfg.read_text())["server"]["metrics_port"])
-        wait_for(lambda: sample(scrape(yaml.safe_load(cfg.read_text())["server"]["metrics_port"]),
-                                "dis_kafka_next_offset", partition="0") == 1000, 10, 0.2, "next offset metric")
+        metrics_port = yaml.safe_load(cfg.read_text())["server"]["metrics_port"]
+        wait_for(lambda: sample(scrape(metrics_port), "dis_kafka_next_offset", partition="0") == 1000, 10, 0.2,
+                 "next offset metric")
+        # the lag once the fetch process (started with the source) has the first watermarks
+        wait_for(lambda: "dis_kafka_lag_messages" in scrape(metrics_port), 10, 0.2, "lag metric")
+        samples = scrape(metrics_port)
         assert sample(samples, "dis_kafka_lag_messages", source="trades", partition="1") == 0
         assert sample(samples, "dis_kafka_partition_stopped") == 0
         assert rule_series() <= set(samples), "series of the Kafka alert rules the DIS does not serve"

@@ -12,11 +12,17 @@ the checkpoint).  Offsets committed to the consumer group are for monitoring onl
 A poison message (a value that cannot be rows of the table) stops its partition with the reason
 (``on_poison: stop``, the default), or is counted and passed over (``skip``).  Nothing a message,
 the broker or a location does ends the loop: errors stop at most a partition.
+
+Consuming and decoding run in the source's fetch process (``disd.kafka.fetcher``, in
+``disd.kafka.child``); this loop routes, appends and commits the decoded batches it sends, and is
+the only one to know offsets.  The process is told which partitions to consume from where, with a
+``generation`` that moves on at every (un)assignment; a batch of an older generation is dropped.
+When the process is gone (killed, crashed) a new one is started and every assigned partition is
+assigned again at its locations' offsets, as after a reopened location.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,8 +33,8 @@ import pyarrow as pa
 import structlog
 
 from disd.kafka.config import KafkaConfig, SourceConfig
-from disd.kafka.decode import Batch, Decoder
-from disd.kafka.fetcher import Fetcher
+from disd.kafka.fetcher import OFFSET_COLUMN
+from disd.kafka.link import FetchProcess, FetchProcessGone
 from disd.names import LocationKey
 from disd.storage import LocationError, StorageEngine
 from disd.storage.checkpoint import SourcePosition
@@ -39,6 +45,8 @@ NS_PER_DAY = 86_400_000_000_000
 #: how often partitions are looked for, watermarks read, stopped locations retried
 HOUSEKEEPING_S = 1.0
 METADATA_S = 10.0
+#: the least time between two starts of a source's fetch process
+RESTART_S = 1.0
 #: a location that received rows is flushed when the source has caught up, at most this often
 #: (a quarter of the default flush_interval_ms: a trickle costs at most 4 times the flusher's flushes)
 CAUGHT_UP_FLUSH_S = 0.025
@@ -82,17 +90,22 @@ class SourceConsumer:
         self.kafka = kafka
         self.src = src
         self.engine = engine
-        self.decoder = Decoder(src)
         self.partitions: dict[int, PartitionState] = {}
         self.lock = threading.Lock()
         self.client_errors = 0
         self.last_client_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._consumer = None
-        self._fetcher: Fetcher | None = None
+        self._fetch = FetchProcess(kafka, src)
+        self._last_start = 0.0
         self._unpublished: set = set()  # locations written since the last caught-up flush
+        self._caught_up = False  # the fetch process's last news: the client had no more messages
         self._next_housekeeping = self._next_metadata = self._next_commit = 0.0
+
+    @property
+    def fetch_pid(self) -> int | None:
+        """The fetch process's pid (None while there is none)."""
+        return self._fetch.pid
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -106,36 +119,59 @@ class SourceConsumer:
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        from confluent_kafka import Consumer
-
-        self._consumer = Consumer(self.kafka.client_properties(), logger=_KafkaLog(self.src.name))
-        d = self.decoder
-        self._fetcher = Fetcher(self.src.name, self._consumer, self.src.batch_size,
-                                (d.need_keys, d.need_headers, d.need_timestamps), self._generations, self._stop)
-        self._fetcher.start()
-        log.info("kafka source started", source=self.src.name, topic=self.src.topic, table=self.src.schema.key)
+        try:
+            self._start_fetch()
+        except FetchProcessGone as e:  # the loop's first receive fails too: started again there
+            self._client_error(str(e))
+        log.info("kafka source started", source=self.src.name, topic=self.src.topic, table=self.src.schema.key,
+                 fetch_pid=self._fetch.pid)
         try:
             while not self._stop.is_set():
                 try:
                     self._step()
+                except FetchProcessGone as e:
+                    self._restart_fetch(str(e))
                 except Exception as e:  # noqa: BLE001 - the loop never dies; the error is shown
                     self._client_error(f"unexpected: {e!r}")
                     log.exception("kafka source loop failed; retrying", source=self.src.name)
                     self._stop.wait(1.0)
         finally:
             self._stop.set()
-            self._fetcher.join(timeout=30)
-            try:
-                self._consumer.close()
-            except Exception as e:  # noqa: BLE001
-                log.warning("kafka consumer close failed", source=self.src.name, error=str(e))
+            self._fetch.close()
             log.info("kafka source stopped", source=self.src.name)
+
+    def _start_fetch(self) -> None:
+        self._last_start = time.monotonic()
+        self._fetch.start()
+
+    def _restart_fetch(self, why: str) -> None:
+        """The fetch process is gone: a new one, and every assigned partition assigned again at its
+        locations' offsets (batches of the old one carry older generations: never appended)."""
+        self._client_error(why)
+        log.error("kafka fetch process lost; starting a new one", source=self.src.name, error=why)
+        self._fetch.close(timeout=1.0)
+        self._stop.wait(max(0.0, self._last_start + RESTART_S - time.monotonic()))
+        if self._stop.is_set():
+            return
+        for st in self.partitions.values():
+            if st.assigned:  # assigned again below, or by the next start if this one fails
+                st.generation += 1
+        self._next_metadata = 0.0
+        try:
+            self._start_fetch()
+            log.info("kafka fetch process started", source=self.src.name, fetch_pid=self._fetch.pid)
+            for st in list(self.partitions.values()):
+                if st.assigned:
+                    st.assigned = False
+                    self._assign(st)
+        except FetchProcessGone as e:  # gone again at once: the next receive says so, and we start again
+            self._client_error(str(e))
 
     def _step(self) -> None:
         now = time.monotonic()
         if now >= self._next_metadata:
             self._next_metadata = now + METADATA_S
-            self._discover()
+            self._fetch.send(("metadata",))
         if now >= self._next_housekeeping:
             self._next_housekeeping = now + HOUSEKEEPING_S
             self._retry_blocked()
@@ -143,28 +179,48 @@ class SourceConsumer:
         if now >= self._next_commit:
             self._next_commit = now + self.kafka.commit_interval_ms / 1000.0
             self._commit_for_monitoring()
-        try:
-            fetched = self._fetcher.queue.get(timeout=0.1)
-        except queue.Empty:
+        pending = self._caught_up and bool(self._unpublished)  # held back by CAUGHT_UP_FLUSH_S
+        got = self._fetch.receive(CAUGHT_UP_FLUSH_S if pending else 0.1)
+        if got is None:
+            if pending:
+                self._publish_caught_up(self._unpublished)
             return
-        for f in fetched:
-            if f.lost:
-                self._reseek_all()
-                continue
-            if f.error is not None:
-                self._message_error(f.error)
-                continue
-            st = self.partitions.get(f.partition)
-            if f.batch is not None and st is not None and st.assigned and st.generation == f.generation:
-                self._process(st, f.batch, self._unpublished)
-        if fetched and fetched[-1].drained:
+        self._handle(*got)
+
+    def _handle(self, header: tuple, rows: pa.RecordBatch | None) -> None:
+        """One message of the fetch process (fetcher.py says what each is)."""
+        kind = header[0]
+        if kind == "batch":
+            _, p, gen, first, end, messages, nbytes, poison, drained = header
+            st = self.partitions.get(p)
+            if st is not None and st.assigned and st.generation == gen:
+                self._process(st, rows, first, end, messages, nbytes, poison)
+            self._caught_up = drained
+            if drained:
+                self._publish_caught_up(self._unpublished)
+        elif kind == "drained":
+            self._caught_up = True
             self._publish_caught_up(self._unpublished)
+        elif kind == "error":
+            self._message_error(*header[1:])
+        elif kind == "metadata":
+            self._discover(header[1], header[2])
+        elif kind == "watermarks":
+            for p, high in header[1].items():
+                if p in self.partitions:
+                    self.partitions[p].high_watermark = high
+        elif kind == "lost":
+            self._reseek_all()
+        elif kind == "log":
+            _, level, event, fields = header
+            getattr(log, level)(event, source=self.src.name, **fields)
 
     def _publish_caught_up(self, written: set) -> None:
         """The client had no more messages: publish the rows just written now rather than at
         the flusher's next tick (up to ``flush_interval_ms`` later), so rows of a source that
         has caught up are visible as soon as they are in.  At most every ``CAUGHT_UP_FLUSH_S`` a
-        location, so a trickle of single messages does not flush at each."""
+        location, so a trickle of single messages does not flush at each; a location held back
+        by that is flushed when its time comes (``_step``), not at the flusher's tick."""
         now = time.time()
         for loc in list(written):
             if loc.last_flush_time is None or now - loc.last_flush_time >= CAUGHT_UP_FLUSH_S:
@@ -179,34 +235,22 @@ class SourceConsumer:
                 self._unassign(st)
                 self._assign(st)
 
-    def _generations(self) -> dict[int, int]:
-        """The generation of each assigned partition (the fetcher tags its batches with them)."""
-        with self.lock:
-            return {p: st.generation for p, st in self.partitions.items() if st.assigned}
-
     # -- partitions ----------------------------------------------------------------------------
-    def _discover(self) -> None:
+    def _discover(self, partitions: list[int] | None, error: str | None) -> None:
         """Assign every partition of the topic not yet known, each at its locations' offset."""
-        from confluent_kafka import KafkaException
-
-        try:
-            with self._fetcher.exclusive():
-                md = self._consumer.list_topics(self.src.topic, timeout=5)
-        except KafkaException as e:
-            self._client_error(f"metadata of topic {self.src.topic}: {e}")
+        if partitions is None:
+            self._client_error(error)
             return
-        t = md.topics.get(self.src.topic)
-        if t is None or t.error is not None:
-            self._client_error(f"topic {self.src.topic}: {t.error if t is not None else 'unknown'}")
-            return
-        for p in sorted(t.partitions):
-            if p not in self.partitions:
-                st = PartitionState(self.src.name, self.src.topic, p, self.src.schema.key,
-                                    self.src.internal_partition(p))
-                self._find_locations(st)
-                with self.lock:
-                    self.partitions[p] = st
-                self._assign(st)
+        new = [p for p in partitions if p not in self.partitions]
+        for p in new:
+            st = PartitionState(self.src.name, self.src.topic, p, self.src.schema.key,
+                                self.src.internal_partition(p))
+            self._find_locations(st)
+            with self.lock:
+                self.partitions[p] = st
+            self._assign(st)
+        if new:
+            self._watermarks()  # their lag at once, not at the next housekeeping
 
     def _find_locations(self, st: PartitionState) -> None:
         for loc in self.engine.locations():
@@ -221,7 +265,7 @@ class SourceConsumer:
         return min(offsets) if offsets else None
 
     def _assign(self, st: PartitionState) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
         for loc in st.locations.values():
             if loc.in_error:
@@ -231,21 +275,17 @@ class SourceConsumer:
         offset = self._resume_offset(st)
         st.next_offset = -1 if offset is None else offset
         start = offset if offset is not None else (OFFSET_BEGINNING if self.src.start == "earliest" else OFFSET_END)
-        with self._fetcher.exclusive():
-            self._consumer.incremental_assign([TopicPartition(st.topic, st.partition, start)])
-            st.generation += 1
-            st.assigned, st.stopped, st.blocked_on = True, None, None
+        st.generation += 1
+        st.assigned, st.stopped, st.blocked_on = True, None, None
+        self._fetch.send(("assign", st.partition, start, st.generation))
         log.info("kafka partition assigned", source=st.source, topic=st.topic, partition=st.partition,
                  offset=offset if offset is not None else self.src.start, locations=sorted(st.locations))
 
     def _unassign(self, st: PartitionState) -> None:
-        from confluent_kafka import TopicPartition
-
         if st.assigned:
-            with self._fetcher.exclusive():
-                self._consumer.incremental_unassign([TopicPartition(st.topic, st.partition)])
-                st.generation += 1
-                st.assigned = False
+            st.generation += 1
+            st.assigned = False
+            self._fetch.send(("unassign", st.partition))
 
     def _block(self, st: PartitionState, loc: Any) -> None:
         """A location of the partition is in error: stop consuming until it is reopened."""
@@ -272,46 +312,32 @@ class SourceConsumer:
                 self._assign(st)
 
     def _watermarks(self) -> None:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        for st in list(self.partitions.values()):
-            try:
-                with self._fetcher.exclusive():
-                    _low, high = self._consumer.get_watermark_offsets(
-                        TopicPartition(st.topic, st.partition), timeout=1,
-                        cached=st.assigned and st.high_watermark >= 0)  # the first from the broker: lag at once
-            except KafkaException:
-                continue
-            if high is not None and high >= 0:
-                st.high_watermark = high
+        """Asks the fetch process for the high watermarks (its answer comes with the batches):
+        the first of a partition from the broker (lag at once), later ones librdkafka's cached."""
+        self._fetch.send(("watermarks", [(st.partition, st.assigned and st.high_watermark >= 0)
+                                         for st in list(self.partitions.values())]))
 
     def _commit_for_monitoring(self) -> None:
-        """The next offsets, committed to the group for lag tools; never read back."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        tps = [TopicPartition(s.topic, s.partition, s.next_offset) for s in self.partitions.values()
-               if s.next_offset >= 0]
-        if not tps:
-            return
-        try:
-            with self._fetcher.exclusive():
-                self._consumer.commit(offsets=tps, asynchronous=True)
-        except KafkaException as e:
-            log.debug("kafka monitoring commit failed", source=self.src.name, error=str(e))
+        """The next offsets, committed to the group for lag tools (by the fetch process); never
+        read back."""
+        offsets = [(s.partition, s.next_offset) for s in self.partitions.values() if s.next_offset >= 0]
+        if offsets:
+            self._fetch.send(("commit", offsets))
 
     # -- messages ------------------------------------------------------------------------------
-    def _message_error(self, m: Any) -> None:
+    def _message_error(self, topic: str | None, partition: int, code: int, text: str, full: str) -> None:
+        """An error event of ``consume`` (its topic, partition, ``KafkaError`` code, ``str()``
+        and the whole error)."""
         from confluent_kafka import KafkaError
 
-        err = m.error()
-        st = self.partitions.get(m.partition()) if m.topic() == self.src.topic else None
+        st = self.partitions.get(partition) if topic == self.src.topic else None
         if st is not None:
             st.errors += 1
-            if err.code() == KafkaError._AUTO_OFFSET_RESET:  # the resume offset is gone from the topic
+            if code == KafkaError._AUTO_OFFSET_RESET:  # the resume offset is gone from the topic
                 self._stop_partition(st, f"offset {st.next_offset} is no longer in the topic (deleted by retention?): "
-                                         f"{err.str()}; messages may be lost, see docs/kafka.md")
+                                         f"{text}; messages may be lost, see docs/kafka.md")
                 return
-        self._client_error(str(err))
+        self._client_error(full)
 
     def _client_error(self, text: str) -> None:
         self.client_errors += 1
@@ -319,29 +345,30 @@ class SourceConsumer:
             log.warning("kafka client error", source=self.src.name, error=text)
         self.last_client_error = text
 
-    def _process(self, st: PartitionState, batch: Batch, written: set) -> None:
-        """One partition's messages (in offset order): decode, route to locations, commit."""
-        if st.next_offset >= 0 and batch.offsets[0] < st.next_offset:  # already written
-            batch = batch.take(np.flatnonzero(batch.offsets >= st.next_offset))
-            if not len(batch):
+    def _process(self, st: PartitionState, rows: pa.RecordBatch, first: int, end: int, messages: int,
+                 nbytes: int, poison: list[tuple[int, str]]) -> None:
+        """One partition's decoded messages ``first``..``end``-1 (rows with their offsets, and
+        the poison messages' offsets and reasons): route to locations, commit."""
+        cols = rows.columns[:-1]
+        row_offsets = rows.column(OFFSET_COLUMN).to_numpy()
+        if st.next_offset >= 0 and first < st.next_offset:  # already written (the process filters them too)
+            if end <= st.next_offset:
                 return
-        nbytes = sum(map(len, filter(None, batch.values)))
-        st.messages += len(batch)
+            keep = np.flatnonzero(row_offsets >= st.next_offset)
+            cols, row_offsets = [c.take(pa.array(keep)) for c in cols], row_offsets[keep]
+            poison = [(o, why) for o, why in poison if o >= st.next_offset]
+        st.messages += messages
         st.bytes += nbytes
-        dec = self.decoder.decode(batch)
-        end = int(batch.offsets[-1]) + 1
         keep_below = None
-        if dec.poison:
-            st.errors += len(dec.poison)
-            first, why = dec.poison[0]
-            bad = int(batch.offsets[first])
+        if poison:
+            st.errors += len(poison)
             if self.src.on_poison == "stop":
-                end = keep_below = bad
-            for i, reason in dec.poison if self.src.on_poison == "skip" else dec.poison[:1]:
+                end = keep_below = poison[0][0]
+            for offset, reason in poison if self.src.on_poison == "skip" else poison[:1]:
                 log.error("kafka poison message", source=st.source, topic=st.topic, partition=st.partition,
-                          offset=int(batch.offsets[i]), error=reason, policy=self.src.on_poison)
+                          offset=offset, error=reason, policy=self.src.on_poison)
         try:
-            self._commit(st, dec.columns, dec.row_offsets, end, keep_below, nbytes, written)
+            self._commit(st, cols, row_offsets, end, keep_below, nbytes, self._unpublished)
         except LocationError as e:
             loc = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
             if loc is not None:
@@ -354,7 +381,7 @@ class SourceConsumer:
             return
         st.next_offset = end
         if keep_below is not None:
-            self._stop_partition(st, f"poison message at offset {keep_below}: {dec.poison[0][1]} "
+            self._stop_partition(st, f"poison message at offset {keep_below}: {poison[0][1]} "
                                      "(import.kafka ... on_poison: stop)")
 
     def _stop_partition(self, st: PartitionState, why: str) -> None:
@@ -441,14 +468,3 @@ def _ours(pos: SourcePosition, st: PartitionState) -> bool:
 
 def _date(day: int) -> str:
     return str(np.datetime64(int(day), "D"))
-
-
-class _KafkaLog:
-    """librdkafka's log lines into the DIS's structured log (a ``logging.Logger``-like sink)."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def log(self, level: int, fmt: str, *args: Any) -> None:
-        text = fmt % args if args else fmt
-        (log.warning if level >= 30 else log.debug)("librdkafka", source=self.source, message=text)

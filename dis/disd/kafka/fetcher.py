@@ -1,153 +1,224 @@
-"""The fetching half of a source's consumer: a thread of its own that takes batches of messages
-from librdkafka and cuts them into one ``Batch`` per partition, while the loop thread
-(``disd.kafka.consumer``) decodes and writes the batch before.
+"""The fetching half of a source's consumer, run in the source's fetch process
+(``disd.kafka.child``): ``consume`` batches from librdkafka, cut them per partition, decode each
+partition's messages into the table's Arrow columns, and hand each decoded batch to the DIS as
+Arrow IPC with its partition, generation, offsets and poison messages.
 
-Why a thread: reading a message's parts from the client (``consume``, then value, offset, key
-of each ``Message``) is work under the GIL that grows with the messages; Arrow's JSON reader
-and the column files' writes (the other half) mostly run without it.  Two threads keep both
-cores busy; one thread did one half and then the other.
+Why in another process: reading the messages out of the client (a Python ``Message`` each) and
+decoding them is work under a GIL that grows with the messages; in the DIS it shared one GIL
+with routing and appending (``disd.kafka.consumer``), so the two halves took turns instead of
+running side by side.  Here they have a GIL each.
 
-Exactly once is untouched: the fetcher neither decodes nor writes, and it hands over only what
-``consume`` returned.  Each batch carries the ``generation`` of its partition at the moment
-``consume`` returned, read under the fetch lock, which the loop thread holds (``exclusive``)
-while it assigns or unassigns a partition and moves the generation on.  A batch taken before a partition
-was stopped, re-seeked or reassigned thus carries an old generation, and the loop thread drops
-it; after the (re)assignment librdkafka delivers only messages from the new position.
+Exactly once is untouched: the fetcher decides nothing.  It consumes what the DIS assigned it,
+tags every batch with the partition's ``generation`` of that assignment (the DIS moves the
+generation on at every (un)assignment and drops batches of an older one), and holds nothing the
+DIS cannot give it again: after a restart the DIS assigns every partition anew from its own
+state.  Commands and ``consume`` run in one thread, one after the other: a batch's generation
+is exactly the assignment its messages were consumed under (librdkafka delivers only messages
+from the new position after a (re)assignment), and no client call waits for a concurrent
+``consume`` (an asynchronous ``commit`` was seen to wait indefinitely for one).
 """
 
 from __future__ import annotations
 
 import operator
-import queue
-import threading
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
-import structlog
+import pyarrow as pa
 
-from disd.kafka.decode import Batch
+from disd.kafka.config import SourceConfig
+from disd.kafka.decode import Batch, Decoder
 
-log = structlog.get_logger(__name__)
-
-#: batches waiting for the loop thread; bounds the memory to this many times ``batch_size``
-QUEUE_BATCHES = 4
-
-
-@dataclass(frozen=True)
-class Fetched:
-    """One partition's messages of one ``consume``, or (``error``) one error event, or (neither)
-    the news that the client's queue is empty."""
-
-    partition: int
-    generation: int
-    batch: Batch | None = None
-    error: Any = None  # a confluent_kafka Message whose error() is set
-    #: ``consume`` returned fewer than ``batch_size`` messages: the client's queue was empty
-    drained: bool = False
-    #: messages were taken from the client but could not be handed over: re-seek every partition
-    lost: bool = False
+#: the column of a decoded batch's record batch holding each row's Kafka offset
+OFFSET_COLUMN = "__kafka_offset"
+#: a command's answer, a log line, or a batch to decode (``Fetcher.encode``), to the DIS:
+#: (header, b"" or the ``Batch``)
+Send = Callable[[tuple, Any], None]
 
 
 class Fetcher:
-    """``consume`` in a loop into ``queue`` (bounded: the fetcher waits when the loop thread
-    is behind)."""
+    """One source's client, its assigned partitions and their generations; ``handle`` runs a
+    command of the DIS, ``fetch_once`` one ``consume``.  Everything it tells the DIS goes
+    through ``send``."""
 
-    def __init__(self, name: str, consumer: Any, batch_size: int, parts: tuple[bool, bool, bool],
-                 generations: Callable[[], dict[int, int]], stop: threading.Event) -> None:
+    def __init__(self, src: SourceConfig, consumer: Any, send: Send,
+                 ask_broker: Callable[[list[int]], bool] | None = None) -> None:
+        self.src = src
         self.consumer = consumer
-        self.batch_size = batch_size
-        self.parts = parts  # need keys, headers, timestamps
-        self.generations = generations  # each assigned partition's generation; empty while none is
-        self.fetch_lock = threading.Lock()
-        self._waiting = threading.Event()  # the loop thread waits for the fetch lock
-        self.stop = stop
-        self.queue: queue.Queue[list[Fetched]] = queue.Queue(QUEUE_BATCHES)
-        self._told_drained = True  # the loop thread knows the queue was empty (or nothing came yet)
-        self.thread = threading.Thread(target=self._run, name=f"dis-kafka-fetch-{name}", daemon=True)
+        self.send = send
+        #: asks the broker for partitions' high watermarks off this thread (the answer is sent
+        #: on; False: it cannot); None or False: here, between two ``consume``s (a query can take 0.5 s)
+        self.ask_broker = ask_broker
+        self.decoder = Decoder(src)
+        d = self.decoder
+        self.parts = (d.need_keys, d.need_headers, d.need_timestamps)
+        self.gens: dict[int, int] = {}  # assigned partition -> its generation
+        #: the next offset the DIS expects of a partition (its assignment's, then past each batch
+        #: sent); messages below are already in the DIS and dropped (a broker may deliver them again)
+        self.expect: dict[int, int] = {}
+        self._told_drained = True  # the DIS knows the client's queue was empty (or nothing came yet)
 
-    def start(self) -> None:
-        self.thread.start()
+    # -- commands of the DIS ---------------------------------------------------------------------
+    def handle(self, cmd: tuple) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
 
-    def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """No ``consume`` meanwhile: for (un)assignments, and every other call of the loop thread
-        into the client (an asynchronous ``commit`` was seen to wait for the end of a concurrent
-        ``consume`` of an idle partition, indefinitely).  The fetcher lets go of the lock
-        between its ``consume`` calls only while nobody waits (a plain lock is not fair: the
-        fetcher would take it again at once), so this waits for one ``consume`` at most."""
-        self._waiting.set()
-        try:
-            with self.fetch_lock:
-                yield
-        finally:
-            self._waiting.clear()
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self._fetch_once()
-            except Exception:  # noqa: BLE001 - the fetcher never dies; the loop thread goes on
-                log.exception("kafka fetch failed; retrying")
-                self.stop.wait(1.0)
-
-    def _fetch_once(self) -> None:
-        while self._waiting.is_set() and not self.stop.is_set():
-            self.stop.wait(0.002)
-        with self.fetch_lock:
-            gens = self.generations()
-            if not gens:
-                msgs = None
+        op, topic = cmd[0], self.src.topic
+        if op == "assign":  # ("assign", partition, offset or librdkafka's logical offset, generation)
+            _, p, start, gen = cmd
+            self.consumer.incremental_assign([TopicPartition(topic, p, start)])
+            self.gens[p] = gen
+            if start >= 0:
+                self.expect[p] = start
             else:
-                msgs = self.consumer.consume(self.batch_size, 0.1)
-        if msgs is None:
-            self.stop.wait(0.05)
-            return
+                self.expect.pop(p, None)
+        elif op == "unassign":  # ("unassign", partition)
+            p = cmd[1]
+            if p in self.gens:
+                self.consumer.incremental_unassign([TopicPartition(topic, p)])
+                self.gens.pop(p)
+                self.expect.pop(p, None)
+        elif op == "metadata":
+            try:
+                t = self.consumer.list_topics(topic, timeout=5).topics.get(topic)
+            except KafkaException as e:
+                self.send(("metadata", None, f"metadata of topic {topic}: {e}"), b"")
+                return
+            if t is None or t.error is not None:
+                self.send(("metadata", None, f"topic {topic}: {t.error if t is not None else 'unknown'}"), b"")
+            else:
+                self.send(("metadata", sorted(t.partitions), None), b"")
+        elif op == "watermarks":  # ("watermarks", [(partition, librdkafka's cached value will do)])
+            fresh = [p for p, cached in cmd[1] if not cached]
+            highs = watermarks(self.consumer, topic, [p for p, cached in cmd[1] if cached], cached=True)
+            if fresh and self.ask_broker is not None and self.ask_broker(fresh):
+                pass
+            else:
+                highs.update(watermarks(self.consumer, topic, fresh, cached=False))
+            self.send(("watermarks", highs), b"")
+        elif op == "commit":  # ("commit", [(partition, next offset)]): for monitoring only
+            try:
+                self.consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in cmd[1]], asynchronous=True)
+            except KafkaException as e:
+                self.send(("log", "debug", "kafka monitoring commit failed", {"error": str(e)}), b"")
+        else:
+            raise ValueError(f"unknown command {op!r}")
+
+    # -- consuming -------------------------------------------------------------------------------
+    def fetch_once(self, timeout: float = 0.1) -> bool:
+        """One ``consume`` into decoded batches sent to the DIS; False: nothing is assigned."""
+        if not self.gens:
+            return False
+        # after a full batch, a look without waiting: the DIS hears at once that the client's
+        # queue is empty (and publishes), not after a ``consume`` that waited ``timeout`` for more
+        msgs = self.consumer.consume(self.src.batch_size, timeout if self._told_drained else 0)
         if not msgs:
-            if self._told_drained:
-                return
-            out = [Fetched(-1, -1, drained=True)]  # the last batch was full, and nothing followed
-        else:
-            try:
-                out = self.split(msgs, gens, len(msgs) < self.batch_size)
-            except Exception:  # noqa: BLE001 - the messages are out of the client: have them read again
-                log.exception("kafka fetch: cannot cut a batch; the partitions are re-seeked")
-                out = [Fetched(-1, -1, lost=True)]
-        self._told_drained = out[-1].drained
-        while not self.stop.is_set():
-            try:
-                self.queue.put(out, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+            if not self._told_drained:  # the last batch was full, and nothing followed
+                self.send(("drained",), b"")
+                self._told_drained = True
+            return True
+        drained = len(msgs) < self.src.batch_size
+        try:
+            out = self.cut(msgs, drained)
+        except Exception as e:  # noqa: BLE001 - the messages are out of the client: have them read again
+            self.send(*self.lost(e))
+            self.send(("lost",), b"")
+            return True
+        for header, body in out:
+            self.send(header, body)
+        self._told_drained = drained
+        return True
 
-    def split(self, msgs: list, gens: dict[int, int], drained: bool) -> list[Fetched]:
-        """The messages by partition, each in offset order, as ``Batch``es; error events apart.
-        C-level passes (``map`` of the unbound methods, numpy), no Python frame a message."""
-        from confluent_kafka import Message
-
-        out: list[Fetched] = []
-        if any(map(Message.error, msgs)):  # error() is None or a KafkaError, which is true
-            errors = list(map(Message.error, msgs))
-            out = [Fetched(-1, -1, error=m) for m, e in zip(msgs, errors) if e is not None]
-            msgs = [m for m, e in zip(msgs, errors) if e is None]
-            if not msgs:
-                return out
-        parts = np.fromiter(map(Message.partition, msgs), np.int64, len(msgs))
-        if (parts == parts[0]).all():
-            groups = {int(parts[0]): msgs}
-        else:
-            order = np.argsort(parts, kind="stable")
-            uniq, starts = np.unique(parts[order], return_index=True)
-            bounds = [*starts.tolist(), len(msgs)]
-            groups = {int(p): _pick(msgs, order[bounds[j]:bounds[j + 1]]) for j, p in enumerate(uniq.tolist())}
+    def cut(self, msgs: list, drained: bool) -> list[tuple[tuple, Any]]:
+        """Error events, then each partition's messages as a ``Batch`` to decode (header
+        ``("decode", partition, generation, drained)``: ``encode`` makes it a batch for the DIS),
+        in offset order; the last one carries ``drained`` (``consume`` returned fewer than
+        ``batch_size``)."""
+        out: list[tuple[tuple, Any]] = []
+        groups, errors = split(msgs)
+        for m in errors:
+            err = m.error()
+            out.append((("error", m.topic(), m.partition(), err.code(), err.str(), str(err)), b""))
         for p, group in groups.items():
-            out.append(Fetched(p, gens.get(p, -1), Batch.of(group, *self.parts), drained=drained))
+            gen = self.gens.get(p)
+            if gen is None:
+                continue  # not assigned (any more): the DIS would drop it
+            batch = Batch.of(group, *self.parts)
+            low = self.expect.get(p)
+            if low is not None and batch.offsets[0] < low:  # already in the DIS
+                batch = batch.take(np.flatnonzero(batch.offsets >= low))
+                if not len(batch):
+                    continue
+            self.expect[p] = int(batch.offsets[-1]) + 1
+            out.append((("decode", p, gen, False), batch))
+        if drained:
+            if out and out[-1][0][0] == "decode":
+                out[-1] = ((*out[-1][0][:-1], True), out[-1][1])
+            else:
+                out.append((("drained",), b""))
         return out
+
+    def encode(self, header: tuple, batch: Batch) -> tuple[tuple, bytes]:
+        """A ``("decode", partition, generation, drained)`` of ``cut`` decoded, for the DIS:
+        ``("batch", partition, generation, first offset, next offset, messages, value bytes,
+        [(poison offset, reason)], drained)`` and the rows with their offsets as Arrow IPC.  Runs
+        on another thread than ``consume`` (``disd.kafka.child``): Arrow's JSON reader works
+        without the GIL while the next ``consume`` runs."""
+        _, p, gen, drained = header
+        dec = self.decoder.decode(batch)
+        nbytes = sum(map(len, filter(None, batch.values)))
+        end = int(batch.offsets[-1]) + 1
+        poison = [(int(batch.offsets[i]), why) for i, why in dec.poison]
+        names = [*self.src.schema.column_names, OFFSET_COLUMN]
+        rb = pa.RecordBatch.from_arrays([*dec.columns, pa.array(dec.row_offsets, pa.int64())], names=names)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, rb.schema) as w:
+            w.write_batch(rb)
+        header = ("batch", p, gen, int(batch.offsets[0]), end, len(batch), nbytes, poison, drained)
+        return header, sink.getvalue().to_pybytes()
+
+    @staticmethod
+    def lost(e: Exception) -> tuple[tuple, bytes]:
+        """The log line for messages taken out of the client that cannot reach the DIS; a
+        ``("lost",)`` follows, and the DIS assigns every partition again at its offsets."""
+        return ("log", "error", "kafka fetch: cannot cut or decode a batch; the partitions are re-seeked",
+                {"error": repr(e)}), b""
+
+
+def watermarks(consumer: Any, topic: str, partitions: list[int], cached: bool) -> dict[int, int]:
+    """The high watermarks of ``partitions`` that could be had (librdkafka's last seen when
+    ``cached``, else asked of the broker, up to 1 s each)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    highs = {}
+    for p in partitions:
+        try:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=1, cached=cached)
+        except KafkaException:
+            continue
+        if high is not None and high >= 0:
+            highs[p] = high
+    return highs
+
+
+def split(msgs: list) -> tuple[dict[int, list], list]:
+    """The messages by partition, each in offset order, and the error events apart.  C-level
+    passes (``map`` of the unbound methods, numpy), no Python frame a message."""
+    from confluent_kafka import Message
+
+    errors: list = []
+    if any(map(Message.error, msgs)):  # error() is None or a KafkaError, which is true
+        errs = list(map(Message.error, msgs))
+        errors = [m for m, e in zip(msgs, errs) if e is not None]
+        msgs = [m for m, e in zip(msgs, errs) if e is None]
+        if not msgs:
+            return {}, errors
+    parts = np.fromiter(map(Message.partition, msgs), np.int64, len(msgs))
+    if (parts == parts[0]).all():
+        return {int(parts[0]): msgs}, errors
+    order = np.argsort(parts, kind="stable")
+    uniq, starts = np.unique(parts[order], return_index=True)
+    bounds = [*starts.tolist(), len(msgs)]
+    return {int(p): _pick(msgs, order[bounds[j]:bounds[j + 1]]) for j, p in enumerate(uniq.tolist())}, errors
 
 
 def _pick(msgs: list, idx: np.ndarray) -> list:

@@ -1,0 +1,100 @@
+"""The DIS's end of a source's fetch process (``disd.kafka.child``): starting it, commands to it,
+batches and answers from it.
+
+One Unix socket pair a process; each message is a pickled header tuple (pickle only between
+the DIS and the process it started itself), a batch's header followed by its rows as an Arrow
+IPC stream, read without a copy into a ``RecordBatch``.  The process holds nothing the DIS
+cannot give it again, so when it is gone (``FetchProcessGone``) the consumer starts a new one
+and assigns every partition again from its own state.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pyarrow as pa
+
+from disd.errors import DisError
+
+
+class FetchProcessGone(DisError):
+    """The fetch process exited, was killed, or its socket broke."""
+
+
+class FetchProcess:
+    def __init__(self, kafka: Any, src: Any) -> None:
+        self.kafka = kafka
+        self.src = src
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        """A new process, given the configuration; its commands may follow at once.  Started by
+        the consumer's loop thread, whose end the kernel tells it (``PR_SET_PDEATHSIG``)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "disd.kafka.child", str(theirs.fileno()),
+                                          str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except OSError as e:
+            ours.close()
+            raise FetchProcessGone(f"cannot start the fetch process ({sys.executable} -m disd.kafka.child): {e}") \
+                from None
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
+        self.send((self.kafka, self.src))
+
+    def send(self, cmd: tuple) -> None:
+        if self.conn is None:
+            raise FetchProcessGone("no fetch process")
+        try:
+            self.conn.send_bytes(pickle.dumps(cmd))
+        except OSError as e:
+            raise FetchProcessGone(f"cannot write to the fetch process: {e}") from None
+
+    def receive(self, timeout: float) -> tuple[tuple, pa.RecordBatch | None] | None:
+        """The next message (header, and a batch's rows), or None after ``timeout`` seconds."""
+        if self.conn is None:
+            raise FetchProcessGone("no fetch process")
+        try:
+            if not self.conn.poll(timeout):
+                return None
+            header = pickle.loads(self.conn.recv_bytes())
+            rows = None
+            if header[0] == "batch":
+                rows = pa.ipc.open_stream(pa.py_buffer(self.conn.recv_bytes())).read_next_batch()
+        except (EOFError, OSError) as e:
+            raise FetchProcessGone(f"the fetch process is gone ({self.status()}): {e!r}") from None
+        return header, rows
+
+    def status(self) -> str:
+        rc = self.proc.poll() if self.proc is not None else None
+        if rc is None:
+            return "running"
+        return f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the process (in order if it listens, else killed) and reap it."""
+        if self.proc is None:
+            return
+        try:
+            self.send(("stop",))
+        except FetchProcessGone:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.conn.close()
+        self.proc = self.conn = None
