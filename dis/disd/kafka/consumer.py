@@ -38,6 +38,7 @@ from disd.kafka.link import FetchProcess, FetchProcessGone
 from disd.names import LocationKey
 from disd.storage import LocationError, StorageEngine
 from disd.storage.checkpoint import SourcePosition
+from disd.storage.location import CAUGHT_UP_FLUSH_S
 
 log = structlog.get_logger(__name__)
 
@@ -47,9 +48,6 @@ HOUSEKEEPING_S = 1.0
 METADATA_S = 10.0
 #: the least time between two starts of a source's fetch process
 RESTART_S = 1.0
-#: a location that received rows is flushed when the source has caught up, at most this often
-#: (a quarter of the default flush_interval_ms: a trickle costs at most 4 times the flusher's flushes)
-CAUGHT_UP_FLUSH_S = 0.025
 
 
 @dataclass
@@ -221,10 +219,8 @@ class SourceConsumer:
         has caught up are visible as soon as they are in.  At most every ``CAUGHT_UP_FLUSH_S`` a
         location, so a trickle of single messages does not flush at each; a location held back
         by that is flushed when its time comes (``_step``), not at the flusher's tick."""
-        now = time.time()
         for loc in list(written):
-            if loc.last_flush_time is None or now - loc.last_flush_time >= CAUGHT_UP_FLUSH_S:
-                loc.flush()
+            if loc.publish_soon():
                 written.discard(loc)
 
     def _reseek_all(self) -> None:

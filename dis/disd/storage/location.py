@@ -119,7 +119,8 @@ def _retryable_cause(e: BaseException | None) -> bool:
     return isinstance(e, OSError) and e.errno is not None and not isinstance(e, FileIdentityError)
 
 
-#: a caught-up source's rows are published at once, but no more often than this a location
+#: a caught-up source's rows are published at once, but no more often than this a location (a
+#: quarter of the default flush_interval_ms: a trickle costs at most 4 times the flusher's flushes)
 CAUGHT_UP_FLUSH_S = 0.025
 
 IMPORT_STATE_KEYS = ("transactions_abandoned", "ends_without_start", "rows_rolled_back", "restarts", "io_recoveries")
@@ -550,14 +551,17 @@ class Location:
         if changed and self._on_publish is not None:
             self._on_publish(self)
 
-    def publish_soon(self) -> None:
-        """Flush now, unless the last flush was under ``CAUGHT_UP_FLUSH_S`` ago: for a source
+    def publish_soon(self) -> bool:
+        """Flush now, unless the last flush was under ``CAUGHT_UP_FLUSH_S`` ago (then False:
+        the rows wait for the flusher's tick, or for the caller to ask again): for a source
         that has caught up (a tailer at the end of its files, a Kafka partition drained), whose
         rows are then visible as soon as they are in rather than at the flusher's next tick,
         while a trickle of single rows still costs at most one flush per ``CAUGHT_UP_FLUSH_S``."""
         last = self.last_flush_time
-        if last is None or time.time() - last >= CAUGHT_UP_FLUSH_S:
-            self.flush()
+        if last is not None and time.time() - last < CAUGHT_UP_FLUSH_S:
+            return False
+        self.flush()
+        return True
 
     def _flush_locked(self) -> bool:
         self.dirty_since = None
