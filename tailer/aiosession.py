@@ -35,6 +35,12 @@ from disd.tailer.session import StreamBroken, classify
 
 #: How long ``close`` waits for the stream's coroutine to end after cancelling it (seconds).
 CLOSE_WAIT_S = 5.0
+#: Most streams of one tailer being opened to one DIS address at once (waiting for their resume
+#: point); the others wait their turn.  A DIS takes an open call only when its gRPC server asks
+#: for the next one, and gRPC's server cancels a call that waited longer than 30 s for that (its
+#: ``grpc.server_max_unrequested_time_in_server``): thousands of streams opened at once, on a
+#: loaded machine, had their calls cancelled (CANCELLED) and retried, adding to the queue.
+MAX_OPENING = 16
 
 
 class StreamLoop:
@@ -51,6 +57,7 @@ class StreamLoop:
             self.metadata = (("authorization", f"Bearer {security.token}"),)
         self.loop = asyncio.new_event_loop()
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._opening: dict[str, asyncio.Semaphore] = {}  # per address; used on the loop only
         self._lock = threading.Lock()
         self._closed = False
         self.thread = threading.Thread(target=self._run, name="tailer streams", daemon=True)
@@ -73,6 +80,13 @@ class StreamLoop:
             if ch is None:
                 ch = self._channels[address] = self.call(self._open(address))
             return ch
+
+    def opening(self, address: str) -> asyncio.Semaphore:
+        """The turns of the streams being opened to ``address`` (on the loop)."""
+        sem = self._opening.get(address)
+        if sem is None:
+            sem = self._opening[address] = asyncio.Semaphore(MAX_OPENING)
+        return sem
 
     async def _open(self, address: str) -> grpc.aio.Channel:
         sec = self.security
@@ -134,21 +148,33 @@ class AioIngestSession:
         self._resume: concurrent.futures.Future = concurrent.futures.Future()
         self._call: grpc.aio.StreamStreamCall | None = None
         self._cancelled = False
+        self._atask: asyncio.Task | None = None
         channel = streams.channel(address)
-        self._task: concurrent.futures.Future = asyncio.run_coroutine_threadsafe(self._run(channel), self._loop)
+        self._task: concurrent.futures.Future = asyncio.run_coroutine_threadsafe(
+            self._run(channel, address), self._loop)
 
     # -- the loop's side ---------------------------------------------------------------------
 
-    async def _run(self, channel: grpc.aio.Channel) -> None:
-        call = dis_pb2_grpc.IngestStub(channel).Stream(metadata=self._streams.metadata or None)
-        self._call = call
-        if self._cancelled:
-            call.cancel()
-        writer = asyncio.ensure_future(self._write(call))
+    async def _run(self, channel: grpc.aio.Channel, address: str) -> None:
+        self._atask = asyncio.current_task()
+        writer = None
         try:
-            await self._read(call)
+            if self._cancelled:
+                raise asyncio.CancelledError
+            async with self._streams.opening(address):  # until the resume point (or the failure)
+                call = dis_pb2_grpc.IngestStub(channel).Stream(metadata=self._streams.metadata or None)
+                self._call = call
+                writer = asyncio.ensure_future(self._write(call))
+                opened = await self._read_resume(call)
+            if opened:
+                await self._read_acks(call)
+        except asyncio.CancelledError:
+            # cut while waiting for its turn to open: as a locally cancelled call
+            with self._cond:
+                self._error = self._error or StreamBroken("CANCELLED: Locally cancelled by application!")
         finally:
-            writer.cancel()
+            if writer is not None:
+                writer.cancel()
             with self._cond:
                 self._done = True
                 self._cond.notify_all()
@@ -174,7 +200,8 @@ class AioIngestSession:
             call.cancel()
             raise
 
-    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+    async def _read_resume(self, call: grpc.aio.StreamStreamCall) -> bool:
+        """Read the resume point (True), or note why the stream ended before it (False)."""
         try:
             first = await call.read()
             if first is grpc.aio.EOF:
@@ -182,6 +209,19 @@ class AioIngestSession:
             if first.WhichOneof("body") != "resume":
                 raise StreamBroken(f"expected a resume point, got {first.WhichOneof('body')}")
             self._resume.set_result(first.resume)
+            return True
+        except grpc.RpcError as e:
+            error: Exception = classify(e)
+        except asyncio.CancelledError:
+            error = StreamBroken("CANCELLED: Locally cancelled by application!")
+        except StreamBroken as e:
+            error = e
+        with self._cond:
+            self._error = error
+        return False
+
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
+        try:
             while True:
                 r = await call.read()
                 if r is grpc.aio.EOF:
@@ -274,6 +314,8 @@ class AioIngestSession:
             self._cancelled = True
             if self._call is not None:
                 self._call.cancel()
+            elif self._atask is not None:
+                self._atask.cancel()  # waiting for its turn to open
         try:
             self._loop.call_soon_threadsafe(cut)
         except RuntimeError:  # the loop is closed: so is every call on it

@@ -102,3 +102,22 @@ def test_idle_workers_wait_for_events_not_the_poll(tmp_path, dis):
         end = write(path, 3, 5)
         wait_for(lambda: dis.log_of("ip3").offset == end, 5, 0.005, "the append acknowledged")
         assert time.monotonic() - t0 < 1.0
+
+
+def test_streams_are_opened_a_few_at_a_time(tmp_path):
+    """Many locations starting at once open their streams at most ``MAX_OPENING`` at a time per
+    DIS: a gRPC server rejects calls that arrive while about a thousand wait to be picked up
+    (its pending-request backlog, ``grpc.server.max_pending_requests``), and at 2,000 locations
+    the tailers' streams failed with INTERNAL or CANCELLED before the DIS saw them.  Here each
+    open takes the DIS 30 ms; without the cap all 40 would be waiting at once."""
+    n = 40
+    d = FakeDis(open_delay=0.03, workers=n + 8).start()
+    try:
+        for i in range(n):
+            write(tmp_path / name(ip=f"ip{i}"), 5)
+        with Tailer(config(d.address, tmp_path)) as t:
+            assert t.wait_idle(30)
+            assert len(d.peers) == n  # every location opened once: none failed and retried
+            assert 1 < d.max_opening <= 16, d.max_opening  # MAX_OPENING
+    finally:
+        d.stop()
