@@ -31,7 +31,7 @@ def test_the_workers_of_one_dis_share_one_connection(tmp_path, dis):
     for i in range(LOCATIONS):
         write(tmp_path / name(ip=f"ip{i}"), 5)
     # threads left by earlier tests in this process (their channels' threads end lazily) are not ours
-    earlier = {th.ident for th in threading.enumerate()}
+    earlier = set(threading.enumerate())  # the objects: an ended thread's ident is reused
     with Tailer(config(dis.address, tmp_path, stream_runtime="threads")) as t:
         assert t.wait_idle(30)
         assert len(dis.peers) == LOCATIONS
@@ -40,7 +40,7 @@ def test_the_workers_of_one_dis_share_one_connection(tmp_path, dis):
         assert t.channel(dis.address) is t.channel(dis.address)
         # gRPC's threads: one request sender per stream and one channel thread for all of them
         # (a channel per stream had a channel thread each: 2 per stream)
-        names = [th.name for th in threading.enumerate() if th.ident not in earlier]
+        names = [th.name for th in threading.enumerate() if th not in earlier]
         assert sum(1 for n in names if n.startswith("tailer Market")) == LOCATIONS
         assert sum(1 for n in names if n.endswith("(_run)")) == LOCATIONS + 1, names
 
@@ -52,7 +52,7 @@ def test_a_location_costs_one_thread(tmp_path, dis):
     connection."""
     for i in range(LOCATIONS):
         write(tmp_path / name(ip=f"ip{i}"), 5)
-    earlier = {th.ident for th in threading.enumerate()}
+    earlier = set(threading.enumerate())  # the objects: an ended thread's ident is reused
     with Tailer(config(dis.address, tmp_path)) as t:
         assert t.wait_idle(30)
         assert len(dis.peers) == LOCATIONS
@@ -61,7 +61,7 @@ def test_a_location_costs_one_thread(tmp_path, dis):
         ends = [write(tmp_path / name(ip=f"ip{i}"), 3, 5) for i in range(LOCATIONS)]
         wait_for(lambda: [dis.log_of(f"ip{i}").offset for i in range(LOCATIONS)] == ends, 10, 0.01,
                  "the appends acknowledged")
-        names = [th.name for th in threading.enumerate() if th.ident not in earlier]
+        names = [th.name for th in threading.enumerate() if th not in earlier]
         workers = [n for n in names if n.startswith("tailer Market")]
         assert len(workers) == LOCATIONS
         # besides the workers: the scanner, the streams' event loop, and whatever threads gRPC
