@@ -6,9 +6,11 @@ every ``poll_interval_ms``) and keeps, per location, its files ordered by time s
 location gets a ``LocationWorker`` thread (``disd.tailer.stream``) per replica of its entry, each
 holding its own Ingest stream from that replica's resume point: a replica that is down or slow
 holds back only its own workers, and catches up from the files on disk when it comes back.  The
-workers of one replica share one gRPC channel (``channel``): HTTP/2 carries their streams over one
-connection, whose events one channel thread serves, instead of a channel and a channel thread per
-location.
+streams themselves are coroutines of one event-loop thread (``open_session``, ``stream_runtime:
+asyncio``; ``disd.tailer.aiosession``), on one channel per DIS address: HTTP/2 carries them over
+one connection, and a location costs one thread, its worker, instead of three with the synchronous
+API (``stream_runtime: threads``: gRPC's request sender and an ack reader per stream, on a shared
+synchronous ``channel``).
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
 (``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
 ``retention`` configured, one more thread (``disd.tailer.retention``) deletes or moves the logs
