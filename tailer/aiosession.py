@@ -10,7 +10,8 @@ event loop: a worker hands its requests over thread-safely (``call_soon_threadsa
 writes them and reads the acks, and the acks update the in-flight state under the session's
 condition exactly as the threaded session does.  The only thread per location is its worker.
 
-The semantics are the threaded session's, and ``tests/tailer`` runs against both: at most
+The semantics are the threaded session's (``tests/tailer`` runs against this one, the default,
+and against both where they differ: threads, credentials): at most
 ``max_in_flight_bytes`` unacknowledged, acks matched to chunks in order, failures classified by
 ``classify`` (a refusal, ``RefusedByDis``, versus a broken stream, ``StreamBroken``), ``finish``
 half-closes and waits a little for the DIS to end the stream, ``close`` half-closes then cancels.
