@@ -136,7 +136,7 @@ def start_tailer(c: Cluster, k: int, log_dir: pathlib.Path, args: argparse.Names
     mport = free_port()
     cfg = {"dis": f"127.0.0.1:{c.port}", "log_dirs": [str(log_dir)], "state_dir": str(c.work / f"tailer{k}"),
            "chunk_bytes": args.chunk_bytes, "max_in_flight_bytes": args.max_in_flight_bytes, "poll_interval_ms": 100,
-           "metrics_port": mport}
+           "metrics_port": mport, "stream_runtime": args.stream_runtime}
     path = c.work / f"tailer{k}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     p = Proc([str(BIN / "dis-tailer"), "--config", str(path)], c.work / f"tailer{k}.log").start()
@@ -546,6 +546,8 @@ def parse_args() -> argparse.Namespace:
                     help="end the run when the burst, or the drain after the live phase, takes longer")
     ap.add_argument("--chunk-bytes", type=int, default=1 * MiB)
     ap.add_argument("--max-in-flight-bytes", type=int, default=2 * MiB)
+    ap.add_argument("--stream-runtime", choices=["asyncio", "threads"], default="asyncio",
+                    help="the tailers' stream_runtime (threads: the synchronous gRPC API, three threads per location)")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, process logs)")
     return ap.parse_args()
@@ -714,6 +716,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     decode = (os.cpu_count() or 1) * 3 * args.chunk_bytes
     bound = idle_rss + buffers + args.block_cache_mib * MiB + in_flight + decode
     live_rate = live_rows / live_s
+    # every tick writes once to every location: the tailers' CPU of the live phase (and its
+    # drain) per such write
+    tailer_ms_per_write = (cpu2["tailers"] - cpu1["tailers"]) * 1000 / max(1, ticks * streams)
 
     def cpu_line(a: dict, b: dict, secs: float) -> str:
         return ", ".join(f"{k} {(b[k] - a[k]) / secs:.2f}" for k in a)
@@ -727,6 +732,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
           f"late), all published {drain_s:.2f} s after the last write; flush p99 {live_p99 * 1000:.1f} ms over "
           f"{live_flushes} flushes")
     print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {cpu_line(cpu1, cpu2, live_s + drain_s)}")
+    print(f"tailers' CPU per location write, live: {tailer_ms_per_write:.3f} ms ({ticks * streams} writes: "
+          f"{ticks} ticks x {streams} locations; stream_runtime {args.stream_runtime})")
     print(f"lag (rows logged - published) per location, live: p50 {np.percentile(all_lags, 50):.0f}, p99 "
           f"{np.percentile(all_lags, 99):.0f}, max {all_lags.max():.0f} (a location gets "
           f"{args.live_rate / streams:.0f} rows/s); worst location, median over the first two thirds {early:.0f}, "
@@ -755,7 +762,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
          dis_rss_idle_mib=idle_rss / MiB, dis_rss_peak_mib=peak_rss / MiB, dis_rss_bound_mib=bound / MiB,
          dis_fds_peak=peak_fds, column_handles_peak=peak_handles, max_open_files=args.max_open_files,
          tailer_rss_peak_mib=tailer_peak / MiB, dis_threads_peak=dis_threads, tailer_threads_peak=tailer_threads,
-         tailer_fds_peak=tailer_fds, max_workers=args.max_workers, samples=len(live), client_rows_read=readers.rows_read,
+         tailer_fds_peak=tailer_fds, tailer_cpu_ms_per_write=tailer_ms_per_write,
+         stream_runtime=args.stream_runtime, max_workers=args.max_workers, samples=len(live), client_rows_read=readers.rows_read,
          client_caught_up=caught_up, spark_counts=len(readers.spark_counts),
          reader_errors=len(readers.errors) + len(sample_errors),
          spark_final_count_ok=(final_count == total) if final_count is not None else None,

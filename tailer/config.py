@@ -4,6 +4,7 @@
     log_dirs: [var/logs]
     # tls: {ca: ..., cert: ..., key: ..., server_name: ...}   token_file: ...
     # poll_interval_ms: 200  max_in_flight_bytes: 8388608  chunk_bytes: 4194304
+    # stream_runtime: asyncio   (or threads)
     # csv_tables: [Market.Quote]  schemas: config/schemas  state_dir: var/tailer
     # retention: {mode: delete}   or   {mode: move, move_to: /archive/logs}   (interval_ms: 10000)
     # metrics_port: 9465  metrics_host: 127.0.0.1   (the Prometheus endpoint; none without a port)
@@ -38,6 +39,10 @@ class RetentionConfig:
     interval_ms: int = 10000  # how often the DIS is asked for its checkpoints
 
 
+#: the values of ``stream_runtime``
+STREAM_RUNTIMES = ("asyncio", "threads")
+
+
 @dataclass
 class TailerConfig:
     routing: Routing
@@ -49,6 +54,10 @@ class TailerConfig:
     torn_tail_grace_ms: int = 2000
     retry_refused_ms: int = 30000
     max_backoff_ms: int = 5000
+    #: how the Ingest streams run: "asyncio" (every stream a coroutine of one event-loop thread,
+    #: ``disd.tailer.aiosession``) or "threads" (the synchronous gRPC API: two more threads per
+    #: stream, ``disd.tailer.session``)
+    stream_runtime: str = "asyncio"
     state_dir: str = "var/tailer"
     schemas: str | None = None
     #: "<Namespace>.<Table>" -> schema, for the tables fed by CSV files
@@ -95,6 +104,8 @@ def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
     cfg.torn_tail_grace_ms = r.get("torn_tail_grace_ms", int, cfg.torn_tail_grace_ms, _positive)
     cfg.retry_refused_ms = r.get("retry_refused_ms", int, cfg.retry_refused_ms, _positive)
     cfg.max_backoff_ms = r.get("max_backoff_ms", int, cfg.max_backoff_ms, _positive)
+    cfg.stream_runtime = r.get("stream_runtime", str, cfg.stream_runtime,
+                               lambda v: None if v in STREAM_RUNTIMES else f"must be one of {', '.join(STREAM_RUNTIMES)}, got {v!r}")
     cfg.state_dir = r.get("state_dir", str, cfg.state_dir, lambda v: None if v else "must not be empty")
 
     tls = r.sub("tls")

@@ -6,9 +6,11 @@ every ``poll_interval_ms``) and keeps, per location, its files ordered by time s
 location gets a ``LocationWorker`` thread (``disd.tailer.stream``) per replica of its entry, each
 holding its own Ingest stream from that replica's resume point: a replica that is down or slow
 holds back only its own workers, and catches up from the files on disk when it comes back.  The
-workers of one replica share one gRPC channel (``channel``): HTTP/2 carries their streams over one
-connection, whose events one channel thread serves, instead of a channel and a channel thread per
-location.
+streams themselves are coroutines of one event-loop thread (``open_session``, ``stream_runtime:
+asyncio``; ``disd.tailer.aiosession``), on one channel per DIS address: HTTP/2 carries them over
+one connection, and a location costs one thread, its worker, instead of three with the synchronous
+API (``stream_runtime: threads``: gRPC's request sender and an ack reader per stream, on a shared
+synchronous ``channel``).
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
 (``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
 ``retention`` configured, one more thread (``disd.tailer.retention``) deletes or moves the logs
@@ -40,11 +42,15 @@ from disd.rpc.channel import open_channel
 from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
 from disd.tailer.retention import LogRetention
-from disd.tailer.session import StreamBroken
+from disd.tailer.aiosession import AioIngestSession, StreamLoop
+from disd.tailer.session import IngestSession, StreamBroken
 from disd.tailer.stream import LocationWorker
 from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, scan_dirs
 
 log = structlog.get_logger("disd.tailer")
+
+#: One open Ingest stream, whichever ``stream_runtime`` runs it (the same methods either way).
+Session = IngestSession | AioIngestSession
 
 #: With inotify, directories are still rescanned this often (events can be missed: NFS, overflow).
 INOTIFY_RESCAN_S = 2.0
@@ -66,6 +72,7 @@ class Tailer:
         self._reported: set[str] = set()
         self._scanner: threading.Thread | None = None
         self._channels: dict[str, grpc.Channel] = {}  # per DIS address: the one all its workers use
+        self._streams: StreamLoop | None = None  # stream_runtime asyncio: the loop every stream runs on
         self._started = False
         self._metrics_server = None
         self.metrics_port: int | None = None  # the endpoint's port once started (metrics_port 0: any)
@@ -91,12 +98,29 @@ class Tailer:
             if ch is None:
                 if self._halt.is_set():  # stop closed the channels: none is opened after it
                     raise StreamBroken("the tailer is stopping")
-                cap = max(INITIAL_RECONNECT_MS, self.config.max_backoff_ms)
-                ch = self._channels[address] = open_channel(address, self.config.security, (
-                    ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
-                    ("grpc.min_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
-                    ("grpc.max_reconnect_backoff_ms", cap)))
+                ch = self._channels[address] = open_channel(address, self.config.security,
+                                                            self._reconnect_options())
             return ch
+
+    def _reconnect_options(self) -> tuple[tuple[str, object], ...]:
+        cap = max(INITIAL_RECONNECT_MS, self.config.max_backoff_ms)
+        return (("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
+                ("grpc.min_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
+                ("grpc.max_reconnect_backoff_ms", cap))
+
+    def open_session(self, address: str, on_ack) -> Session:  # noqa: ANN001 - LocationWorker._on_ack
+        """A new Ingest stream to ``address`` for one worker, run as ``stream_runtime`` says: a
+        coroutine of the tailer's one event loop (``asyncio``: the worker is the location's only
+        thread), or the synchronous API on the shared channel (``threads``: two more threads)."""
+        if self.config.stream_runtime == "threads":
+            return IngestSession(self.channel(address), self.config.max_in_flight_bytes, self._halt, on_ack)
+        with self._lock:
+            if self._streams is None:
+                if self._halt.is_set():
+                    raise StreamBroken("the tailer is stopping")
+                self._streams = StreamLoop(self.config.security, self._reconnect_options())
+            streams = self._streams
+        return AioIngestSession(streams, address, self.config.max_in_flight_bytes, self._halt, on_ack)
 
     # -- discovery ---------------------------------------------------------------------------
 
@@ -268,8 +292,11 @@ class Tailer:
             self.csv.stop()
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
+            streams, self._streams = self._streams, None
         for ch in channels:
             ch.close()
+        if streams is not None:
+            streams.close()
         self.watcher.release()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()

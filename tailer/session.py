@@ -158,6 +158,10 @@ class IngestSession:
                 self._cond.wait(0.5)
             self._check_locked()
 
+    def cancel(self) -> None:
+        """Cut the stream (any thread): a worker blocked in ``open`` or ``send`` gets StreamBroken."""
+        self.call.cancel()
+
     def close(self) -> None:
         self._requests.put(None)  # half-close: the DIS sees the end of the requests
         self.call.cancel()

@@ -62,11 +62,11 @@ from disd.rpc.v1 import dis_pb2
 from disd.schema import TableSchema
 from disd.schemaversions import SchemaChangeError, check_change
 from disd.tailer.frames import FrameReader, Piece
-from disd.tailer.session import IngestSession, RefusedByDis, StreamBroken, classify
+from disd.tailer.session import RefusedByDis, StreamBroken, classify
 from disd.tailer.watch import LocationFiles, LogFile, order_of
 
 if TYPE_CHECKING:
-    from disd.tailer.core import Tailer
+    from disd.tailer.core import Session, Tailer
 
 log = structlog.get_logger("disd.tailer")
 
@@ -135,7 +135,7 @@ class LocationWorker(threading.Thread):
         # did the replica answer the last attempt (a resume point or a refusal: True), or did the
         # attempt fail to reach it (False)?  None before the first attempt: for the replica metrics
         self.reachable: bool | None = None
-        self._session: IngestSession | None = None
+        self._session: Session | None = None
         self._hint: str | None = None  # the file the next stream opens with (its fingerprint)
         self._corrupt: tuple[str, int, tuple] | None = None  # (path, offset, stat) that stopped us
         self._opened = False  # the current attempt got a resume point
@@ -205,7 +205,7 @@ class LocationWorker(threading.Thread):
         self.wake.set()
         s = self._session
         if s is not None:
-            s.call.cancel()
+            s.cancel()
 
     # -- main loop ---------------------------------------------------------------------------
 
@@ -366,7 +366,7 @@ class LocationWorker(threading.Thread):
                 return f.name, header
         return None
 
-    def _check_step(self, s: IngestSession, accepts: bool, told: list, lf: LocationFiles, cur: LogFile,
+    def _check_step(self, s: Session, accepts: bool, told: list, lf: LocationFiles, cur: LogFile,
                     header: LogHeader) -> None:
         """Before a file of another schema is sent: refuse (SchemaStepRefused, after telling the
         DIS) a change from the file before it that the rules refuse; a file that now passes ends
@@ -398,7 +398,7 @@ class LocationWorker(threading.Thread):
             parts.append(f"and {len(skipped) - 3} more files whose names do not parse")
         return "; ".join(parts)
 
-    def _sync_problem(self, s: IngestSession, accepts: bool, told: list) -> None:
+    def _sync_problem(self, s: Session, accepts: bool, told: list) -> None:
         """Send the problem when it changed since the DIS was last told (``told[0]``)."""
         p = self.problem()
         if accepts and p != told[0]:
@@ -429,8 +429,7 @@ class LocationWorker(threading.Thread):
         if replica is None:
             raise RefusedByDis("NOT_ROUTED", f"no DIS in the routing takes {self.key.table_key}")
         self._set(state="connecting", dis=replica.address)
-        session = IngestSession(self.tailer.channel(replica.address), self.cfg.max_in_flight_bytes, self._halt,
-                                self._on_ack)
+        session = self.tailer.open_session(replica.address, self._on_ack)
         self._session = session
         if self._halt.is_set():
             session.close()
@@ -472,7 +471,7 @@ class LocationWorker(threading.Thread):
             raise corrupt
         return None
 
-    def _follow(self, s: IngestSession, opened: LogHeader, resume: dis_pb2.ResumePoint) -> None:
+    def _follow(self, s: Session, opened: LogHeader, resume: dis_pb2.ResumePoint) -> None:
         self._opened = True
         schema = _schema_of(opened)
         cfg = self.cfg

@@ -35,8 +35,12 @@ class LocationLog:
 class FakeDis(dis_pb2_grpc.IngestServicer):
     def __init__(self, ack_delay: float = 0.0, refuse: dict | None = None,
                  store: dict | None = None, accepts_reports: bool = False,
-                 refuse_versions: dict | None = None) -> None:
+                 refuse_versions: dict | None = None, open_delay: float = 0.0, workers: int = 16) -> None:
         self.ack_delay = ack_delay
+        self.open_delay = open_delay  # seconds before the resume point, as a DIS opening a location
+        self.workers = workers  # the server's pool: streams served at once
+        self.opening = 0  # streams received and not yet given their resume point
+        self.max_opening = 0
         self.accepts_reports = accepts_reports
         self.refuse = refuse or {}  # internal partition -> (StatusCode, details)
         # schema version (of an open's schema_json) -> (StatusCode, details), as a DIS refuses a
@@ -59,7 +63,15 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
     def Stream(self, request_iterator, context):  # noqa: N802
         with self.lock:
             self.peers.append(context.peer())
-        first = next(request_iterator)
+            self.opening += 1
+            self.max_opening = max(self.max_opening, self.opening)
+        try:
+            first = next(request_iterator)
+            if self.open_delay:
+                time.sleep(self.open_delay)
+        finally:
+            with self.lock:
+                self.opening -= 1
         loc = first.open.location
         key = LocationKey(loc.namespace, loc.table, loc.internal_partition, loc.column_partition)
         ip = loc.internal_partition
@@ -153,7 +165,7 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
     # -- serving -----------------------------------------------------------------------------
 
     def start(self, port: int = 0) -> "FakeDis":
-        self.server = grpc.server(futures.ThreadPoolExecutor(16),
+        self.server = grpc.server(futures.ThreadPoolExecutor(self.workers),
                                   options=[("grpc.max_receive_message_length", 64 << 20)])
         dis_pb2_grpc.add_IngestServicer_to_server(self, self.server)
         self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")

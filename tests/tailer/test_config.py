@@ -39,6 +39,8 @@ from support import ROOT, SCHEMAS
         ({"dis": "a:1", "log_dirs": ["x"], "metrics_port": "9465"}, "metrics_port"),
         ({"dis": "a:1", "log_dirs": ["x"], "metrics_host": "0.0.0.0"}, "metrics_host"),
         ({"dis": "a:1", "log_dirs": ["x"], "metrics_port": 9465, "metrics_host": " "}, "metrics_host"),
+        ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": "trio"}, "stream_runtime"),
+        ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": 1}, "stream_runtime"),
     ],
 )
 def test_errors_name_the_file_and_key(data, key):
@@ -54,6 +56,7 @@ def test_defaults():
     assert cfg.poll_interval_ms == 200 and cfg.state_dir == "var/tailer"
     assert cfg.csv_tables == {} and not cfg.security.tls and cfg.security.token is None
     assert cfg.metrics_port is None  # no endpoint unless asked for
+    assert cfg.stream_runtime == "asyncio"
 
 
 def test_metrics_endpoint_keys():

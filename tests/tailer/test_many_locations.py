@@ -27,11 +27,12 @@ def dis():
 
 
 def test_the_workers_of_one_dis_share_one_connection(tmp_path, dis):
+    """``stream_runtime: threads``: the synchronous API, on one channel per DIS."""
     for i in range(LOCATIONS):
         write(tmp_path / name(ip=f"ip{i}"), 5)
     # threads left by earlier tests in this process (their channels' threads end lazily) are not ours
-    earlier = {th.ident for th in threading.enumerate()}
-    with Tailer(config(dis.address, tmp_path)) as t:
+    earlier = set(threading.enumerate())  # the objects: an ended thread's ident is reused
+    with Tailer(config(dis.address, tmp_path, stream_runtime="threads")) as t:
         assert t.wait_idle(30)
         assert len(dis.peers) == LOCATIONS
         # one client port: every stream is an HTTP/2 stream of one connection
@@ -39,9 +40,37 @@ def test_the_workers_of_one_dis_share_one_connection(tmp_path, dis):
         assert t.channel(dis.address) is t.channel(dis.address)
         # gRPC's threads: one request sender per stream and one channel thread for all of them
         # (a channel per stream had a channel thread each: 2 per stream)
-        names = [th.name for th in threading.enumerate() if th.ident not in earlier]
+        names = [th.name for th in threading.enumerate() if th not in earlier]
         assert sum(1 for n in names if n.startswith("tailer Market")) == LOCATIONS
         assert sum(1 for n in names if n.endswith("(_run)")) == LOCATIONS + 1, names
+
+
+def test_a_location_costs_one_thread(tmp_path, dis):
+    """The default runtime (``asyncio``): every stream is a coroutine of one event-loop thread,
+    so a location's only thread is its worker (the threaded runtime adds gRPC's request sender
+    and an ack reader per stream: three per location), and the streams still share one
+    connection."""
+    for i in range(LOCATIONS):
+        write(tmp_path / name(ip=f"ip{i}"), 5)
+    earlier = set(threading.enumerate())  # the objects: an ended thread's ident is reused
+    with Tailer(config(dis.address, tmp_path)) as t:
+        assert t.wait_idle(30)
+        assert len(dis.peers) == LOCATIONS
+        assert len(set(dis.peers)) == 1, sorted(set(dis.peers))
+        # more rows while the streams are open: acks still flow through the loop
+        ends = [write(tmp_path / name(ip=f"ip{i}"), 3, 5) for i in range(LOCATIONS)]
+        wait_for(lambda: [dis.log_of(f"ip{i}").offset for i in range(LOCATIONS)] == ends, 10, 0.01,
+                 "the appends acknowledged")
+        names = [th.name for th in threading.enumerate() if th not in earlier]
+        workers = [n for n in names if n.startswith("tailer Market")]
+        assert len(workers) == LOCATIONS
+        # besides the workers: the scanner, the streams' event loop, and whatever threads gRPC
+        # keeps for the process (not per stream); the fake DIS's threads (its pool's, and a
+        # receiver per stream) run in this process and are not counted
+        others = [n for n in names if not n.startswith(("tailer Market", "ThreadPoolExecutor"))
+                  and not n.endswith("(receive)")]
+        assert "tailer streams" in others, names
+        assert len(others) <= 4, others
 
 
 def test_idle_workers_wait_for_events_not_the_poll(tmp_path, dis):
@@ -73,3 +102,22 @@ def test_idle_workers_wait_for_events_not_the_poll(tmp_path, dis):
         end = write(path, 3, 5)
         wait_for(lambda: dis.log_of("ip3").offset == end, 5, 0.005, "the append acknowledged")
         assert time.monotonic() - t0 < 1.0
+
+
+def test_streams_are_opened_a_few_at_a_time(tmp_path):
+    """Many locations starting at once open their streams at most ``MAX_OPENING`` at a time per
+    DIS: a gRPC server rejects calls that arrive while about a thousand wait to be picked up
+    (its pending-request backlog, ``grpc.server.max_pending_requests``), and at 2,000 locations
+    the tailers' streams failed with INTERNAL or CANCELLED before the DIS saw them.  Here each
+    open takes the DIS 30 ms; without the cap all 40 would be waiting at once."""
+    n = 40
+    d = FakeDis(open_delay=0.03, workers=n + 8).start()
+    try:
+        for i in range(n):
+            write(tmp_path / name(ip=f"ip{i}"), 5)
+        with Tailer(config(d.address, tmp_path)) as t:
+            assert t.wait_idle(30)
+            assert len(d.peers) == n  # every location opened once: none failed and retried
+            assert 1 < d.max_opening <= 16, d.max_opening  # MAX_OPENING
+    finally:
+        d.stop()
