@@ -288,7 +288,8 @@ class AioIngestSession:
             self._inflight.append(n)
             self.inflight_bytes += n
         self._put(dis_pb2.IngestRequest(
-            chunk=dis_pb2.LogChunk(file_name=file_name, offset=piece.offset, data=piece.data)))
+            chunk=dis_pb2.LogChunk(file_name=file_name, offset=piece.offset, data=piece.data,
+                                  caught_up=piece.at_end)))
         return True
 
     def report(self, problem: str) -> None:

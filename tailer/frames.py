@@ -28,6 +28,8 @@ class Piece:
     offset: int
     end: int
     tail: int = 0
+    #: ``end`` is the end of the file as it was read: nothing more to send from it for now
+    at_end: bool = False
 
     @property
     def complete(self) -> bool:
@@ -89,7 +91,7 @@ class FrameReader:
         if not run.starts:
             return Piece(b"", offset, offset, size - start)
         n = run.end_offset - offset
-        return Piece(data if n == len(data) else data[:n], offset, run.end_offset)
+        return Piece(data if n == len(data) else data[:n], offset, run.end_offset, at_end=run.end_offset == size)
 
     def close(self) -> None:
         if self._fd >= 0:

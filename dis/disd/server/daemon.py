@@ -192,6 +192,11 @@ def grpc_server(max_workers: int, token: str | None) -> grpc.Server:
             ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.so_reuseport", 0),
+            # Calls waiting for a thread of the pool: the core's defaults (1,000, hard limit
+            # 3,000) turned stream opens away at random (CANCELLED or INTERNAL) when a few
+            # thousand locations' tailers opened their streams at once.
+            ("grpc.server.max_pending_requests", max(10_000, 2 * max_workers)),
+            ("grpc.server.max_pending_requests_hard_limit", max(30_000, 6 * max_workers)),
         ],
         maximum_concurrent_rpcs=max_workers,
     )
