@@ -32,7 +32,7 @@ from disd.rpc.channel import CHANNEL_OPTIONS
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.security import ClientSecurity
 from disd.tailer.frames import Piece
-from disd.tailer.session import StreamBroken, classify
+from disd.tailer.session import StreamBroken, chunk_request, classify
 
 #: How long ``close`` waits for the stream's coroutine to end after cancelling it (seconds).
 CLOSE_WAIT_S = 5.0
@@ -287,9 +287,7 @@ class AioIngestSession:
                 return False
             self._inflight.append(n)
             self.inflight_bytes += n
-        self._put(dis_pb2.IngestRequest(
-            chunk=dis_pb2.LogChunk(file_name=file_name, offset=piece.offset, data=piece.data,
-                                  caught_up=piece.at_end)))
+        self._put(chunk_request(file_name, piece))
         return True
 
     def report(self, problem: str) -> None:

@@ -53,6 +53,19 @@ def classify(e: grpc.RpcError) -> Exception:
 
 
 
+def chunk_request(file_name: str, piece: Piece) -> dis_pb2.IngestRequest:
+    """The request carrying ``piece``, built by assigning the nested message's fields: passing
+    a ``LogChunk`` to ``IngestRequest(chunk=...)`` merges it, which took 5-10 ms per 4 MiB chunk
+    (upb) against 0.1 ms this way, a third of a tailer's time in a 4 M-row burst."""
+    req = dis_pb2.IngestRequest()
+    chunk = req.chunk
+    chunk.file_name = file_name
+    chunk.offset = piece.offset
+    chunk.data = piece.data
+    chunk.caught_up = piece.at_end
+    return req
+
+
 class IngestSession:
     """One open Ingest stream: requests go through a queue the gRPC runtime drains, acks are read
     by a thread, and ``send`` blocks while ``max_in_flight_bytes`` are unacknowledged."""
@@ -136,9 +149,7 @@ class IngestSession:
                 return False
             self._inflight.append(n)
             self.inflight_bytes += n
-        self._requests.put(dis_pb2.IngestRequest(
-            chunk=dis_pb2.LogChunk(file_name=file_name, offset=piece.offset, data=piece.data,
-                                  caught_up=piece.at_end)))
+        self._requests.put(chunk_request(file_name, piece))
         return True
 
     def report(self, problem: str) -> None:
