@@ -73,7 +73,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import yaml  # noqa: E402
 
-from _common import SYMS, TRADE_SCHEMA, emit, wait_serving  # noqa: E402
+from _common import SYMS, TRADE_SCHEMA, Published, emit, wait_serving  # noqa: E402
 from disd.client import connect  # noqa: E402
 from disd.logger import IntradayLoggerBuilder, Rollover  # noqa: E402
 from e2e_helpers import BIN, Proc, free_port, start_dis  # noqa: E402
@@ -410,36 +410,6 @@ def layout(locations: int) -> tuple[list[str], list[str]]:
 def published_rows(port: int) -> dict[str, int]:
     with connect(f"127.0.0.1:{port}") as c:
         return {f"{l.key.internal_partition}/{l.key.column_partition}": l.rows for l in c.locations("Market", "Trade")}
-
-
-class Published:
-    """Rows published per location, kept by a subscription (the DIS pushes each change).  The
-    waits below read it instead of listing the table every few milliseconds: a listing walks
-    every location's directory on the DIS (about 14 ms for 400 locations), so polling it 50
-    times a second cost the DIS most of a core during a 200-location burst and nothing for the
-    one-location baseline."""
-
-    def __init__(self, port: int) -> None:
-        self.rows: dict = {}
-        self.error: str | None = None
-        self._client = connect(f"127.0.0.1:{port}")
-        self._thread = threading.Thread(target=self._follow, daemon=True)
-        self._thread.start()
-
-    def _follow(self) -> None:
-        try:
-            for snap in self._client.subscribe("Market", "Trade"):
-                self.rows[snap.key] = max(snap.rows, self.rows.get(snap.key, 0))
-        except Exception as e:  # noqa: BLE001
-            self.error = repr(e)
-
-    def total(self) -> tuple[int, int]:
-        """(rows published, locations with rows)."""
-        vals = list(self.rows.values())
-        return sum(vals), sum(1 for v in vals if v)
-
-    def close(self) -> None:
-        self._client.close()
 
 
 def wait_published(c: Cluster, pub: Published, total: int, timeout: float, stall_s: float, locations: int,

@@ -238,9 +238,10 @@ class StorageEngine:
             t.start()
             self._threads.append(t)
 
-    def _dirty(self, loc: Location) -> None:
-        """A location took rows (or cut some back): the flusher visits it at its next tick."""
-        self.flusher.mark(loc, loc.import_config.flush_interval_ms / 1000.0)
+    def _dirty(self, loc: Location, within_s: float | None) -> None:
+        """A location took rows (or cut some back): the flusher visits it at its next tick
+        (of ``within_s`` when given: a caught-up source's rows held back by the 25 ms rule)."""
+        self.flusher.mark(loc, within_s or loc.import_config.flush_interval_ms / 1000.0)
 
     def flush_age(self, loc: Location, now: float | None = None) -> float | None:
         """Seconds the location's published rows have been behind what it holds: since it took

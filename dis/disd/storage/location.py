@@ -138,7 +138,7 @@ class Location:
         on_publish: Callable[["Location"], None] | None = None,
         io_retry: IoRetry = IoRetry(),
         create_version: int | None = None,
-        on_dirty: Callable[["Location"], None] | None = None,
+        on_dirty: Callable[["Location", float | None], None] | None = None,
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be positive")
@@ -535,7 +535,7 @@ class Location:
         if self.dirty_since is None:
             self.dirty_since = time.time()
             if self._on_dirty is not None:
-                self._on_dirty(self)
+                self._on_dirty(self, None)
 
     def flush(self) -> None:
         """Write dirty buffers (no sync), then publish the committed row count."""
@@ -553,12 +553,14 @@ class Location:
 
     def publish_soon(self) -> bool:
         """Flush now, unless the last flush was under ``CAUGHT_UP_FLUSH_S`` ago (then False:
-        the rows wait for the flusher's tick, or for the caller to ask again): for a source
+        the flush clock flushes the location at its next ``CAUGHT_UP_FLUSH_S`` tick): for a source
         that has caught up (a tailer at the end of its files, a Kafka partition drained), whose
         rows are then visible as soon as they are in rather than at the flusher's next tick,
         while a trickle of single rows still costs at most one flush per ``CAUGHT_UP_FLUSH_S``."""
         last = self.last_flush_time
         if last is not None and time.time() - last < CAUGHT_UP_FLUSH_S:
+            if self._on_dirty is not None:  # not the flusher's next tick: the next 25 ms one
+                self._on_dirty(self, CAUGHT_UP_FLUSH_S)
             return False
         self.flush()
         return True
