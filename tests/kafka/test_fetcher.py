@@ -45,21 +45,6 @@ def test_split_by_partition_with_gap_and_error():
     assert f.expect == {0: 13, 1: 10}
 
 
-def test_split_of_many_runs_sorts_and_keeps_offset_order():
-    """More partition runs than ``MAX_RUNS`` (partitions alternating message by message): the
-    sorting cut, with the same groups as the cut by runs."""
-    from disd.kafka.fetcher import MAX_RUNS
-
-    n = 2 * MAX_RUNS + 10
-    msgs = [msg(i % 2, 100 + i // 2) for i in range(n)]
-    groups, errors = split(msgs)
-    assert not errors and sorted(groups) == [0, 1]
-    assert [m.offset() for m in groups[0]] == list(range(100, 100 + (n + 1) // 2))
-    assert [m.offset() for m in groups[1]] == list(range(100, 100 + n // 2))
-    runs, _ = split(msgs[:8] + [msg(0, 999)])  # few runs: cut by runs, a partition's runs joined
-    assert [m.offset() for m in runs[0]] == [100, 101, 102, 103, 999]
-
-
 def test_messages_the_dis_has_are_dropped():
     """After an assignment at offset 11, a message below it (delivered again) is not sent."""
     f = fetcher()

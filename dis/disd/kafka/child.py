@@ -137,7 +137,7 @@ class _Outbox:
                     header, body = ("lost",), b""
             self._write_one(header, body)
 
-    def _write_one(self, header: tuple, body: Any) -> None:
+    def _write_one(self, header: tuple, body: bytes) -> None:
         try:
             self.conn.send_bytes(pickle.dumps(header))
             if header[0] == "batch":

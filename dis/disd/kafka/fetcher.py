@@ -34,8 +34,6 @@ OFFSET_COLUMN = "__kafka_offset"
 #: a command's answer, a log line, or a batch to decode (``Fetcher.encode``), to the DIS:
 #: (header, b"" or the ``Batch``)
 Send = Callable[[tuple, Any], None]
-#: a batch of more partition runs than this is cut by sorting (``split``); seen: 1-42 a batch
-MAX_RUNS = 256
 
 
 class Fetcher:
@@ -159,7 +157,7 @@ class Fetcher:
                 out.append((("drained",), b""))
         return out
 
-    def encode(self, header: tuple, batch: Batch) -> tuple[tuple, pa.Buffer]:
+    def encode(self, header: tuple, batch: Batch) -> tuple[tuple, bytes]:
         """A ``("decode", partition, generation, drained)`` of ``cut`` decoded, for the DIS:
         ``("batch", partition, generation, first offset, next offset, messages, value bytes,
         [(poison offset, reason)], drained)`` and the rows with their offsets as Arrow IPC.  Runs
@@ -176,7 +174,7 @@ class Fetcher:
         with pa.ipc.new_stream(sink, rb.schema) as w:
             w.write_batch(rb)
         header = ("batch", p, gen, int(batch.offsets[0]), end, len(batch), nbytes, poison, drained)
-        return header, sink.getvalue()  # written to the socket from Arrow's memory, not copied to bytes
+        return header, sink.getvalue().to_pybytes()
 
     @staticmethod
     def lost(e: Exception) -> tuple[tuple, bytes]:
@@ -204,11 +202,7 @@ def watermarks(consumer: Any, topic: str, partitions: list[int], cached: bool) -
 
 def split(msgs: list) -> tuple[dict[int, list], list]:
     """The messages by partition, each in offset order, and the error events apart.  C-level
-    passes (``map`` of the unbound methods, numpy), no Python frame a message.
-
-    librdkafka hands a partition's messages over in runs (a fetch response's messages of one
-    partition), so a partition's messages are the concatenation of its runs: list slices, one
-    Python step a run.  Only a batch cut into very many runs is sorted by partition instead."""
+    passes (``map`` of the unbound methods, numpy), no Python frame a message."""
     from confluent_kafka import Message
 
     errors: list = []
@@ -219,19 +213,8 @@ def split(msgs: list) -> tuple[dict[int, list], list]:
         if not msgs:
             return {}, errors
     parts = np.fromiter(map(Message.partition, msgs), np.int64, len(msgs))
-    cuts = np.flatnonzero(parts[1:] != parts[:-1]) + 1
-    if not len(cuts):
+    if (parts == parts[0]).all():
         return {int(parts[0]): msgs}, errors
-    if len(cuts) <= MAX_RUNS:
-        bounds = [0, *cuts.tolist(), len(msgs)]
-        groups: dict[int, list] = {}
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            p = int(parts[a])
-            if p in groups:
-                groups[p] += msgs[a:b]
-            else:
-                groups[p] = msgs[a:b]
-        return groups, errors
     order = np.argsort(parts, kind="stable")
     uniq, starts = np.unique(parts[order], return_index=True)
     bounds = [*starts.tolist(), len(msgs)]
