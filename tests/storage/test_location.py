@@ -441,7 +441,8 @@ def test_locations_are_discovered_on_disk(tmp_path):
     k3 = LocationKey("Market", "Quote", "ip1", "2026-11-22")
     other.location(k3)
     other.close()
-    assert str(k3) in {str(loc.key) for loc in eng.locations()}
+    # found at the next walk of the disk, at most SCAN_EVERY_S after the last one
+    wait_for(lambda: str(k3) in {str(loc.key) for loc in eng.locations()}, 5, what="the next walk finds it")
     eng.close()
 
 
