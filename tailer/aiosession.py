@@ -31,8 +31,7 @@ import grpc.aio
 from disd.rpc.channel import CHANNEL_OPTIONS
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.security import ClientSecurity
-from disd.tailer.frames import Piece
-from disd.tailer.session import StreamBroken, chunk_request, classify
+from disd.tailer.session import FlowControl, StreamBroken, classify
 
 #: How long ``close`` waits for the stream's coroutine to end after cancelling it (seconds).
 CLOSE_WAIT_S = 5.0
@@ -126,23 +125,16 @@ class StreamLoop:
         self.thread.join(timeout)
 
 
-class AioIngestSession:
+class AioIngestSession(FlowControl):
     """One open Ingest stream on a ``StreamLoop``: the worker's requests are handed to the loop,
     which writes them in order and reads the acks; ``send`` blocks while ``max_in_flight_bytes``
     are unacknowledged."""
 
     def __init__(self, streams: StreamLoop, address: str, max_in_flight: int, halt: threading.Event,
                  on_ack: Callable[[dis_pb2.Ack, int, int], None]) -> None:
-        self.max_in_flight = max_in_flight
-        self.halt = halt
-        self.on_ack = on_ack
+        super().__init__(max_in_flight, halt, on_ack)
         self._streams = streams
         self._loop = streams.loop
-        self._cond = threading.Condition()
-        self._inflight: collections.deque[int] = collections.deque()
-        self.inflight_bytes = 0
-        self._error: Exception | None = None
-        self._done = False
         # requests not yet written (None: half-close); unbounded in count, bounded in bytes
         self._requests: collections.deque = collections.deque()
         self._wake = asyncio.Event()
@@ -227,13 +219,7 @@ class AioIngestSession:
                 r = await call.read()
                 if r is grpc.aio.EOF:
                     return
-                if r.WhichOneof("body") != "ack":
-                    raise StreamBroken(f"expected an ack, got {r.WhichOneof('body')}")
-                with self._cond:
-                    n = self._inflight.popleft() if self._inflight else 0
-                    self.inflight_bytes -= n
-                    self.on_ack(r.ack, self.inflight_bytes, n)
-                    self._cond.notify_all()
+                self._acked(r)
         except grpc.RpcError as e:
             with self._cond:
                 self._error = classify(e)
@@ -264,49 +250,6 @@ class AioIngestSession:
             except concurrent.futures.TimeoutError:
                 if not self._streams.thread.is_alive():  # stopped with the tailer: nothing will answer
                     raise StreamBroken("the tailer is stopping") from None
-
-    def _check_locked(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._done:
-            raise StreamBroken("the DIS ended the stream")
-
-    def check(self) -> None:
-        with self._cond:
-            self._check_locked()
-
-    def send(self, file_name: str, piece: Piece) -> bool:
-        """Queue one chunk once the in-flight bound allows it; False if halted meanwhile."""
-        n = len(piece.data)
-        with self._cond:
-            while (self._inflight and self.inflight_bytes + n > self.max_in_flight
-                   and self._error is None and not self._done and not self.halt.is_set()):
-                self._cond.wait(0.5)
-            self._check_locked()
-            if self.halt.is_set():
-                return False
-            self._inflight.append(n)
-            self.inflight_bytes += n
-        self._put(chunk_request(file_name, piece))
-        return True
-
-    def report(self, problem: str) -> None:
-        """Tell the DIS what is wrong on this side ("" = nothing); not acknowledged, not in flight."""
-        self._put(dis_pb2.IngestRequest(report=dis_pb2.TailerReport(problem=problem)))
-
-    def finish(self, timeout: float = 2.0) -> None:
-        """Half-close, and wait a little for the DIS to end the stream: what is queued (a report)
-        reaches it before ``close`` cancels the call."""
-        self._put(None)
-        with self._cond:
-            self._cond.wait_for(lambda: self._done, timeout)
-
-    def drain(self) -> None:
-        """Wait until every chunk sent is acknowledged."""
-        with self._cond:
-            while self._inflight and self._error is None and not self._done and not self.halt.is_set():
-                self._cond.wait(0.5)
-            self._check_locked()
 
     def cancel(self) -> None:
         """Cut the stream (any thread): a worker blocked in ``open`` or ``send`` gets StreamBroken."""

@@ -66,66 +66,36 @@ def chunk_request(file_name: str, piece: Piece) -> dis_pb2.IngestRequest:
     return req
 
 
-class IngestSession:
-    """One open Ingest stream: requests go through a queue the gRPC runtime drains, acks are read
-    by a thread, and ``send`` blocks while ``max_in_flight_bytes`` are unacknowledged."""
+class FlowControl:
+    """What both stream runtimes share: the in-flight bound, the ack accounting and the
+    worker's calls that only queue requests (``send``, ``report``, ``finish``, ``drain``).
+    A runtime supplies ``_put`` (hand a request, or None for the half-close, to its writer)
+    and calls ``_acked`` for each ack and sets ``_error`` / ``_done`` when the stream ends."""
 
-    def __init__(self, channel: grpc.Channel, max_in_flight: int, halt: threading.Event,
+    def __init__(self, max_in_flight: int, halt: threading.Event,
                  on_ack: Callable[[dis_pb2.Ack, int, int], None]) -> None:
         self.max_in_flight = max_in_flight
         self.halt = halt
         self.on_ack = on_ack
-        # Unbounded in count, bounded in bytes: every queued chunk counts as in flight.
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._cond = threading.Condition()
-        self._inflight: collections.deque[int] = collections.deque()
+        self._inflight: collections.deque[int] = collections.deque()  # bytes of each chunk unacknowledged
         self.inflight_bytes = 0
         self._error: Exception | None = None
         self._done = False
-        self._reader: threading.Thread | None = None
-        self.call = dis_pb2_grpc.IngestStub(channel).Stream(self._iter())
 
-    def _iter(self) -> Iterator[dis_pb2.IngestRequest]:
-        while True:
-            item = self._requests.get()
-            if item is None:
-                return
-            yield item
+    def _put(self, item: dis_pb2.IngestRequest | None) -> None:
+        raise NotImplementedError
 
-    def open(self, msg: dis_pb2.IngestOpen) -> dis_pb2.ResumePoint:
-        self._requests.put(dis_pb2.IngestRequest(open=msg))
-        try:
-            first = next(self.call)
-        except StopIteration:
-            raise StreamBroken("the DIS closed the stream before sending the resume point") from None
-        except grpc.RpcError as e:
-            raise classify(e) from None
-        if first.WhichOneof("body") != "resume":
-            raise StreamBroken(f"expected a resume point, got {first.WhichOneof('body')}")
-        self._reader = threading.Thread(target=self._read_acks, name="tailer-acks", daemon=True)
-        self._reader.start()
-        return first.resume
-
-    def _read_acks(self) -> None:
-        try:
-            for r in self.call:
-                if r.WhichOneof("body") != "ack":
-                    raise StreamBroken(f"expected an ack, got {r.WhichOneof('body')}")
-                with self._cond:
-                    n = self._inflight.popleft() if self._inflight else 0
-                    self.inflight_bytes -= n
-                    self.on_ack(r.ack, self.inflight_bytes, n)
-                    self._cond.notify_all()
-        except grpc.RpcError as e:
-            with self._cond:
-                self._error = classify(e)
-        except StreamBroken as e:
-            with self._cond:
-                self._error = e
-        finally:
-            with self._cond:
-                self._done = True
-                self._cond.notify_all()
+    def _acked(self, r: dis_pb2.IngestResponse) -> None:
+        """One response read after the resume point: an ack of the oldest chunk in flight
+        (anything else breaks the stream)."""
+        if r.WhichOneof("body") != "ack":
+            raise StreamBroken(f"expected an ack, got {r.WhichOneof('body')}")
+        with self._cond:
+            n = self._inflight.popleft() if self._inflight else 0
+            self.inflight_bytes -= n
+            self.on_ack(r.ack, self.inflight_bytes, n)
+            self._cond.notify_all()
 
     def _check_locked(self) -> None:
         if self._error is not None:
@@ -149,17 +119,17 @@ class IngestSession:
                 return False
             self._inflight.append(n)
             self.inflight_bytes += n
-        self._requests.put(chunk_request(file_name, piece))
+        self._put(chunk_request(file_name, piece))
         return True
 
     def report(self, problem: str) -> None:
         """Tell the DIS what is wrong on this side ("" = nothing); not acknowledged, not in flight."""
-        self._requests.put(dis_pb2.IngestRequest(report=dis_pb2.TailerReport(problem=problem)))
+        self._put(dis_pb2.IngestRequest(report=dis_pb2.TailerReport(problem=problem)))
 
     def finish(self, timeout: float = 2.0) -> None:
         """Half-close, and wait a little for the DIS to end the stream: what is queued (a report)
         reaches it before ``close`` cancels the call."""
-        self._requests.put(None)
+        self._put(None)
         with self._cond:
             self._cond.wait_for(lambda: self._done, timeout)
 
@@ -169,6 +139,58 @@ class IngestSession:
             while self._inflight and self._error is None and not self._done and not self.halt.is_set():
                 self._cond.wait(0.5)
             self._check_locked()
+
+
+class IngestSession(FlowControl):
+    """One open Ingest stream: requests go through a queue the gRPC runtime drains, acks are read
+    by a thread, and ``send`` blocks while ``max_in_flight_bytes`` are unacknowledged."""
+
+    def __init__(self, channel: grpc.Channel, max_in_flight: int, halt: threading.Event,
+                 on_ack: Callable[[dis_pb2.Ack, int, int], None]) -> None:
+        super().__init__(max_in_flight, halt, on_ack)
+        # Unbounded in count, bounded in bytes: every queued chunk counts as in flight.
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._reader: threading.Thread | None = None
+        self.call = dis_pb2_grpc.IngestStub(channel).Stream(self._iter())
+
+    def _put(self, item: dis_pb2.IngestRequest | None) -> None:
+        self._requests.put(item)
+
+    def _iter(self) -> Iterator[dis_pb2.IngestRequest]:
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            yield item
+
+    def open(self, msg: dis_pb2.IngestOpen) -> dis_pb2.ResumePoint:
+        self._put(dis_pb2.IngestRequest(open=msg))
+        try:
+            first = next(self.call)
+        except StopIteration:
+            raise StreamBroken("the DIS closed the stream before sending the resume point") from None
+        except grpc.RpcError as e:
+            raise classify(e) from None
+        if first.WhichOneof("body") != "resume":
+            raise StreamBroken(f"expected a resume point, got {first.WhichOneof('body')}")
+        self._reader = threading.Thread(target=self._read_acks, name="tailer-acks", daemon=True)
+        self._reader.start()
+        return first.resume
+
+    def _read_acks(self) -> None:
+        try:
+            for r in self.call:
+                self._acked(r)
+        except grpc.RpcError as e:
+            with self._cond:
+                self._error = classify(e)
+        except StreamBroken as e:
+            with self._cond:
+                self._error = e
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
 
     def cancel(self) -> None:
         """Cut the stream (any thread): a worker blocked in ``open`` or ``send`` gets StreamBroken."""
