@@ -38,7 +38,6 @@ from disd.kafka.link import FetchProcess, FetchProcessGone
 from disd.names import LocationKey
 from disd.storage import LocationError, StorageEngine
 from disd.storage.checkpoint import SourcePosition
-from disd.storage.location import CAUGHT_UP_FLUSH_S
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +96,6 @@ class SourceConsumer:
         self._fetch = FetchProcess(kafka, src)
         self._last_start = 0.0
         self._unpublished: set = set()  # locations written since the last caught-up flush
-        self._caught_up = False  # the fetch process's last news: the client had no more messages
         self._next_housekeeping = self._next_metadata = self._next_commit = 0.0
 
     @property
@@ -177,11 +175,8 @@ class SourceConsumer:
         if now >= self._next_commit:
             self._next_commit = now + self.kafka.commit_interval_ms / 1000.0
             self._commit_for_monitoring()
-        pending = self._caught_up and bool(self._unpublished)  # held back by CAUGHT_UP_FLUSH_S
-        got = self._fetch.receive(CAUGHT_UP_FLUSH_S if pending else 0.1)
+        got = self._fetch.receive(0.1)
         if got is None:
-            if pending:
-                self._publish_caught_up(self._unpublished)
             return
         self._handle(*got)
 
@@ -193,11 +188,9 @@ class SourceConsumer:
             st = self.partitions.get(p)
             if st is not None and st.assigned and st.generation == gen:
                 self._process(st, rows, first, end, messages, nbytes, poison)
-            self._caught_up = drained
             if drained:
                 self._publish_caught_up(self._unpublished)
         elif kind == "drained":
-            self._caught_up = True
             self._publish_caught_up(self._unpublished)
         elif kind == "error":
             self._message_error(*header[1:])
@@ -216,12 +209,12 @@ class SourceConsumer:
     def _publish_caught_up(self, written: set) -> None:
         """The client had no more messages: publish the rows just written now rather than at
         the flusher's next tick (up to ``flush_interval_ms`` later), so rows of a source that
-        has caught up are visible as soon as they are in.  At most every ``CAUGHT_UP_FLUSH_S`` a
-        location, so a trickle of single messages does not flush at each; a location held back
-        by that is flushed when its time comes (``_step``), not at the flusher's tick."""
-        for loc in list(written):
-            if loc.publish_soon():
-                written.discard(loc)
+        has caught up are visible as soon as they are in (``Location.publish_soon``: at most
+        every ``CAUGHT_UP_FLUSH_S`` a location; one held back by that is flushed at the flush
+        clock's next ``CAUGHT_UP_FLUSH_S`` tick)."""
+        for loc in written:
+            loc.publish_soon()
+        written.clear()
 
     def _reseek_all(self) -> None:
         """Messages were consumed and lost on the way: every assigned partition is assigned again
