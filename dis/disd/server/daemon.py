@@ -31,7 +31,7 @@ from disd.schema import SchemaRegistry
 from disd.server.allocator import pin_mmap_threshold
 from disd.server.auth import TokenInterceptor, server_credentials
 from disd.server.blockcache import BlockCache
-from disd.server.ingest import IngestService, SessionRegistry
+from disd.server.ingest import IngestService, SessionRegistry, add_ingest_service
 from disd.server.tabledata import TableDataService
 from disd.storage import StorageEngine
 from disd.storage.dblock import DatabaseLock, lock_database
@@ -94,7 +94,7 @@ class DisServer:
         token = cfg.token()
         self.server = grpc_server(cfg.max_workers, token)
         cache = BlockCache(cfg.block_cache_bytes)
-        dis_pb2_grpc.add_IngestServicer_to_server(IngestService(self.engine, self.sessions, self.routed), self.server)
+        add_ingest_service(IngestService(self.engine, self.sessions, self.routed), self.server)
         self.tabledata = TableDataService(self.engine, self.sessions, cache, cfg.storage.block_size_bytes,
                                           self.routed, self.started)
         dis_pb2_grpc.add_TableDataServicer_to_server(self.tabledata, self.server)

@@ -36,6 +36,7 @@ from disd.binlog import (
     scan_frames,
 )
 from disd.names import InvalidNameError
+from disd.rpc.ingestwire import ChunkView, parse_ingest_request
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaError, TableSchema, column_differences
@@ -314,13 +315,36 @@ def _ack(s: Session, committed: int) -> dis_pb2.IngestResponse:
     return dis_pb2.IngestResponse(ack=dis_pb2.Ack(file_name=s.file_name or "", offset=s.offset, committed_rows=committed))
 
 
+Request = ChunkView | dis_pb2.IngestRequest
+
+
+def _body(req: Request) -> str | None:
+    return "chunk" if isinstance(req, ChunkView) else req.WhichOneof("body")
+
+
+def add_ingest_service(service: "IngestService", server: grpc.Server) -> None:
+    """Register ``service`` as ``disd.rpc.v1.Ingest`` with the chunk-reading deserializer
+    (``disd.rpc.ingestwire``): what the generated ``add_IngestServicer_to_server`` does, but
+    without copying every chunk's bytes twice."""
+    handlers = {
+        "Stream": grpc.stream_stream_rpc_method_handler(
+            service.Stream,
+            request_deserializer=parse_ingest_request,
+            response_serializer=dis_pb2.IngestResponse.SerializeToString,
+        ),
+    }
+    name = dis_pb2.DESCRIPTOR.services_by_name["Ingest"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
+
+
 class IngestService(dis_pb2_grpc.IngestServicer):
     def __init__(self, engine: StorageEngine, sessions: SessionRegistry, routed: Callable[[str, str], bool]) -> None:
         self.engine = engine
         self.sessions = sessions
         self.routed = routed
 
-    def Stream(self, request_iterator: Iterator[dis_pb2.IngestRequest], context: grpc.ServicerContext):  # noqa: N802
+    def Stream(self, request_iterator: Iterator[Request], context: grpc.ServicerContext):  # noqa: N802
         session: Session | None = None
         key: LocationKey | None = None
         tailer_id: str | None = None
@@ -331,7 +355,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 first = next(request_iterator, None)
             finally:
                 self.sessions.opened(waiting)
-            if first is None or first.WhichOneof("body") != "open":
+            if first is None or _body(first) != "open":
                 raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
             tailer_id = first.open.tailer_id or "?"
             key = location_key(first.open.location)
@@ -363,7 +387,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                                                                     accepts_reports=True))
             for req in request_iterator:
                 session.last_message = time.monotonic()
-                body = req.WhichOneof("body")
+                body = _body(req)
                 if body == "report":
                     if not session.taken_over:
                         self.sessions.report(session, req.report.problem)
@@ -371,8 +395,9 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 if body != "chunk":
                     raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT,
                                   "only 'chunk' and 'report' messages may follow 'open'")
-                self._ingest_chunk(session, loc, schema, req.chunk)
-                if req.chunk.caught_up:
+                chunk = req if isinstance(req, ChunkView) else req.chunk
+                self._ingest_chunk(session, loc, schema, chunk)
+                if chunk.caught_up:
                     loc.publish_soon()
                 yield _ack(session, loc.committed_rows)
         except RequestRefused as r:
@@ -437,7 +462,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         except Exception as e:  # noqa: BLE001 - the location reports its own error state
             log.error("rollback failed", location=str(key), error=str(e))
 
-    def _ingest_chunk(self, s: Session, loc, schema, chunk: dis_pb2.LogChunk) -> None:  # noqa: ANN001
+    def _ingest_chunk(self, s: Session, loc, schema, chunk: ChunkView | dis_pb2.LogChunk) -> None:  # noqa: ANN001
         try:
             name = LogFileName.parse(chunk.file_name)
         except InvalidLogFileName as e:
