@@ -106,6 +106,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=4_000_000)
     ap.add_argument("--hosts", type=int, default=4_000)
+    ap.add_argument("--workers", type=int, default=2,
+                    help="loaders, as TSBS's --workers: the hosts are split over this many internal partitions, "
+                         "each a log of its own and a stream of its own (default 2, one per core here)")
     ap.add_argument("--max-in-flight-mib", type=int, default=0,
                     help="the tailer's max_in_flight_bytes in MiB (default: the tailer's own default)")
     args = ap.parse_args()
@@ -125,16 +128,20 @@ def main() -> None:
         state = rng.integers(0, 101, (args.hosts, len(METRICS))).astype(np.int64)
         steps = -(-args.rows // args.hosts)
         tables = [interval_table(s, tags, state, rng) for s in range(steps)]
-        log = (IntradayLoggerBuilder(str(schema_path)).set_log_dir(str(logs)).set_internal_partition("tsbs")
-               .set_column_partition_value("2026-11-22").build())
+        workers = [(IntradayLoggerBuilder(str(schema_path)).set_log_dir(str(logs)).set_internal_partition(f"tsbs{w}")
+                    .set_column_partition_value("2026-11-22").build()) for w in range(args.workers)]
+        mine = [np.flatnonzero(np.arange(args.hosts) % args.workers == w) for w in range(args.workers)]
         t0 = time.perf_counter()
         left = args.rows
         for t in tables:
-            log.log_batch(t.slice(0, min(left, t.num_rows)))
+            t = t.slice(0, min(left, t.num_rows))
+            for log, rows in zip(workers, mine):
+                log.log_batch(t.take(rows[rows < t.num_rows]))
             left -= t.num_rows
             if left <= 0:
                 break
-        log.close()
+        for log in workers:
+            log.close()
         logger_s = time.perf_counter() - t0
         log_bytes = sum(f.stat().st_size for f in logs.iterdir())
 
@@ -158,13 +165,13 @@ def main() -> None:
 
     rows_per_s = args.rows / el
     logger_rows = args.rows / logger_s
-    print(f"TSBS cpu-only rows: {args.rows} ({args.hosts} hosts, 10 tags + 10 metrics), {log_bytes / args.rows:.0f} "
-          f"log bytes per row")
+    print(f"TSBS cpu-only rows: {args.rows} ({args.hosts} hosts, 10 tags + 10 metrics, {args.workers} workers), "
+          f"{log_bytes / args.rows:.0f} log bytes per row")
     print(f"logger -> binary logs: {logger_s:.2f} s, {logger_rows / 1e6:.2f} M rows/s")
     print(f"tailer -> DIS -> published: {el:.2f} s, {rows_per_s / 1e6:.2f} M rows/s on {cores} cores, "
           f"{rows_per_s / cores / 1e3:.0f} k rows/s per core (QuestDB's published figure: about 355 k per vCPU)")
     emit("tsbs", rows_per_s, "rows/s", logger_rows, rows_per_s=rows_per_s, rows_per_s_per_core=rows_per_s / cores,
-         cores=cores, hosts=args.hosts, log_bytes_per_row=log_bytes / args.rows, logger_rows_per_s=logger_rows)
+         cores=cores, hosts=args.hosts, workers=args.workers, log_bytes_per_row=log_bytes / args.rows, logger_rows_per_s=logger_rows)
 
 
 if __name__ == "__main__":
