@@ -99,3 +99,26 @@ def test_the_flush_age_counts_from_rows_waiting_for_their_flush(tmp_path):
         assert eng.flush_age(loc) < 5
     finally:
         eng.close()
+
+
+def test_the_flusher_passes_over_a_location_already_flushed_since_it_was_marked(tmp_path):
+    """A caught-up source's flush (``publish_soon``) publishes at once; the tick the location
+    was marked for then has nothing to do and does not flush it again."""
+    eng = _engine(tmp_path, flush_ms=20)
+    try:
+        loc = eng.location(KEY)
+        eng.start()
+        write_log(tmp_path / LOG, TRADE, trade_rows(0, 10), [3] * 10)
+        ingest_file(loc, tmp_path / LOG)
+        assert loc.publish_soon() and loc.published_rows == 10
+        before = eng.flusher.visits
+        time.sleep(0.2)  # ten ticks of its interval
+        assert eng.flusher.visits == before
+        write_log(tmp_path / LOG, TRADE, trade_rows(10, 5), [3] * 5)
+        ingest_file(loc, tmp_path / LOG, start=loc.resume_point.offset)
+        deadline = time.monotonic() + 5
+        while loc.published_rows != 15 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loc.published_rows == 15 and eng.flusher.visits == before + 1
+    finally:
+        eng.close()

@@ -40,11 +40,12 @@ log = structlog.get_logger(__name__)
 IDLE_WAKE_S = 0.5
 
 
-def _run(routine: Callable[["Location"], object], loc: "Location") -> None:
+def _run(routine: Callable[["Location"], object], loc: "Location") -> object:
     try:
-        routine(loc)
+        return routine(loc)
     except Exception as e:  # noqa: BLE001 - one location must not stop the others
         log.error("location routine failed", location=str(loc.key), error=repr(e))
+        return None
 
 
 class FlushClock:
@@ -58,7 +59,7 @@ class FlushClock:
         self._tick: dict[float, float] = {}  # interval (s) -> its next tick, while it has marked locations
         #: time.time() of the clock's last cycle: a location with nothing to flush is as fresh as this
         self.last_cycle = time.time()
-        self.visits = 0  # locations flushed by this clock so far
+        self.visits = 0  # locations flushed by this clock so far (not those already flushed)
 
     def mark(self, loc: "Location", interval_s: float) -> None:
         """Have ``loc`` flushed at the next tick of ``interval_s``; cheap when it already is."""
@@ -99,10 +100,9 @@ class FlushClock:
 
     def run(self) -> None:
         while not self.stop.is_set():
-            due = self._due()
-            for loc in due:
-                _run(self.routine, loc)
-            self.visits += len(due)
+            for loc in self._due():
+                if _run(self.routine, loc) is not False:
+                    self.visits += 1
             self.last_cycle = time.time()
 
 

@@ -81,7 +81,7 @@ class StorageEngine:
         self._warned: set[tuple] = set()
         self._closed = False
         self._next_scan = 0.0  # time.monotonic() from which ``locations`` walks the disk again
-        self.flusher = FlushClock(Location.flush, self._stop)
+        self.flusher = FlushClock(Location.flush_marked, self._stop)
         self.checkpointer = CheckpointClock(
             Location.checkpoint, lambda loc: loc.import_config.checkpoint_interval_ms / 1000.0, self._stop)
         self._discover()

@@ -551,6 +551,16 @@ class Location:
         if changed and self._on_publish is not None:
             self._on_publish(self)
 
+    def flush_marked(self) -> bool:
+        """The flush clock's visit: flush unless a flush since the location told the clock (a
+        caught-up source's, ``publish_soon``) left nothing to write or publish.  Returns whether
+        it flushed.  ``dirty_since`` is read without the lock: a change racing with this read
+        marks the location again, so the next tick flushes it."""
+        if self.dirty_since is None:
+            return False
+        self.flush()
+        return True
+
     def publish_soon(self) -> bool:
         """Flush now, unless the last flush was under ``CAUGHT_UP_FLUSH_S`` ago (then False:
         the flush clock flushes the location at its next ``CAUGHT_UP_FLUSH_S`` tick): for a source
