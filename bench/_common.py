@@ -91,6 +91,7 @@ class Published:
         from disd.client import connect
 
         self.rows: dict = {}
+        self.first: dict = {}  # location key -> time.perf_counter() when it first had rows
         self.error: str | None = None
         self._client = connect(f"127.0.0.1:{port}")
         self._thread = threading.Thread(target=self._follow, daemon=True)
@@ -100,6 +101,8 @@ class Published:
         try:
             for snap in self._client.subscribe("Market", "Trade"):
                 self.rows[snap.key] = max(snap.rows, self.rows.get(snap.key, 0))
+                if snap.rows and snap.key not in self.first:
+                    self.first[snap.key] = time.perf_counter()
         except Exception as e:  # noqa: BLE001
             self.error = repr(e)
 

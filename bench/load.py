@@ -23,6 +23,12 @@ with ``spark.read.format("dis")`` every few seconds.
 3. Baseline, same run: a fresh DIS and one running tailer take the burst's rows in a single
    location, moved in the same way, no readers.  ``ratio`` = load rows/s / baseline rows/s.
 
+Per-location latency: each location's first rows are timed from the move (a subscription notes
+when each location first has rows), printed as p50/p90/last and in the JSON line
+(``first_rows_p50_s``, ``first_rows_p90_s``, ``first_rows_last_s``).  ``--rows 2000
+--live-seconds 0`` (10 rows per location) measures the per-location cost alone: the time to
+publish them is what 200 new locations cost whatever their rows.
+
 Failing fast: the DIS serves each open Ingest stream on a thread of its gRPC pool and refuses
 streams beyond ``server.max_workers`` (RESOURCE_EXHAUSTED), so ``--max-workers`` defaults to the
 locations plus room for the readers, and a smaller one is refused before anything starts.  While
@@ -578,6 +584,14 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         move_logs(work / "load" / "staged", work / "load" / "logs")
         burst_s = wait_published(c, pub, burst_rows, args.timeout_s, args.stall_s, streams, t_burst)
         m1, cpu1 = c.metrics(), cpu_seconds(c)
+        # per location: seconds from the move until its first rows were published (a location's
+        # latency through the tailer finding it, its stream's open, the location's creation,
+        # the first chunk, and the caught-up flush)
+        first_rows = np.sort(np.array([t - t_burst for t in pub.first.values()])) if pub.first else np.zeros(1)
+        if args.keep:  # wall-clock times, to line up with the processes' logs
+            wall = time.time() - time.perf_counter()
+            (work / "first_rows.json").write_text(json.dumps(
+                {"moved": wall + t_burst, "first": {str(k): wall + t for k, t in pub.first.items()}}))
         burst_rate = burst_rows / burst_s
         burst_p99, burst_flushes = flush_p99(m0, m1)
 
@@ -689,6 +703,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     # every tick writes once to every location: the tailers' CPU of the live phase (and its
     # drain) per such write
     tailer_ms_per_write = (cpu2["tailers"] - cpu1["tailers"]) * 1000 / max(1, ticks * streams)
+    dis_ms_per_write = (cpu2["dis"] - cpu1["dis"]) * 1000 / max(1, ticks * streams)
 
     def cpu_line(a: dict, b: dict, secs: float) -> str:
         return ", ".join(f"{k} {(b[k] - a[k]) / secs:.2f}" for k in a)
@@ -696,13 +711,15 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     print(f"locations={streams} ({len(ips)} internal partitions x {len(dates)} dates)  tailers={args.tailers}  "
           f"spark={'on' if spark is not None else 'off'}  samples={len(good)} ({len(live)} live)  "
           f"cores={os.cpu_count()}  load average at start {load_avg:.1f}, at end {os.getloadavg()[0]:.1f}")
-    print(f"burst: {burst_rows} rows logged in {log_s:.2f} s, published {burst_s:.2f} s after the tailers started: "
-          f"{burst_rate / 1e6:.2f} M rows/s; flush p99 {burst_p99 * 1000:.1f} ms over {burst_flushes} flushes")
+    print(f"burst: {burst_rows} rows logged in {log_s:.2f} s, published {burst_s:.2f} s after the move: "
+          f"{burst_rate / 1e6:.3f} M rows/s; flush p99 {burst_p99 * 1000:.1f} ms over {burst_flushes} flushes")
+    print(f"locations' first rows published after the move: p50 {np.percentile(first_rows, 50):.2f} s, p90 "
+          f"{np.percentile(first_rows, 90):.2f} s, last {first_rows[-1]:.2f} s ({len(first_rows)} locations)")
     print(f"live: {live_rows} rows over {live_s:.1f} s ({live_rate / 1e3:.0f} k rows/s; {late} of {ticks} writes "
           f"late), all published {drain_s:.2f} s after the last write; flush p99 {live_p99 * 1000:.1f} ms over "
           f"{live_flushes} flushes")
     print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {cpu_line(cpu1, cpu2, live_s + drain_s)}")
-    print(f"tailers' CPU per location write, live: {tailer_ms_per_write:.3f} ms ({ticks * streams} writes: "
+    print(f"DIS's CPU per location write, live: {dis_ms_per_write:.3f} ms; tailers' {tailer_ms_per_write:.3f} ms ({ticks * streams} writes: "
           f"{ticks} ticks x {streams} locations; stream_runtime {args.stream_runtime})")
     print(f"lag (rows logged - published) per location, live: p50 {np.percentile(all_lags, 50):.0f}, p99 "
           f"{np.percentile(all_lags, 99):.0f}, max {all_lags.max():.0f} (a location gets "
@@ -733,11 +750,13 @@ def main() -> None:  # noqa: PLR0915 - one linear script
          dis_fds_peak=peak_fds, column_handles_peak=peak_handles, max_open_files=args.max_open_files,
          tailer_rss_peak_mib=tailer_peak / MiB, dis_threads_peak=dis_threads, tailer_threads_peak=tailer_threads,
          tailer_fds_peak=tailer_fds, tailer_cpu_ms_per_write=tailer_ms_per_write,
+         dis_cpu_ms_per_write=dis_ms_per_write,
          stream_runtime=args.stream_runtime, max_workers=args.max_workers, samples=len(live), client_rows_read=readers.rows_read,
          client_caught_up=caught_up, spark_counts=len(readers.spark_counts),
          reader_errors=len(readers.errors) + len(sample_errors),
          spark_final_count_ok=(final_count == total) if final_count is not None else None,
-         load_average_start=load_avg)
+         load_average_start=load_avg, first_rows_p50_s=float(np.percentile(first_rows, 50)),
+         first_rows_p90_s=float(np.percentile(first_rows, 90)), first_rows_last_s=float(first_rows[-1]))
 
 
 if __name__ == "__main__":

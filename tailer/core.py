@@ -144,19 +144,21 @@ class Tailer:
         with self._lock:
             return list(self._workers.get(key, ()))
 
+    # ``files_of``, ``last_scan`` and ``skipped_for`` take no lock: every worker calls them on
+    # every loop, and with thousands of workers the tailer-wide lock they took was where hundreds
+    # of threads waited (docs/benchmarks.md, "Many locations, 10,000").  A scan's results are
+    # never changed once published: ``rescan`` replaces ``_files`` and ``_last_scan`` with new
+    # objects, and reading an attribute is atomic, so a reader sees one scan or the next.
+
     def files_of(self, key: LocationKey) -> LocationFiles:
-        with self._lock:
-            return self._files.get(key) or LocationFiles(key)
+        return self._files.get(key) or LocationFiles(key)
 
     def last_scan(self) -> Scan:
-        with self._lock:
-            return self._last_scan
+        return self._last_scan
 
     def skipped_for(self, key: LocationKey) -> list[Skipped]:
         """The skipped files of the last scan whose names seem meant for ``key``."""
-        with self._lock:
-            scan = self._last_scan
-        return scan.skipped_by_location.get(key, [])
+        return self._last_scan.skipped_by_location.get(key, [])
 
     def rescan(self) -> Scan:
         """List the directories now; start a worker for every new location."""
@@ -164,7 +166,7 @@ class Tailer:
             self.watcher.watch(self.dirs)
             found = scan_dirs(self.dirs, self._reported, self.config.csv_tables)
             with self._lock:
-                self._files = found.locations
+                self._files = found.locations  # new objects, never changed after (see files_of)
                 self._last_scan = found
                 new = []
                 if not self._halt.is_set():

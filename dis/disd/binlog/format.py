@@ -21,6 +21,7 @@ Layout (all integers little-endian)::
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -95,6 +96,14 @@ def encode_header(schema: TableSchema) -> bytes:
     return data + struct.pack("<I", crc32c(data))
 
 
+@functools.lru_cache(maxsize=256)
+def _header_schema(text: str) -> TableSchema:
+    """A header's schema, parsed once per distinct text: every log of a table carries the same
+    one, and a burst over hundreds of new locations decoded it once per location (a schema is
+    immutable, so one object serves them all; a text that fails to parse is not cached)."""
+    return TableSchema.from_json(text, "<log header>")
+
+
 def decode_header(buf: bytes | memoryview, path: str | None = None) -> LogHeader | None:
     """Parse the header at the start of ``buf``; None if ``buf`` is too short to hold it."""
     if len(buf) < HEADER_FIXED.size:
@@ -115,7 +124,7 @@ def decode_header(buf: bytes | memoryview, path: str | None = None) -> LogHeader
     if crc32c(buf[:end]) != stored:
         raise CorruptLogError(0, "header checksum mismatch", path)
     try:
-        schema = TableSchema.from_json(bytes(buf[HEADER_FIXED.size : end]).decode(), "<log header>")
+        schema = _header_schema(bytes(buf[HEADER_FIXED.size : end]).decode())
     except (ValueError, UnicodeDecodeError) as e:
         raise CorruptLogError(0, f"header schema unreadable: {e}", path) from None
     if schema.fingerprint != fp.hex():

@@ -17,6 +17,7 @@ partition, so each version has its own locations).
 from __future__ import annotations
 
 import errno
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -116,9 +117,11 @@ def schema_mismatch(table: TableSchema, fingerprint: str, log_schema: "TableSche
     )
 
 
+@functools.lru_cache(maxsize=256)
 def parse_log_schema(text: str) -> TableSchema | None:
     """The schema a tailer's ``open`` carries (``schema_json``), None when absent or unreadable
-    (the fingerprint alone then decides)."""
+    (the fingerprint alone then decides).  Cached by text: every stream of a table sends the same
+    one, and a schema is immutable."""
     if not text:
         return None
     try:
