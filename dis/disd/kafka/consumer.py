@@ -315,7 +315,8 @@ class SourceConsumer:
         st.assigned, st.stopped, st.blocked_on = True, None, None
         self._send(self._fetch.owner(st.partition), ("assign", st.partition, start, st.generation))
         log.info("kafka partition assigned", source=st.source, topic=st.topic, partition=st.partition,
-                 offset=offset if offset is not None else self.src.start, locations=sorted(st.locations))
+                 offset=offset if offset is not None else self.src.start, locations=sorted(st.locations),
+                 fetch_process=self._fetch.owner(st.partition).index)
 
     def _unassign(self, st: PartitionState) -> None:
         if st.assigned:
