@@ -79,6 +79,10 @@ def baseline(bootstrap: str, n: int) -> float:
     return got / dt
 
 
+#: ``fetch_processes`` of the DIS's source (None: the DIS's default); ``--fetch-processes``
+FETCH_PROCESSES: int | None = None
+
+
 def dis_config(tmp: pathlib.Path, port: int, bootstrap: str) -> pathlib.Path:
     path = write_dis_config(tmp, port, flush_ms=100, checkpoint_ms=1000)
     data = yaml.safe_load(path.read_text())
@@ -87,6 +91,8 @@ def dis_config(tmp: pathlib.Path, port: int, bootstrap: str) -> pathlib.Path:
         "columns": {"Timestamp": {"from": "value.ts", "unit": "ms"}, "Sym": "key", "Price": "value.price",
                     "Size": "value.size"},
         "column_partition": {"column": "Timestamp"}}}}
+    if FETCH_PROCESSES is not None:
+        data["import"]["kafka"]["sources"]["bench"]["fetch_processes"] = FETCH_PROCESSES
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -157,7 +163,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--more", type=int, default=15_000)
     ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--fetch-processes", type=int, default=None, help="the source's fetch_processes (default: "
+                    "the DIS's default)")
     args = ap.parse_args()
+    global FETCH_PROCESSES
+    FETCH_PROCESSES = args.fetch_processes
     n = args.messages
     work = pathlib.Path(tempfile.mkdtemp(prefix="dis-bench-kafka-"))
     try:

@@ -36,6 +36,10 @@ def parse(**source):
     ({"on_poison": "ignore"}, "import.kafka.sources.trades.on_poison", "stop or skip"),
     ({"topic": "a/b"}, "import.kafka.sources.trades.topic", "topic name"),
     ({"colums": {}}, "import.kafka.sources.trades.colums", "unknown key"),
+    ({"fetch_processes": 0}, "import.kafka.sources.trades.fetch_processes", "integer 1..64"),
+    ({"fetch_processes": 65}, "import.kafka.sources.trades.fetch_processes", "integer 1..64"),
+    ({"fetch_processes": "two"}, "import.kafka.sources.trades.fetch_processes", "must be int"),
+    ({"fetch_processes": True}, "import.kafka.sources.trades.fetch_processes", "must be int"),
 ])
 def test_config_errors_name_the_key(source, key, words):
     with pytest.raises(ConfigError) as e:
@@ -56,6 +60,7 @@ def test_defaults_map_every_column_from_its_value_field():
     [s] = cfg.sources
     assert [(c.column, c.part, c.name) for c in s.columns] == [(c.name, "value", c.name) for c in s.schema.columns]
     assert s.on_poison == "stop" and s.internal_partition(2) == "trades-2"
+    assert s.fetch_processes == 2 and parse(fetch_processes=3).sources[0].fetch_processes == 3
     assert cfg.client_properties()["enable.auto.commit"] is False
 
 

@@ -1,10 +1,11 @@
-"""The fetch process of a source (``disd.kafka.child``), with real ``dis serve`` processes on
-librdkafka's mock cluster: killed with SIGKILL while messages arrive, the DIS starts a new one
-and the table ends exactly the messages; the DIS killed with SIGKILL leaves no fetch process
-behind; a DIS stopped in order stops it."""
+"""The fetch processes of a source (``disd.kafka.child``), with real ``dis serve`` processes on
+librdkafka's mock cluster: one killed with SIGKILL while messages arrive, the DIS starts a new
+one in its place, re-seeks only its partitions, and the table ends exactly the messages; the
+DIS killed with SIGKILL leaves no fetch process behind; a DIS stopped in order stops them."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import random
@@ -38,18 +39,29 @@ def alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+def fetch_processes(dis_pid: int, n: int = 2) -> list[int]:
+    wait_for(lambda: len(children(dis_pid)) == n, 20, 0.1, f"{n} fetch processes")
+    pids = children(dis_pid)
+    assert len(pids) == n
+    for pid in pids:
+        assert "disd.kafka.child" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    return pids
+
+
 def fetch_process(dis_pid: int) -> int:
-    pids: list[int] = []
-    wait_for(lambda: len(pids := children(dis_pid)) == 1 or pids.clear(), 20, 0.1, "the fetch process")
-    (pid,) = children(dis_pid)
-    assert "disd.kafka.child" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    (pid,) = fetch_processes(dis_pid, 1)
     return pid
+
+
+def log_events(dis, event: str) -> list[dict]:
+    return [d for d in map(json.loads, filter(lambda l: l.startswith("{"), dis.log_text().splitlines()))
+            if d.get("event") == event]
 
 
 def test_fetch_process_killed_while_consuming(tmp_path, mock_kafka):
     n = 3000
     port = free_port_pair()
-    cfg = write_config(tmp_path, port, mock_kafka.bootstrap)
+    cfg = write_config(tmp_path, port, mock_kafka.bootstrap, fetch_processes=1)
     producer = produce(mock_kafka.bootstrap, "trades", n, 3, 150, 0.1)
     dis = start_dis_process(tmp_path, cfg)
     rng = random.Random(181)
@@ -77,23 +89,65 @@ def test_fetch_process_killed_while_consuming(tmp_path, mock_kafka):
     assert "Traceback" not in log
 
 
+def test_one_of_two_fetch_processes_killed_while_consuming(tmp_path, mock_kafka):
+    """``fetch_processes: 2`` over 3 partitions: process 0 consumes partitions 0 and 2, process
+    1 partition 1.  Process 1 is killed twice and process 0 once while messages arrive: each
+    time only the killed one is replaced and only its partitions are assigned again; the other
+    goes on (same pid); the table is exactly the messages."""
+    n = 3000
+    port = free_port_pair()
+    cfg = write_config(tmp_path, port, mock_kafka.bootstrap, fetch_processes=2)
+    producer = produce(mock_kafka.bootstrap, "trades", n, 3, 150, 0.1)
+    dis = start_dis_process(tmp_path, cfg)
+    rng = random.Random(182)
+    try:
+        wait_for(lambda: len(log_events(dis, "kafka partition assigned")) == 3, 20, 0.1, "the first assignments")
+        pids = log_events(dis, "kafka source started")[0]["fetch_pids"]
+        assert sorted(pids) == sorted(fetch_processes(dis.p.pid))
+        for victim in (1, 0, 1):
+            time.sleep(rng.uniform(0.5, 1.0))
+            other = pids[1 - victim]
+            os.kill(pids[victim], signal.SIGKILL)
+            wait_for(lambda: not alive(pids[victim]), 10, 0.05, "the fetch process killed")
+            wait_for(lambda: pids[victim] not in (fetch_processes(dis.p.pid)), 20, 0.1, "a new fetch process")
+            now = fetch_processes(dis.p.pid)
+            assert other in now, "the other fetch process was restarted too"
+            pids[victim] = next(p for p in now if p != other)
+        assert producer.wait(60) == 0
+        wait_for(lambda: len(read_sizes(port)) >= n, 60, 0.2, "every message in the table")
+        time.sleep(1.0)  # a duplicate would show by now
+        sizes = read_sizes(port)
+        assert len(sizes) == n and (sizes == np.arange(n)).all(), "lost or duplicated messages"
+        assert sorted(fetch_processes(dis.p.pid)) == sorted(pids)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+        dis.terminate()
+    lost = log_events(dis, "kafka fetch process lost; starting a new one")
+    assert [e["fetch_process"] for e in lost] == [1, 0, 1]
+    assigned = [(e["partition"], e["fetch_process"]) for e in log_events(dis, "kafka partition assigned")]
+    # the first three, then each kill's own: partition 1 after the kills of process 1, 0 and 2 after process 0's
+    assert sorted(assigned) == sorted([(0, 0), (1, 1), (2, 0), (1, 1), (0, 0), (2, 0), (1, 1)]), assigned
+    assert "Traceback" not in dis.log_text()
+
+
 def test_no_fetch_process_outlives_the_dis(tmp_path, mock_kafka):
     port = free_port_pair()
-    cfg = write_config(tmp_path, port, mock_kafka.bootstrap)
+    cfg = write_config(tmp_path, port, mock_kafka.bootstrap)  # fetch_processes: 2 (the default)
     assert produce(mock_kafka.bootstrap, "trades", 300, 3, 300, 0).wait(30) == 0
     dis = start_dis_process(tmp_path, cfg)
     try:
-        pid = fetch_process(dis.p.pid)
+        pids = fetch_processes(dis.p.pid, 2)
         wait_for(lambda: len(read_sizes(port)) == 300, 30, 0.2, "the messages in the table")
         dis.kill9()
-        wait_for(lambda: not alive(pid), 10, 0.05, "the fetch process gone with its DIS")
-        # a DIS stopped in order stops its fetch process; every message once across the restart
+        wait_for(lambda: not any(map(alive, pids)), 10, 0.05, "the fetch processes gone with their DIS")
+        # a DIS stopped in order stops its fetch processes; every message once across the restart
         dis = start_dis_process(tmp_path, cfg)
-        pid = fetch_process(dis.p.pid)
+        pids = fetch_processes(dis.p.pid, 2)
         wait_for(lambda: len(read_sizes(port)) >= 300, 30, 0.2, "the messages in the table after the restart")
         time.sleep(1.0)
         assert (read_sizes(port) == np.arange(300)).all()
     finally:
         if dis.alive():
             assert dis.terminate() == 0
-    assert not alive(pid)
+    assert not any(map(alive, pids))

@@ -66,6 +66,10 @@ def _fetch(kafka: Any, src: Any, commands: queue.Queue, out: "_Outbox") -> None:
     consumer = Consumer(kafka.client_properties(), logger=_KafkaLog(out))
     side = _BrokerWatermarks(kafka, src.topic, out)
     f = Fetcher(src, consumer, out.send, side.ask)
+    try:  # connected, the topic's leaders known, before the first assignment (else ~1 s after it)
+        consumer.list_topics(src.topic, timeout=5)
+    except Exception as e:  # noqa: BLE001 - it connects at the assignment then
+        out.send(("log", "warning", "kafka client not connected", {"error": repr(e)}), b"")
     side.started.wait(5.0)  # its client's start is over before the DIS assigns anything
     out.encode = f.encode
     out.send(("ready", os.getpid()), b"")

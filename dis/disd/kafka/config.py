@@ -22,6 +22,8 @@ TIME_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 #: A message part a column can come from, besides ``value.<field>`` and ``header.<name>``.
 PARTS = ("key", "timestamp", "partition", "offset")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: fetch processes a source may have (each a Python process with two librdkafka clients)
+MAX_FETCH_PROCESSES = 64
 _INTEGER = {ColumnType.BYTE, ColumnType.SHORT, ColumnType.INT, ColumnType.LONG}
 
 
@@ -49,6 +51,8 @@ class SourceConfig:
     on_poison: str = "stop"
     batch_size: int = 10000
     start: str = "earliest"  # where a partition without a checkpointed offset starts: earliest|latest
+    #: processes consuming the topic, partition p in process p % fetch_processes (docs/kafka.md)
+    fetch_processes: int = 2
 
     def internal_partition(self, partition: int) -> str:
         """The location's internal partition for a Kafka partition of the topic: the topic with
@@ -143,6 +147,8 @@ def _source(r: ConfigReader, name: str, schemas: SchemaRegistry, routed) -> Sour
     batch = r.get("batch_size", int, 10000, lambda v: None if 1 <= v <= 1_000_000 else "must be 1..1000000")
     start = r.get("start", str, "earliest", lambda v: None if v in ("earliest", "latest") else
                   "must be earliest or latest")
+    procs = r.get("fetch_processes", int, 2, lambda v: None if 1 <= v <= MAX_FETCH_PROCESSES else
+                  f"must be an integer 1..{MAX_FETCH_PROCESSES}")
     columns = _columns(r, schema, fmt)
     part_col, fixed = _column_partition(r, schema)
     try:
@@ -150,7 +156,7 @@ def _source(r: ConfigReader, name: str, schemas: SchemaRegistry, routed) -> Sour
     except InvalidNameError as e:
         raise ConfigError(src, r.key("topic"), f"too long for a location's internal partition: {e}") from None
     r.finish()
-    return SourceConfig(name, topic, schema, fmt, columns, part_col, fixed, policy, batch, start)
+    return SourceConfig(name, topic, schema, fmt, columns, part_col, fixed, policy, batch, start, procs)
 
 
 def _columns(r: ConfigReader, schema: TableSchema, fmt: str) -> tuple[ColumnSource, ...]:

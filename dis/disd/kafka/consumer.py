@@ -13,12 +13,13 @@ A poison message (a value that cannot be rows of the table) stops its partition 
 (``on_poison: stop``, the default), or is counted and passed over (``skip``).  Nothing a message,
 the broker or a location does ends the loop: errors stop at most a partition.
 
-Consuming and decoding run in the source's fetch process (``disd.kafka.fetcher``, in
-``disd.kafka.child``); this loop routes, appends and commits the decoded batches it sends, and is
-the only one to know offsets.  The process is told which partitions to consume from where, with a
-``generation`` that moves on at every (un)assignment; a batch of an older generation is dropped.
-When the process is gone (killed, crashed) a new one is started and every assigned partition is
-assigned again at its locations' offsets, as after a reopened location.
+Consuming and decoding run in the source's fetch processes (``disd.kafka.fetcher``, in
+``disd.kafka.child``; partition ``p`` in process ``p % fetch_processes``, ``disd.kafka.link``);
+this loop routes, appends and commits the decoded batches they send, and is the only one to know
+offsets.  A process is told which partitions to consume from where, with a ``generation`` that
+moves on at every (un)assignment; a batch of an older generation is dropped.  When a process is
+gone (killed, crashed) a new one is started in its place and each of its assigned partitions is
+assigned again at its locations' offsets, as after a reopened location; the others go on.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import structlog
 
 from disd.kafka.config import KafkaConfig, SourceConfig
 from disd.kafka.fetcher import OFFSET_COLUMN
-from disd.kafka.link import FetchProcess, FetchProcessGone
+from disd.kafka.link import FetchPool, FetchProcess, FetchProcessGone
 from disd.names import LocationKey
 from disd.storage import LocationError, StorageEngine
 from disd.storage.checkpoint import SourcePosition
@@ -45,8 +46,10 @@ NS_PER_DAY = 86_400_000_000_000
 #: how often partitions are looked for, watermarks read, stopped locations retried
 HOUSEKEEPING_S = 1.0
 METADATA_S = 10.0
-#: the least time between two starts of a source's fetch process
+#: the least time between two starts of one of a source's fetch processes
 RESTART_S = 1.0
+#: how long the first assignment waits for every fetch process to be ready
+READY_WAIT_S = 10.0
 
 
 @dataclass
@@ -93,15 +96,19 @@ class SourceConsumer:
         self.last_client_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._fetch = FetchProcess(kafka, src)
-        self._last_start = 0.0
+        self._fetch = FetchPool(kafka, src, src.fetch_processes)
+        #: per fetch process: when it was last started; when it is to be started again (it is gone)
+        self._last_start = [0.0] * src.fetch_processes
+        self._restart_at: dict[int, float] = {}
+        self._ready: set[int] = set()  # fetch processes that said they are ready (clients started)
+        self._first_metadata = 0.0  # the first metadata waits until then for every process to be ready
         self._unpublished: set = set()  # locations written since the last caught-up flush
         self._next_housekeeping = self._next_metadata = self._next_commit = 0.0
 
     @property
-    def fetch_pid(self) -> int | None:
-        """The fetch process's pid (None while there is none)."""
-        return self._fetch.pid
+    def fetch_pids(self) -> list[int | None]:
+        """Each fetch process's pid (None while there is none)."""
+        return self._fetch.pids
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -115,18 +122,17 @@ class SourceConsumer:
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        try:
-            self._start_fetch()
-        except FetchProcessGone as e:  # the loop's first receive fails too: started again there
-            self._client_error(str(e))
+        for f in self._fetch.procs:  # all at once: each takes about a second to start (imports, connecting)
+            self._start_fetch(f)
+        self._first_metadata = time.monotonic() + READY_WAIT_S
         log.info("kafka source started", source=self.src.name, topic=self.src.topic, table=self.src.schema.key,
-                 fetch_pid=self._fetch.pid)
+                 fetch_pids=self._fetch.pids)
         try:
             while not self._stop.is_set():
                 try:
                     self._step()
                 except FetchProcessGone as e:
-                    self._restart_fetch(str(e))
+                    self._lost(e.index, str(e))
                 except Exception as e:  # noqa: BLE001 - the loop never dies; the error is shown
                     self._client_error(f"unexpected: {e!r}")
                     log.exception("kafka source loop failed; retrying", source=self.src.name)
@@ -136,38 +142,73 @@ class SourceConsumer:
             self._fetch.close()
             log.info("kafka source stopped", source=self.src.name)
 
-    def _start_fetch(self) -> None:
-        self._last_start = time.monotonic()
-        self._fetch.start()
-
-    def _restart_fetch(self, why: str) -> None:
-        """The fetch process is gone: a new one, and every assigned partition assigned again at its
-        locations' offsets (batches of the old one carry older generations: never appended)."""
-        self._client_error(why)
-        log.error("kafka fetch process lost; starting a new one", source=self.src.name, error=why)
-        self._fetch.close(timeout=1.0)
-        self._stop.wait(max(0.0, self._last_start + RESTART_S - time.monotonic()))
-        if self._stop.is_set():
-            return
-        for st in self.partitions.values():
-            if st.assigned:  # assigned again below, or by the next start if this one fails
-                st.generation += 1
-        self._next_metadata = 0.0
+    def _start_fetch(self, f: FetchProcess) -> bool:
+        """Start fetch process ``f``; False (and it is started again later) if it cannot be."""
+        self._last_start[f.index] = time.monotonic()
+        self._restart_at.pop(f.index, None)
+        self._ready.discard(f.index)
         try:
-            self._start_fetch()
-            log.info("kafka fetch process started", source=self.src.name, fetch_pid=self._fetch.pid)
-            for st in list(self.partitions.values()):
+            f.start()
+        except FetchProcessGone as e:
+            self._lost(f.index, str(e))
+            return False
+        return True
+
+    def _lost(self, index: int, why: str) -> None:
+        """Fetch process ``index`` is gone: its assigned partitions move to a new generation (the
+        batches it sent are never appended) and it is started again, at most once every
+        ``RESTART_S``, by ``_restarts``; the other processes go on meanwhile."""
+        f = self._fetch.procs[index]
+        self._client_error(why)
+        log.error("kafka fetch process lost; starting a new one", source=self.src.name, fetch_process=index,
+                  error=why)
+        f.close(timeout=1.0)
+        for st in self._owned(index):
+            if st.assigned:  # assigned again by the next start
+                st.generation += 1
+        self._restart_at[index] = self._last_start[index] + RESTART_S
+
+    def _restarts(self, now: float) -> None:
+        """Start the lost fetch processes whose time has come, each assigned its partitions again
+        at their locations' offsets."""
+        for index, at in sorted(self._restart_at.items()):
+            if now < at:
+                continue
+            f = self._fetch.procs[index]
+            if not self._start_fetch(f):
+                continue
+            log.info("kafka fetch process started", source=self.src.name, fetch_process=index, fetch_pid=f.pid)
+            self._next_metadata = 0.0  # a metadata question it had may be lost
+            for st in self._owned(index):
                 if st.assigned:
                     st.assigned = False
                     self._assign(st)
-        except FetchProcessGone as e:  # gone again at once: the next receive says so, and we start again
-            self._client_error(str(e))
+
+    def _owned(self, index: int) -> list[PartitionState]:
+        return [st for p, st in list(self.partitions.items()) if self._fetch.owner(p).index == index]
+
+    def _send(self, f: FetchProcess, cmd: tuple) -> None:
+        """A command to fetch process ``f``; none while it is gone (its partitions are assigned
+        again when it is started again)."""
+        if f.index in self._restart_at:
+            return
+        try:
+            f.send(cmd)
+        except FetchProcessGone as e:
+            self._lost(f.index, str(e))
 
     def _step(self) -> None:
         now = time.monotonic()
-        if now >= self._next_metadata:
+        if self._restart_at:
+            self._restarts(now)
+        running = self._fetch.running()
+        asked = [f for f in running if f.index in self._ready]
+        if now >= self._next_metadata and asked and (len(self._ready) == len(running) or now >= self._first_metadata):
+            # the first time only when every process is ready: a partition is not assigned to a
+            # process still starting (its start-up, on the same cores, would slow the others)
             self._next_metadata = now + METADATA_S
-            self._fetch.send(("metadata",))
+            self._first_metadata = 0.0
+            self._send(asked[0], ("metadata",))
         if now >= self._next_housekeeping:
             self._next_housekeeping = now + HOUSEKEEPING_S
             self._retry_blocked()
@@ -175,13 +216,16 @@ class SourceConsumer:
         if now >= self._next_commit:
             self._next_commit = now + self.kafka.commit_interval_ms / 1000.0
             self._commit_for_monitoring()
-        got = self._fetch.receive(0.1)
-        if got is None:
-            return
-        self._handle(*got)
+        ready = self._fetch.ready(0.1)
+        if not ready and not running:
+            self._stop.wait(0.1)
+        for f in ready:
+            got = f.receive(0)
+            if got is not None:
+                self._handle(f.index, *got)
 
-    def _handle(self, header: tuple, rows: pa.RecordBatch | None) -> None:
-        """One message of the fetch process (fetcher.py says what each is)."""
+    def _handle(self, index: int, header: tuple, rows: pa.RecordBatch | None) -> None:
+        """One message of fetch process ``index`` (fetcher.py says what each is)."""
         kind = header[0]
         if kind == "batch":
             _, p, gen, first, end, messages, nbytes, poison, drained = header
@@ -190,6 +234,8 @@ class SourceConsumer:
                 self._process(st, rows, first, end, messages, nbytes, poison)
             if drained:
                 self._publish_caught_up(self._unpublished)
+        elif kind == "ready":
+            self._ready.add(index)
         elif kind == "drained":
             self._publish_caught_up(self._unpublished)
         elif kind == "error":
@@ -201,10 +247,10 @@ class SourceConsumer:
                 if p in self.partitions:
                     self.partitions[p].high_watermark = high
         elif kind == "lost":
-            self._reseek_all()
+            self._reseek(index)
         elif kind == "log":
             _, level, event, fields = header
-            getattr(log, level)(event, source=self.src.name, **fields)
+            getattr(log, level)(event, source=self.src.name, fetch_process=index, **fields)
 
     def _publish_caught_up(self, written: set) -> None:
         """The client had no more messages: publish the rows just written now rather than at
@@ -216,10 +262,11 @@ class SourceConsumer:
             loc.publish_soon()
         written.clear()
 
-    def _reseek_all(self) -> None:
-        """Messages were consumed and lost on the way: every assigned partition is assigned again
-        at its locations' offsets (as after a reopened location), so they are read again."""
-        for st in list(self.partitions.values()):
+    def _reseek(self, index: int) -> None:
+        """Messages were consumed by fetch process ``index`` and lost on the way: each of its
+        assigned partitions is assigned again at its locations' offsets (as after a reopened
+        location), so they are read again."""
+        for st in self._owned(index):
             if st.assigned:
                 self._unassign(st)
                 self._assign(st)
@@ -266,15 +313,16 @@ class SourceConsumer:
         start = offset if offset is not None else (OFFSET_BEGINNING if self.src.start == "earliest" else OFFSET_END)
         st.generation += 1
         st.assigned, st.stopped, st.blocked_on = True, None, None
-        self._fetch.send(("assign", st.partition, start, st.generation))
+        self._send(self._fetch.owner(st.partition), ("assign", st.partition, start, st.generation))
         log.info("kafka partition assigned", source=st.source, topic=st.topic, partition=st.partition,
-                 offset=offset if offset is not None else self.src.start, locations=sorted(st.locations))
+                 offset=offset if offset is not None else self.src.start, locations=sorted(st.locations),
+                 fetch_process=self._fetch.owner(st.partition).index)
 
     def _unassign(self, st: PartitionState) -> None:
         if st.assigned:
             st.generation += 1
             st.assigned = False
-            self._fetch.send(("unassign", st.partition))
+            self._send(self._fetch.owner(st.partition), ("unassign", st.partition))
 
     def _block(self, st: PartitionState, loc: Any) -> None:
         """A location of the partition is in error: stop consuming until it is reopened."""
@@ -301,17 +349,21 @@ class SourceConsumer:
                 self._assign(st)
 
     def _watermarks(self) -> None:
-        """Asks the fetch process for the high watermarks (its answer comes with the batches):
-        the first of a partition from the broker (lag at once), later ones librdkafka's cached."""
-        self._fetch.send(("watermarks", [(st.partition, st.assigned and st.high_watermark >= 0)
-                                         for st in list(self.partitions.values())]))
+        """Asks each running fetch process for its partitions' high watermarks (the answers come
+        with the batches): the first of a partition from the broker (lag at once), later ones
+        librdkafka's cached."""
+        for f in self._fetch.running():
+            parts = [(st.partition, st.assigned and st.high_watermark >= 0) for st in self._owned(f.index)]
+            if parts:
+                self._send(f, ("watermarks", parts))
 
     def _commit_for_monitoring(self) -> None:
-        """The next offsets, committed to the group for lag tools (by the fetch process); never
-        read back."""
-        offsets = [(s.partition, s.next_offset) for s in self.partitions.values() if s.next_offset >= 0]
-        if offsets:
-            self._fetch.send(("commit", offsets))
+        """The next offsets, committed to the group for lag tools (each partition's by its fetch
+        process); never read back."""
+        for f in self._fetch.running():
+            offsets = [(s.partition, s.next_offset) for s in self._owned(f.index) if s.next_offset >= 0]
+            if offsets:
+                self._send(f, ("commit", offsets))
 
     # -- messages ------------------------------------------------------------------------------
     def _message_error(self, topic: str | None, partition: int, code: int, text: str, full: str) -> None:

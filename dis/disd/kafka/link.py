@@ -1,11 +1,14 @@
-"""The DIS's end of a source's fetch process (``disd.kafka.child``): starting it, commands to it,
-batches and answers from it.
+"""The DIS's end of a source's fetch processes (``disd.kafka.child``): starting them, commands to
+them, batches and answers from them.
 
-One Unix socket pair a process; each message is a pickled header tuple (pickle only between
+A source has ``fetch_processes`` of them (``FetchPool``); process ``i`` consumes the topic's
+partitions ``p`` with ``p % fetch_processes == i``, a fixed, disjoint share, so that consuming
+(building confluent-kafka's ``Message`` objects, under each process's own GIL) runs on as many
+cores.  One Unix socket pair a process; each message is a pickled header tuple (pickle only between
 the DIS and the process it started itself), a batch's header followed by its rows as an Arrow
 IPC stream, read without a copy into a ``RecordBatch``.  The process holds nothing the DIS
 cannot give it again, so when it is gone (``FetchProcessGone``) the consumer starts a new one
-and assigns every partition again from its own state.
+and assigns its partitions again from its own state.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pickle
 import socket
 import subprocess
 import sys
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import pyarrow as pa
@@ -24,13 +27,18 @@ from disd.errors import DisError
 
 
 class FetchProcessGone(DisError):
-    """The fetch process exited, was killed, or its socket broke."""
+    """The fetch process ``index`` exited, was killed, or its socket broke."""
+
+    def __init__(self, message: str, index: int = 0) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class FetchProcess:
-    def __init__(self, kafka: Any, src: Any) -> None:
+    def __init__(self, kafka: Any, src: Any, index: int = 0) -> None:
         self.kafka = kafka
         self.src = src
+        self.index = index
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
 
@@ -47,8 +55,8 @@ class FetchProcess:
                                           str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         except OSError as e:
             ours.close()
-            raise FetchProcessGone(f"cannot start the fetch process ({sys.executable} -m disd.kafka.child): {e}") \
-                from None
+            raise FetchProcessGone(f"cannot start the fetch process ({sys.executable} -m disd.kafka.child): {e}",
+                                   self.index) from None
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())
@@ -56,16 +64,16 @@ class FetchProcess:
 
     def send(self, cmd: tuple) -> None:
         if self.conn is None:
-            raise FetchProcessGone("no fetch process")
+            raise FetchProcessGone("no fetch process", self.index)
         try:
             self.conn.send_bytes(pickle.dumps(cmd))
         except OSError as e:
-            raise FetchProcessGone(f"cannot write to the fetch process: {e}") from None
+            raise FetchProcessGone(f"cannot write to the fetch process: {e}", self.index) from None
 
     def receive(self, timeout: float) -> tuple[tuple, pa.RecordBatch | None] | None:
         """The next message (header, and a batch's rows), or None after ``timeout`` seconds."""
         if self.conn is None:
-            raise FetchProcessGone("no fetch process")
+            raise FetchProcessGone("no fetch process", self.index)
         try:
             if not self.conn.poll(timeout):
                 return None
@@ -74,7 +82,7 @@ class FetchProcess:
             if header[0] == "batch":
                 rows = pa.ipc.open_stream(pa.py_buffer(self.conn.recv_bytes())).read_next_batch()
         except (EOFError, OSError) as e:
-            raise FetchProcessGone(f"the fetch process is gone ({self.status()}): {e!r}") from None
+            raise FetchProcessGone(f"the fetch process is gone ({self.status()}): {e!r}", self.index) from None
         return header, rows
 
     def status(self) -> str:
@@ -98,3 +106,35 @@ class FetchProcess:
             self.proc.wait(10)
         self.conn.close()
         self.proc = self.conn = None
+
+
+class FetchPool:
+    """A source's ``n`` fetch processes; partition ``p`` is process ``p % n``'s."""
+
+    def __init__(self, kafka: Any, src: Any, n: int) -> None:
+        self.procs = [FetchProcess(kafka, src, i) for i in range(n)]
+
+    def owner(self, partition: int) -> FetchProcess:
+        return self.procs[partition % len(self.procs)]
+
+    def running(self) -> list[FetchProcess]:
+        return [f for f in self.procs if f.conn is not None]
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [f.pid for f in self.procs]
+
+    def ready(self, timeout: float) -> list[FetchProcess]:
+        """The running processes with a message to read, waiting up to ``timeout`` seconds for
+        one; each is read with ``receive(0)``."""
+        by_conn = {f.conn: f for f in self.running()}
+        if not by_conn:
+            return []
+        try:
+            return [by_conn[c] for c in wait(list(by_conn), timeout)]
+        except OSError:  # a socket closed under us: every process is looked at, the dead one raises
+            return list(by_conn.values())
+
+    def close(self, timeout: float = 10.0) -> None:
+        for f in self.procs:
+            f.close(timeout)
