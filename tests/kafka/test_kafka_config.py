@@ -73,3 +73,13 @@ def test_dis_serve_exits_naming_the_key(tmp_path):
     r = subprocess.run([str(BIN / "dis"), "serve", "--config", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "import.kafka.sources.s.columns.Size" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("value,words", [(999, "must be >= 1000"), ("soon", "must be int")])
+def test_stall_timeout_is_checked(value, words):
+    with pytest.raises(ConfigError) as e:
+        parse_kafka_config({"bootstrap_servers": "b:1", "stall_timeout_ms": value,
+                            "sources": {"s": {"topic": "t", "table": "Market.Trade", "column_partition": "x"}}},
+                           "dis.yaml", SCHEMA_REG)
+    assert e.value.key == "import.kafka.stall_timeout_ms" and words in e.value.problem, str(e.value)
+    assert parse(fetch_processes=1).stall_timeout_ms == 30_000

@@ -13,6 +13,7 @@ import signal
 import time
 
 import numpy as np
+import yaml
 
 from support import free_port_pair, start_dis_process, wait_for
 
@@ -128,6 +129,47 @@ def test_one_of_two_fetch_processes_killed_while_consuming(tmp_path, mock_kafka)
     assigned = [(e["partition"], e["fetch_process"]) for e in log_events(dis, "kafka partition assigned")]
     # the first three, then each kill's own: partition 1 after the kills of process 1, 0 and 2 after process 0's
     assert sorted(assigned) == sorted([(0, 0), (1, 1), (2, 0), (1, 1), (0, 0), (2, 0), (1, 1)]), assigned
+    assert "Traceback" not in dis.log_text()
+
+
+def test_a_hung_fetch_process_is_killed_and_replaced(tmp_path, mock_kafka):
+    """A fetch process stopped with SIGSTOP keeps its socket open and sends nothing: after
+    ``stall_timeout_ms`` the DIS kills it, starts another and re-seeks its partitions; the other
+    process goes on, and the table is exactly the messages."""
+    n = 3000
+    port = free_port_pair()
+    cfg = write_config(tmp_path, port, mock_kafka.bootstrap, fetch_processes=2)
+    data = yaml.safe_load(cfg.read_text())
+    data["import"]["kafka"]["stall_timeout_ms"] = 2000
+    cfg.write_text(yaml.safe_dump(data))
+    producer = produce(mock_kafka.bootstrap, "trades", n, 3, 150, 0.1)
+    dis = start_dis_process(tmp_path, cfg)
+    try:
+        wait_for(lambda: len(log_events(dis, "kafka partition assigned")) == 3, 20, 0.1, "the first assignments")
+        pids = log_events(dis, "kafka source started")[0]["fetch_pids"]
+        time.sleep(0.5)
+        os.kill(pids[0], signal.SIGSTOP)  # partitions 0 and 2
+        t0 = time.monotonic()
+        wait_for(lambda: log_events(dis, "kafka fetch process hung; killing it"), 20, 0.1, "the hang seen")
+        assert time.monotonic() - t0 >= 1.5, "taken as hung before stall_timeout_ms"
+        wait_for(lambda: not alive(pids[0]), 10, 0.05, "the hung process killed")
+        wait_for(lambda: len(fetch_processes(dis.p.pid)) == 2, 20, 0.1, "a new fetch process")
+        assert pids[1] in fetch_processes(dis.p.pid), "the other fetch process was restarted too"
+        assert producer.wait(60) == 0
+        wait_for(lambda: len(read_sizes(port)) >= n, 60, 0.2, "every message in the table")
+        time.sleep(1.0)  # a duplicate would show by now
+        sizes = read_sizes(port)
+        assert len(sizes) == n and (sizes == np.arange(n)).all(), "lost or duplicated messages"
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGCONT)
+        dis.terminate()
+    hung = log_events(dis, "kafka fetch process hung; killing it")
+    assert [e["fetch_process"] for e in hung] == [0], hung
+    assert "sent nothing" in hung[0]["reason"] or "no batch" in hung[0]["reason"]
     assert "Traceback" not in dis.log_text()
 
 

@@ -67,6 +67,9 @@ class KafkaConfig:
     properties: dict[str, str] = field(default_factory=dict)
     commit_interval_ms: int = 5000
     sources: tuple[SourceConfig, ...] = ()
+    #: a fetch process that sends nothing, or no batch while its partitions lag, this long is
+    #: killed and started again (``disd.kafka.watch``)
+    stall_timeout_ms: int = 30_000
 
     def client_properties(self) -> dict[str, Any]:
         """librdkafka properties of a consumer: ours, then the passthrough (security etc.).
@@ -110,6 +113,7 @@ def parse_kafka_config(data: Any, source: str, schemas: SchemaRegistry,
     cfg_props = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in props.items()}
     group = r.get("group_id", str, "dis")
     commit = r.get("commit_interval_ms", int, 5000, lambda v: None if v >= 100 else "must be >= 100")
+    stall = r.get("stall_timeout_ms", int, 30_000, lambda v: None if v >= 1000 else "must be >= 1000")
     srcs = r.sub("sources")
     if not srcs.data:
         raise ConfigError(source, "import.kafka.sources", "required: at least one source")
@@ -122,7 +126,7 @@ def parse_kafka_config(data: Any, source: str, schemas: SchemaRegistry,
         sources.append(s)
     srcs.finish()
     r.finish()
-    return KafkaConfig(servers, group, cfg_props, commit, tuple(sources))
+    return KafkaConfig(servers, group, cfg_props, commit, tuple(sources), stall)
 
 
 def _source(r: ConfigReader, name: str, schemas: SchemaRegistry, routed) -> SourceConfig:  # noqa: ANN001

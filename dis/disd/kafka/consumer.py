@@ -36,6 +36,7 @@ import structlog
 from disd.kafka.config import KafkaConfig, SourceConfig
 from disd.kafka.fetcher import OFFSET_COLUMN
 from disd.kafka.link import FetchPool, FetchProcess, FetchProcessGone
+from disd.kafka.watch import FetchWatch
 from disd.names import LocationKey
 from disd.storage import LocationError, StorageEngine
 from disd.storage.checkpoint import SourcePosition
@@ -97,6 +98,7 @@ class SourceConsumer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._fetch = FetchPool(kafka, src, src.fetch_processes)
+        self._watch = FetchWatch(src.fetch_processes, kafka.stall_timeout_ms / 1000.0)
         #: per fetch process: when it was last started; when it is to be started again (it is gone)
         self._last_start = [0.0] * src.fetch_processes
         self._restart_at: dict[int, float] = {}
@@ -152,6 +154,7 @@ class SourceConsumer:
         except FetchProcessGone as e:
             self._lost(f.index, str(e))
             return False
+        self._watch.started(f.index, time.monotonic())
         return True
 
     def _lost(self, index: int, why: str) -> None:
@@ -184,6 +187,24 @@ class SourceConsumer:
                     st.assigned = False
                     self._assign(st)
 
+    def _hung(self, now: float) -> None:
+        """Kill and start again a fetch process that has partitions but has gone silent
+        (``disd.kafka.watch``); its partitions are re-seeked from our offsets when it is back."""
+        for f in self._fetch.running():
+            if f.index in self._restart_at:
+                continue
+            mine = [st for st in self._owned(f.index) if st.assigned]
+            if not mine:
+                continue
+            lagging = any(st.stopped is None and st.blocked_on is None and 0 <= st.next_offset < st.high_watermark
+                          for st in mine)
+            why = self._watch.hung(f.index, now, lagging)
+            if why is not None:
+                log.error("kafka fetch process hung; killing it", source=self.src.name, fetch_process=f.index,
+                          fetch_pid=f.pid, reason=why)
+                f.kill()
+                self._lost(f.index, f"fetch process {f.index} hung ({why}); killed")
+
     def _owned(self, index: int) -> list[PartitionState]:
         return [st for p, st in list(self.partitions.items()) if self._fetch.owner(p).index == index]
 
@@ -212,6 +233,7 @@ class SourceConsumer:
         if now >= self._next_housekeeping:
             self._next_housekeeping = now + HOUSEKEEPING_S
             self._retry_blocked()
+            self._hung(now)
             self._watermarks()
         if now >= self._next_commit:
             self._next_commit = now + self.kafka.commit_interval_ms / 1000.0
@@ -227,6 +249,7 @@ class SourceConsumer:
     def _handle(self, index: int, header: tuple, rows: pa.RecordBatch | None) -> None:
         """One message of fetch process ``index`` (fetcher.py says what each is)."""
         kind = header[0]
+        self._watch.heard(index, time.monotonic(), kind == "batch")
         if kind == "batch":
             _, p, gen, first, end, messages, nbytes, poison, drained = header
             st = self.partitions.get(p)

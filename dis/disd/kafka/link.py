@@ -91,6 +91,11 @@ class FetchProcess:
             return "running"
         return f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
 
+    def kill(self) -> None:
+        """SIGKILL the process (hung: it would not read a ``stop``); ``close`` reaps it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+
     def close(self, timeout: float = 10.0) -> None:
         """Stop the process (in order if it listens, else killed) and reap it."""
         if self.proc is None:
@@ -134,6 +139,11 @@ class FetchPool:
             return [by_conn[c] for c in wait(list(by_conn), timeout)]
         except OSError:  # a socket closed under us: every process is looked at, the dead one raises
             return list(by_conn.values())
+
+    def kill(self) -> None:
+        """SIGKILL the process (hung: it would not read a ``stop``); ``close`` reaps it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
 
     def close(self, timeout: float = 10.0) -> None:
         for f in self.procs:
