@@ -463,6 +463,11 @@ class SourceConsumer:
             cols, row_offsets = [c.slice(0, n) for c in cols], row_offsets[:n]
         position = SourcePosition(None, end, 0, st.topic, st.partition)
         by_partition = self._route(cols, len(row_offsets))
+        # Every location of the batch first, before any offset moves: a new one is claimed at its
+        # first row's offset (``_location``).
+        for cp, idx in by_partition.items():
+            offs = row_offsets if idx is None else row_offsets[idx]
+            self._location(st, cp, int(offs[0]) if len(offs) else end)
         done = set()
         for cp, idx in by_partition.items():
             loc = self._location(st, cp)
@@ -499,7 +504,16 @@ class SourceConsumer:
         bounds = [*starts.tolist(), n]
         return {_date(d): np.sort(order[bounds[i]:bounds[i + 1]]) for i, d in enumerate(uniq.tolist())}
 
-    def _location(self, st: PartitionState, cp: str) -> Any:
+    def _location(self, st: PartitionState, cp: str, first: int | None = None) -> Any:
+        """The partition's location for column partition ``cp``, created if new.
+
+        A new location is claimed before it takes a row: its resume point is set to ``first``
+        (the offset of its first row: it holds nothing of the partition below) and checkpointed
+        at once.  The resume point after a restart is the smallest of the partition's
+        locations', and the other locations' offsets move past this one's rows as soon as they
+        are appended; a location whose durable record did not yet name our partition was left
+        out of that minimum, so a crash before its first checkpoint lost the rows it took while
+        the others' checkpoints already counted them."""
         loc = st.locations.get(cp)
         if loc is None:
             s = self.src.schema
@@ -507,6 +521,9 @@ class SourceConsumer:
                                        version=s.version)
             st.locations[cp] = loc
             st.epochs[cp] = loc.epoch
+            if first is not None and not _ours(loc.resume_point, st) and not loc.in_error:
+                loc.append_committed([], SourcePosition(None, first, 0, st.topic, st.partition), epoch=loc.epoch)
+                loc.checkpoint()
         if loc.in_error:
             raise LocationError(loc.error, loc.error_errno)
         if loc.schema_version != self.src.schema.version:
