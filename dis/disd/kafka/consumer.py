@@ -465,17 +465,15 @@ class SourceConsumer:
         by_partition = self._route(cols, len(row_offsets))
         # Every location of the batch first, before any offset moves: a new one is claimed at its
         # first row's offset (``_location``).
-        for cp, idx in by_partition.items():
-            offs = row_offsets if idx is None else row_offsets[idx]
-            self._location(st, cp, int(offs[0]) if len(offs) else end)
+        offsets = {cp: row_offsets if idx is None else row_offsets[idx] for cp, idx in by_partition.items()}
+        locs = {cp: self._location(st, cp, int(offs[0]) if len(offs) else end) for cp, offs in offsets.items()}
         done = set()
         for cp, idx in by_partition.items():
-            loc = self._location(st, cp)
+            loc, offs = locs[cp], offsets[cp]
             threshold = loc.resume_point.offset if _ours(loc.resume_point, st) else 0
             if threshold >= end:
                 done.add(cp)
                 continue
-            offs = row_offsets if idx is None else row_offsets[idx]
             take = idx
             if len(offs) and offs[0] < threshold:  # already in this location before a restart
                 sel = np.flatnonzero(offs >= threshold)
@@ -504,7 +502,7 @@ class SourceConsumer:
         bounds = [*starts.tolist(), n]
         return {_date(d): np.sort(order[bounds[i]:bounds[i + 1]]) for i, d in enumerate(uniq.tolist())}
 
-    def _location(self, st: PartitionState, cp: str, first: int | None = None) -> Any:
+    def _location(self, st: PartitionState, cp: str, first: int) -> Any:
         """The partition's location for column partition ``cp``, created if new.
 
         A new location is claimed before it takes a row: its resume point is set to ``first``
@@ -521,7 +519,7 @@ class SourceConsumer:
                                        version=s.version)
             st.locations[cp] = loc
             st.epochs[cp] = loc.epoch
-            if first is not None and not _ours(loc.resume_point, st) and not loc.in_error:
+            if not _ours(loc.resume_point, st) and not loc.in_error:
                 loc.append_committed([], SourcePosition(None, first, 0, st.topic, st.partition), epoch=loc.epoch)
                 loc.checkpoint()
         if loc.in_error:
