@@ -21,7 +21,7 @@ import functools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import grpc
 import structlog
@@ -37,7 +37,7 @@ from disd.binlog import (
     scan_frames,
 )
 from disd.names import InvalidNameError
-from disd.rpc.ingestwire import ChunkView, parse_ingest_request
+from disd.rpc.ingestwire import ChunkView
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaError, TableSchema, column_differences
@@ -79,12 +79,20 @@ def location_key(msg: dis_pb2.LocationKey) -> LocationKey:
         raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
 
 
+class EndStream(Protocol):
+    """How another thread (the idle reaper, a taking-over stream) ends a location's stream with a
+    status its tailer can read: cancelling a ``Stream`` call, or ending one stream of a
+    ``Multiplex`` call.  Never called with a location's owner lock held by the callee's side."""
+
+    def __call__(self, code: grpc.StatusCode, details: str) -> None: ...
+
+
 @dataclass
 class Session:
     key: LocationKey
     tailer_id: str
     peer: str
-    context: grpc.ServicerContext
+    end: EndStream
     started: float = field(default_factory=time.time)
     last_message: float = field(default_factory=time.monotonic)
     file_name: str | None = None
@@ -94,6 +102,7 @@ class Session:
     epoch: int = 0  # the location's epoch when this stream learnt its resume point
     location: object | None = None  # the storage Location this stream feeds
     ended_for_error: bool = False
+    closed: bool = False  # ended (under the owner lock): it may not ingest any more
 
 
 def schema_mismatch(table: TableSchema, fingerprint: str, log_schema: "TableSchema | str | None",
@@ -170,10 +179,12 @@ class TailerProblem:
 
 @dataclass(eq=False)  # hashed by identity: kept in a set
 class Pending:
-    """A stream that has not sent its ``open`` yet: watched by the reaper too, so a client
-    that connects and sends nothing cannot hold a server thread forever."""
+    """A call that has not sent its ``open`` yet (a ``Multiplex`` call: its first frame):
+    watched by the reaper too, so a client that connects and sends nothing cannot hold a server
+    thread forever."""
 
-    context: grpc.ServicerContext
+    peer: str
+    end: EndStream
     since: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 
@@ -213,8 +224,8 @@ class SessionRegistry:
         if old is not None:
             old.taken_over = True
             log.warning("ingest stream taken over", location=str(s.key), old=old.tailer_id, new=s.tailer_id)
-            end_stream(old.context, grpc.StatusCode.CANCELLED,
-                       f"taken over by a newer ingest stream for {s.key} (tailer {s.tailer_id} at {s.peer})")
+            old.end(grpc.StatusCode.CANCELLED,
+                    f"taken over by a newer ingest stream for {s.key} (tailer {s.tailer_id} at {s.peer})")
 
     def remove(self, s: Session) -> bool:
         """Forget ``s``; True if it still owned its location (it was not taken over)."""
@@ -257,8 +268,8 @@ class SessionRegistry:
         with self._lock:
             return dict(self._problems)
 
-    def wait_open(self, context: grpc.ServicerContext) -> Pending:
-        p = Pending(context)
+    def wait_open(self, peer: str, end: EndStream) -> Pending:
+        p = Pending(peer, end)
         with self._lock:
             self._pending.add(p)
         return p
@@ -276,19 +287,18 @@ class SessionRegistry:
                     s.idle_cancelled = True
                     idle = round(now - s.last_message, 1)
                     log.warning("ingest stream idle, closing", location=str(s.key), tailer=s.tailer_id, idle_s=idle)
-                    end_stream(s.context, grpc.StatusCode.CANCELLED,
-                               f"idle for {idle} s (server.idle_timeout_s is {self.idle_timeout_s:g}): "
-                               "closed by the DIS")
+                    s.end(grpc.StatusCode.CANCELLED,
+                          f"idle for {idle} s (server.idle_timeout_s is {self.idle_timeout_s:g}): closed by the DIS")
             with self._lock:
                 pending = list(self._pending)
             for p in pending:
                 if now - p.since > self.idle_timeout_s and not p.cancelled:
                     p.cancelled = True
                     idle = round(now - p.since, 1)
-                    log.warning("ingest stream sent no 'open', closing", peer=p.context.peer(), idle_s=idle)
-                    end_stream(p.context, grpc.StatusCode.CANCELLED,
-                               f"idle for {idle} s without an 'open' message (server.idle_timeout_s is "
-                               f"{self.idle_timeout_s:g}): closed by the DIS")
+                    log.warning("ingest stream sent no 'open', closing", peer=p.peer, idle_s=idle)
+                    p.end(grpc.StatusCode.CANCELLED,
+                          f"idle for {idle} s without an 'open' message (server.idle_timeout_s is "
+                          f"{self.idle_timeout_s:g}): closed by the DIS")
 
     @staticmethod
     def _end_if_location_failed(s: Session) -> None:
@@ -308,7 +318,7 @@ class SessionRegistry:
         s.ended_for_error = True
         log.warning("ingest stream ended: its location failed", location=str(s.key), tailer=s.tailer_id,
                     code=code.name, reason=why)
-        end_stream(s.context, code, why)
+        s.end(code, why)
 
     def close(self) -> None:
         self._stop.set()
@@ -325,22 +335,6 @@ def _body(req: Request) -> str | None:
     return "chunk" if isinstance(req, ChunkView) else req.WhichOneof("body")
 
 
-def add_ingest_service(service: "IngestService", server: grpc.Server) -> None:
-    """Register ``service`` as ``disd.rpc.v1.Ingest`` with the chunk-reading deserializer
-    (``disd.rpc.ingestwire``): what the generated ``add_IngestServicer_to_server`` does, but
-    without copying every chunk's bytes twice."""
-    handlers = {
-        "Stream": grpc.stream_stream_rpc_method_handler(
-            service.Stream,
-            request_deserializer=parse_ingest_request,
-            response_serializer=dis_pb2.IngestResponse.SerializeToString,
-        ),
-    }
-    name = dis_pb2.DESCRIPTOR.services_by_name["Ingest"].full_name
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
-    server.add_registered_method_handlers(name, handlers)
-
-
 class IngestService(dis_pb2_grpc.IngestServicer):
     def __init__(self, engine: StorageEngine, sessions: SessionRegistry, routed: Callable[[str, str], bool]) -> None:
         self.engine = engine
@@ -348,74 +342,25 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         self.routed = routed
 
     def Stream(self, request_iterator: Iterator[Request], context: grpc.ServicerContext):  # noqa: N802
-        session: Session | None = None
-        key: LocationKey | None = None
-        tailer_id: str | None = None
-        loc = None
+        """One location's stream on its own call (the ``Multiplex`` call carries many:
+        ``disd.server.ingestmux``)."""
+        stream = LocationStream(self, context.peer(), functools.partial(end_stream, context))
         try:
-            waiting = self.sessions.wait_open(context)
+            waiting = self.sessions.wait_open(stream.peer, stream.end)
             try:
                 first = next(request_iterator, None)
             finally:
                 self.sessions.opened(waiting)
-            if first is None or _body(first) != "open":
-                raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
-            tailer_id = first.open.tailer_id or "?"
-            key = location_key(first.open.location)
-            schema = self.engine.schemas.get(key.namespace, key.table)
-            if schema is None:
-                raise RequestRefused(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
-            if not self.routed(key.namespace, key.table):
-                raise RequestRefused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
-            schema = self._stream_version(schema, first.open.schema_fingerprint, first.open.schema_json)
-            try:
-                loc = self.engine.location(key, create=True, version=schema.version)
-            except LocationError as e:
-                raise RequestRefused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
-            if loc.in_error:
-                raise RequestRefused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
-            if loc.schema_version != schema.version:
-                raise version_mismatch(key, loc.schema_version, schema.version)
-            session = Session(key, tailer_id, context.peer(), context)
-            with self.sessions.owner_lock(key):
-                self.sessions.add(session)
-                # whatever the previous stream left uncommitted is resent from the resume point
-                self._rollback(loc, key)
-                rp, session.epoch = loc.resume()
-                session.location = loc
-            session.file_name, session.offset = rp.file_name, rp.offset
-            log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
-                     resume_file=rp.file_name, resume_offset=rp.offset)
-            yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=rp.file_name or "", offset=rp.offset,
-                                                                    accepts_reports=True))
+            yield stream.open(first)
             for req in request_iterator:
-                session.last_message = time.monotonic()
-                body = _body(req)
-                if body == "report":
-                    if not session.taken_over:
-                        self.sessions.report(session, req.report.problem)
-                    continue
-                if body != "chunk":
-                    raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT,
-                                  "only 'chunk' and 'report' messages may follow 'open'")
-                chunk = req if isinstance(req, ChunkView) else req.chunk
-                self._ingest_chunk(session, loc, schema, chunk)
-                if chunk.caught_up:
-                    loc.publish_soon()
-                yield _ack(session, loc.committed_rows)
+                response = stream.handle(req)
+                if response is not None:
+                    yield response
         except RequestRefused as r:
-            metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
-            log.warning("ingest refused", code=r.code.name, details=r.details, peer=context.peer(),
-                        location=str(key) if key else None, tailer=tailer_id)
+            stream.refused(r)
             context.abort(r.code, r.details)
         finally:
-            if session is not None:
-                with self.sessions.owner_lock(session.key):
-                    owner = self.sessions.remove(session)
-                    if owner and loc is not None:
-                        self._rollback(loc, session.key)
-                reason = "idle timeout" if session.idle_cancelled else ("taken over" if session.taken_over else "closed")
-                log.info("ingest stream closed", location=str(session.key), tailer=session.tailer_id, reason=reason)
+            stream.close()
 
     def _stream_version(self, table: TableSchema, fingerprint: str, schema_json: str) -> TableSchema:
         """The version of ``table`` a stream's logs are written in, from its ``open``: the version
@@ -524,6 +469,8 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             with self.sessions.owner_lock(s.key):
                 if s.taken_over:
                     raise RequestRefused(grpc.StatusCode.CANCELLED, f"taken over by a newer ingest stream for {s.key}")
+                if s.closed:
+                    raise RequestRefused(grpc.StatusCode.CANCELLED, f"the ingest stream for {s.key} was closed")
                 try:
                     loc.ingest(chunk.file_name, run, rows, epoch=s.epoch)
                 except LocationError as e:
@@ -532,3 +479,104 @@ class IngestService(dis_pb2_grpc.IngestServicer):
             metrics.INGEST_CHUNKS.labels(s.key.table_key).inc()
         s.file_name = chunk.file_name
         s.offset = chunk.offset + len(data)
+
+
+class LocationStream:
+    """One location's ingest stream, whichever call carries it: a ``Stream`` call of its own or
+    one of the streams of a ``Multiplex`` call.  ``open`` takes the first request and answers
+    the resume point; ``handle`` takes each later one and answers its ack (None for a report);
+    both raise ``RequestRefused``, after which the caller ends the stream with that status;
+    ``close`` ends it (its uncommitted rows rolled back), once, from any thread."""
+
+    def __init__(self, service: IngestService, peer: str, end: EndStream) -> None:
+        self.service = service
+        self.peer = peer
+        self.end = end
+        self.session: Session | None = None
+        self.key: LocationKey | None = None
+        self.tailer_id: str | None = None
+        self.loc = None
+        self.schema: TableSchema | None = None
+        self._closing = threading.Lock()
+        self._closed = False
+
+    def open(self, first: Request | None) -> dis_pb2.IngestResponse:
+        svc = self.service
+        if first is None or _body(first) != "open":
+            raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
+        self.tailer_id = first.open.tailer_id or "?"
+        key = self.key = location_key(first.open.location)
+        schema = svc.engine.schemas.get(key.namespace, key.table)
+        if schema is None:
+            raise RequestRefused(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
+        if not svc.routed(key.namespace, key.table):
+            raise RequestRefused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
+        schema = self.schema = svc._stream_version(schema, first.open.schema_fingerprint, first.open.schema_json)
+        try:
+            loc = self.loc = svc.engine.location(key, create=True, version=schema.version)
+        except LocationError as e:
+            raise RequestRefused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
+        if loc.in_error:
+            raise RequestRefused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
+        if loc.schema_version != schema.version:
+            raise version_mismatch(key, loc.schema_version, schema.version)
+        session = Session(key, self.tailer_id, self.peer, self.end)
+        with svc.sessions.owner_lock(key):
+            if self._closed:  # ended (the call cut) while the location was being opened
+                raise RequestRefused(grpc.StatusCode.CANCELLED, f"the ingest stream for {key} was closed")
+            self.session = session
+            svc.sessions.add(session)
+            # whatever the previous stream left uncommitted is resent from the resume point
+            svc._rollback(loc, key)
+            rp, session.epoch = loc.resume()
+            session.location = loc
+        session.file_name, session.offset = rp.file_name, rp.offset
+        log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
+                 resume_file=rp.file_name, resume_offset=rp.offset)
+        return dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=rp.file_name or "", offset=rp.offset,
+                                                                accepts_reports=True))
+
+    def handle(self, req: Request) -> dis_pb2.IngestResponse | None:
+        session, loc = self.session, self.loc
+        assert session is not None and loc is not None, "handle before open"
+        session.last_message = time.monotonic()
+        body = _body(req)
+        if body == "report":
+            if not session.taken_over:
+                self.service.sessions.report(session, req.report.problem)
+            return None
+        if body != "chunk":
+            raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "only 'chunk' and 'report' messages may follow 'open'")
+        chunk = req if isinstance(req, ChunkView) else req.chunk
+        self.service._ingest_chunk(session, loc, self.schema, chunk)
+        if chunk.caught_up:
+            loc.publish_soon()
+        return _ack(session, loc.committed_rows)
+
+    def refused(self, r: RequestRefused) -> None:
+        """Count and log a refusal (the caller ends the stream with its status)."""
+        metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
+        log.warning("ingest refused", code=r.code.name, details=r.details, peer=self.peer,
+                    location=str(self.key) if self.key else None, tailer=self.tailer_id)
+
+    def close(self) -> None:
+        """End the stream: forget it and, if it still owned its location, roll back what it left
+        uncommitted.  Idempotent; safe against a ``handle`` of it on another thread, which
+        ingests nothing after this (``Session.closed``, checked under the owner lock)."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+        session, key = self.session, self.key
+        if key is None:
+            return
+        with self.service.sessions.owner_lock(key):
+            session = self.session
+            if session is None:
+                return
+            session.closed = True
+            owner = self.service.sessions.remove(session)
+            if owner and self.loc is not None:
+                self.service._rollback(self.loc, key)
+        reason = "idle timeout" if session.idle_cancelled else ("taken over" if session.taken_over else "closed")
+        log.info("ingest stream closed", location=str(key), tailer=session.tailer_id, reason=reason)

@@ -1,0 +1,206 @@
+"""The ``Ingest.Multiplex`` call: many locations' streams on one call, one thread reading them.
+
+Why: with a ``Stream`` call per location, the DIS serves every location on a thread of its own,
+and a location's write passes through that thread, gRPC's and the acking one.  At 200 locations
+each writing once a second, the DIS spent about 3 ms of CPU per write, most of it threads waking
+one another (docs/benchmarks.md, "What bounds many locations"), against 0.2 ms to ingest the
+chunk; and each new location cost a new call and a new thread.  On a ``Multiplex`` call, a
+tailer's streams are numbered frames: one thread reads every request of the call and handles it
+inline (``LocationStream``, the same code as ``Stream``'s), and the answers of a whole request
+go back as one response.  A tailer that has many locations writing at once puts their chunks in
+one request, so a message, and a wake-up, carries many locations' writes.
+
+Threads: the reader (started here) owns the call's streams: it opens, feeds and ends them.  The
+call's own thread only writes responses.  Another thread (the idle reaper, a stream of another
+call taking a location over) ends a stream through ``_end_async``: its ``StreamEnd`` is queued at
+once and the stream is closed by the writer thread before that reply leaves, never on the
+caller's thread (which may hold the location's owner lock that closing takes).  Frames that
+arrive for a stream already ended are dropped: the tailer sent them before it read the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+from typing import Iterator
+
+import grpc
+import structlog
+
+from disd.rpc.ingestwire import parse_ingest_request
+from disd.rpc.v1 import dis_pb2
+from disd.server import metrics
+from disd.server.ingest import IngestService, LocationStream, RequestRefused, end_stream
+
+log = structlog.get_logger(__name__)
+
+#: answers of this many requests at most go out in one response (the writer takes what is queued)
+MAX_COALESCED = 64
+_DONE = object()
+
+
+def _end_reply(stream: int, code: grpc.StatusCode, details: str) -> dis_pb2.MuxReply:
+    return dis_pb2.MuxReply(stream=stream, end=dis_pb2.StreamEnd(code=code.value[0], details=details))
+
+
+class MuxCall:
+    """One ``Multiplex`` call: its streams by number, the replies waiting to be written."""
+
+    def __init__(self, service: IngestService, context: grpc.ServicerContext) -> None:
+        self.service = service
+        self.context = context
+        self.peer = context.peer()
+        self.streams: dict[int, LocationStream] = {}
+        self.ended: set[int] = set()  # numbers the DIS ended: their late frames are dropped
+        self.out: queue.SimpleQueue = queue.SimpleQueue()  # lists of replies, then _DONE
+        self.to_close: list[LocationStream] = []  # ended by another thread, closed by the writer
+        self.lock = threading.Lock()
+
+    # -- the reader --------------------------------------------------------------------------
+
+    def read(self, requests: Iterator[dis_pb2.MuxRequest]) -> None:
+        waiting = self.service.sessions.wait_open(self.peer, self._cancel)
+        try:
+            for req in requests:
+                if waiting is not None:
+                    self.service.sessions.opened(waiting)
+                    waiting = None
+                replies: list[dis_pb2.MuxReply] = []
+                for frame in req.frames:
+                    self._frame(frame, replies)
+                if replies:
+                    self.out.put(replies)
+        except grpc.RpcError:
+            pass  # the call ended (cancelled by the tailer, or the server stopping)
+        except Exception:  # noqa: BLE001 - a bug must not leave the call's streams open
+            log.exception("ingest multiplex call failed", peer=self.peer)
+            self.context.cancel()
+        finally:
+            if waiting is not None:
+                self.service.sessions.opened(waiting)
+            with self.lock:
+                streams, self.streams = list(self.streams.values()), {}
+            for s in streams:
+                s.close()
+            self.out.put(_DONE)
+
+    def _frame(self, frame: dis_pb2.MuxFrame, replies: list[dis_pb2.MuxReply]) -> None:
+        number = frame.stream
+        body = frame.WhichOneof("body")
+        with self.lock:
+            stream = self.streams.get(number)
+            dead = number in self.ended
+        if dead:
+            return
+        if body == "end":
+            if stream is not None:
+                with self.lock:
+                    self.streams.pop(number, None)
+                    self.ended.add(number)
+                stream.close()
+            replies.append(_end_reply(number, grpc.StatusCode.OK, ""))
+            return
+        if body != "request":
+            return self._refuse(number, stream, RequestRefused(
+                grpc.StatusCode.INVALID_ARGUMENT, f"stream {number}: a frame carries a request or an end"), replies)
+        try:
+            if stream is None:
+                stream = LocationStream(self.service, self.peer, functools.partial(self._end_async, number))
+                with self.lock:
+                    self.streams[number] = stream
+                response = stream.open(frame.request)
+            else:
+                response = stream.handle(frame.request)
+        except RequestRefused as r:
+            return self._refuse(number, stream, r, replies)
+        if response is not None:
+            replies.append(dis_pb2.MuxReply(stream=number, response=response))
+
+    def _refuse(self, number: int, stream: LocationStream | None, r: RequestRefused,
+                replies: list[dis_pb2.MuxReply]) -> None:
+        with self.lock:
+            self.streams.pop(number, None)
+            ended_meanwhile = number in self.ended  # by another thread: its end is on its way
+            self.ended.add(number)
+        if stream is not None:
+            stream.refused(r)
+            stream.close()
+        else:
+            metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
+            log.warning("ingest refused", code=r.code.name, details=r.details, peer=self.peer)
+        if not ended_meanwhile:
+            replies.append(_end_reply(number, r.code, r.details))
+
+    # -- other threads -----------------------------------------------------------------------
+
+    def _end_async(self, number: int, code: grpc.StatusCode, details: str) -> None:
+        """End one stream from another thread (``EndStream``)."""
+        with self.lock:
+            stream = self.streams.pop(number, None)
+            if stream is None or number in self.ended:
+                return
+            self.ended.add(number)
+            self.to_close.append(stream)
+        self.out.put([_end_reply(number, code, details)])
+
+    def _cancel(self, code: grpc.StatusCode, details: str) -> None:
+        """End the whole call (it sent no frame within the idle timeout)."""
+        end_stream(self.context, code, details)
+
+    # -- the call's thread: the responses ----------------------------------------------------
+
+    def responses(self) -> Iterator[dis_pb2.MuxResponse]:
+        while True:
+            item = self.out.get()
+            replies: list[dis_pb2.MuxReply] = []
+            done = item is _DONE
+            if not done:
+                replies.extend(item)
+                for _ in range(MAX_COALESCED - 1):
+                    try:
+                        item = self.out.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is _DONE:
+                        done = True
+                        break
+                    replies.extend(item)
+            with self.lock:
+                closing, self.to_close = self.to_close, []
+            for s in closing:  # before their ends leave: a reconnect finds them closed
+                s.close()
+            if replies:
+                yield dis_pb2.MuxResponse(replies=replies)
+            if done:
+                return
+
+
+def serve_multiplex(service: IngestService, requests: Iterator[dis_pb2.MuxRequest],
+                    context: grpc.ServicerContext) -> Iterator[dis_pb2.MuxResponse]:
+    """The ``Multiplex`` method: a reader thread for the requests, this one for the responses."""
+    call = MuxCall(service, context)
+    reader = threading.Thread(target=call.read, args=(requests,), name="ingest-mux-reader", daemon=True)
+    reader.start()
+    yield from call.responses()
+
+
+def add_ingest_service(service: IngestService, server: grpc.Server) -> None:
+    """Register ``service`` as ``disd.rpc.v1.Ingest``: ``Stream`` with the chunk-reading
+    deserializer (``disd.rpc.ingestwire``: what the generated ``add_IngestServicer_to_server``
+    does, without copying every chunk's bytes twice) and ``Multiplex``."""
+    handlers = {
+        "Stream": grpc.stream_stream_rpc_method_handler(
+            service.Stream,
+            request_deserializer=parse_ingest_request,
+            response_serializer=dis_pb2.IngestResponse.SerializeToString,
+        ),
+        "Multiplex": grpc.stream_stream_rpc_method_handler(
+            functools.partial(serve_multiplex, service),
+            request_deserializer=dis_pb2.MuxRequest.FromString,
+            response_serializer=dis_pb2.MuxResponse.SerializeToString,
+        ),
+    }
+    name = dis_pb2.DESCRIPTOR.services_by_name["Ingest"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
