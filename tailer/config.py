@@ -4,7 +4,7 @@
     log_dirs: [var/logs]
     # tls: {ca: ..., cert: ..., key: ..., server_name: ...}   token_file: ...
     # poll_interval_ms: 200  max_in_flight_bytes: 8388608  chunk_bytes: 4194304
-    # stream_runtime: asyncio   (or threads)
+    # stream_runtime: multiplexed   (or asyncio, threads)
     # csv_tables: [Market.Quote]  schemas: config/schemas  state_dir: var/tailer
     # retention: {mode: delete}   or   {mode: move, move_to: /archive/logs}   (interval_ms: 10000)
     # metrics_port: 9465  metrics_host: 127.0.0.1   (the Prometheus endpoint; none without a port)
@@ -40,7 +40,7 @@ class RetentionConfig:
 
 
 #: the values of ``stream_runtime``
-STREAM_RUNTIMES = ("asyncio", "threads")
+STREAM_RUNTIMES = ("multiplexed", "asyncio", "threads")
 
 
 @dataclass
@@ -54,10 +54,11 @@ class TailerConfig:
     torn_tail_grace_ms: int = 2000
     retry_refused_ms: int = 30000
     max_backoff_ms: int = 5000
-    #: how the Ingest streams run: "asyncio" (every stream a coroutine of one event-loop thread,
-    #: ``disd.tailer.aiosession``) or "threads" (the synchronous gRPC API: two more threads per
-    #: stream, ``disd.tailer.session``)
-    stream_runtime: str = "asyncio"
+    #: how the Ingest streams run: "multiplexed" (every location's stream to a DIS on one
+    #: ``Multiplex`` call of one event-loop thread, ``disd.tailer.muxsession``), "asyncio" (a
+    #: ``Stream`` call per location on that thread, ``disd.tailer.aiosession``) or "threads"
+    #: (the synchronous gRPC API: two more threads per stream, ``disd.tailer.session``)
+    stream_runtime: str = "multiplexed"
     state_dir: str = "var/tailer"
     schemas: str | None = None
     #: "<Namespace>.<Table>" -> schema, for the tables fed by CSV files

@@ -6,11 +6,13 @@ every ``poll_interval_ms``) and keeps, per location, its files ordered by time s
 location gets a ``LocationWorker`` thread (``disd.tailer.stream``) per replica of its entry, each
 holding its own Ingest stream from that replica's resume point: a replica that is down or slow
 holds back only its own workers, and catches up from the files on disk when it comes back.  The
-streams themselves are coroutines of one event-loop thread (``open_session``, ``stream_runtime:
-asyncio``; ``disd.tailer.aiosession``), on one channel per DIS address: HTTP/2 carries them over
-one connection, and a location costs one thread, its worker, instead of three with the synchronous
-API (``stream_runtime: threads``: gRPC's request sender and an ack reader per stream, on a shared
-synchronous ``channel``).
+streams themselves run on one event-loop thread (``open_session``): by default every stream to
+one DIS is a numbered stream of one ``Multiplex`` call (``stream_runtime: multiplexed``;
+``disd.tailer.muxsession``), so the DIS serves a tailer with one thread and many locations' writes
+travel in one message; ``asyncio`` gives each stream a ``Stream`` call of its own on that loop
+(``disd.tailer.aiosession``); either way a location costs one thread, its worker, instead of
+three with the synchronous API (``stream_runtime: threads``: gRPC's request sender and an ack
+reader per stream, on a shared synchronous ``channel``).
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
 (``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
 ``retention`` configured, one more thread (``disd.tailer.retention``) deletes or moves the logs
@@ -43,6 +45,7 @@ from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
 from disd.tailer.retention import LogRetention
 from disd.tailer.aiosession import AioIngestSession, StreamLoop
+from disd.tailer.muxsession import Multiplexer, MuxIngestSession
 from disd.tailer.session import IngestSession, StreamBroken
 from disd.tailer.stream import LocationWorker
 from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, scan_dirs
@@ -50,7 +53,7 @@ from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, sc
 log = structlog.get_logger("disd.tailer")
 
 #: One open Ingest stream, whichever ``stream_runtime`` runs it (the same methods either way).
-Session = IngestSession | AioIngestSession
+Session = IngestSession | AioIngestSession | MuxIngestSession
 
 #: With inotify, directories are still rescanned this often (events can be missed: NFS, overflow).
 INOTIFY_RESCAN_S = 2.0
@@ -72,7 +75,9 @@ class Tailer:
         self._reported: set[str] = set()
         self._scanner: threading.Thread | None = None
         self._channels: dict[str, grpc.Channel] = {}  # per DIS address: the one all its workers use
-        self._streams: StreamLoop | None = None  # stream_runtime asyncio: the loop every stream runs on
+        self._streams: StreamLoop | None = None  # stream_runtime asyncio, multiplexed: the loop of every stream
+        self._muxes: dict[str, Multiplexer] = {}  # multiplexed: per DIS address, its current call
+        self._no_mux: set[str] = set()  # addresses whose DIS does not know Multiplex
         self._started = False
         self._metrics_server = None
         self.metrics_port: int | None = None  # the endpoint's port once started (metrics_port 0: any)
@@ -109,10 +114,13 @@ class Tailer:
                 ("grpc.max_reconnect_backoff_ms", cap))
 
     def open_session(self, address: str, on_ack) -> Session:  # noqa: ANN001 - LocationWorker._on_ack
-        """A new Ingest stream to ``address`` for one worker, run as ``stream_runtime`` says: a
-        coroutine of the tailer's one event loop (``asyncio``: the worker is the location's only
-        thread), or the synchronous API on the shared channel (``threads``: two more threads)."""
-        if self.config.stream_runtime == "threads":
+        """A new Ingest stream to ``address`` for one worker, run as ``stream_runtime`` says: one of
+        the streams of the tailer's ``Multiplex`` call to that DIS (``multiplexed``; a DIS that
+        does not know the call gets a call per stream instead), a call of its own as a coroutine
+        of the tailer's one event loop (``asyncio``: the worker is the location's only thread),
+        or the synchronous API on the shared channel (``threads``: two more threads)."""
+        runtime = self.config.stream_runtime
+        if runtime == "threads":
             return IngestSession(self.channel(address), self.config.max_in_flight_bytes, self._halt, on_ack)
         with self._lock:
             if self._streams is None:
@@ -120,6 +128,20 @@ class Tailer:
                     raise StreamBroken("the tailer is stopping")
                 self._streams = StreamLoop(self.config.security, self._reconnect_options())
             streams = self._streams
+            mux = None
+            if runtime == "multiplexed" and address not in self._no_mux:
+                mux = self._muxes.get(address)
+                if mux is not None and mux.broken is not None:
+                    if mux.unimplemented:
+                        log.warning("the DIS does not take multiplexed streams: a call per location instead",
+                                    dis=address)
+                        self._no_mux.add(address)
+                    mux = None
+                    del self._muxes[address]
+                if mux is None and address not in self._no_mux:
+                    mux = self._muxes[address] = Multiplexer(streams, address)
+        if mux is not None:
+            return MuxIngestSession(mux, self.config.max_in_flight_bytes, self._halt, on_ack)
         return AioIngestSession(streams, address, self.config.max_in_flight_bytes, self._halt, on_ack)
 
     # -- discovery ---------------------------------------------------------------------------
@@ -295,6 +317,7 @@ class Tailer:
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
             streams, self._streams = self._streams, None
+            self._muxes.clear()
         for ch in channels:
             ch.close()
         if streams is not None:

@@ -47,6 +47,11 @@ def classify(e: grpc.RpcError) -> Exception:
     """A failed stream as a refusal (retried after a long wait) or a broken stream (reconnect)."""
     code = e.code() if hasattr(e, "code") else None
     details = (e.details() if hasattr(e, "details") else None) or str(e)
+    return classify_status(code, details)
+
+
+def classify_status(code: grpc.StatusCode | None, details: str) -> Exception:
+    """``classify`` of a status given by its parts (a ``Multiplex`` call's ``StreamEnd``)."""
     if code in REFUSALS:
         return RefusedByDis(code.name, details)
     return StreamBroken(f"{code.name if code else 'error'}: {details}")
@@ -119,8 +124,12 @@ class FlowControl:
                 return False
             self._inflight.append(n)
             self.inflight_bytes += n
-        self._put(chunk_request(file_name, piece))
+        self._put_chunk(file_name, piece)
         return True
+
+    def _put_chunk(self, file_name: str, piece: Piece) -> None:
+        """Hand one chunk to the writer (a runtime that writes its own bytes overrides this)."""
+        self._put(chunk_request(file_name, piece))
 
     def report(self, problem: str) -> None:
         """Tell the DIS what is wrong on this side ("" = nothing); not acknowledged, not in flight."""

@@ -77,3 +77,41 @@ def test_malformed_bytes_get_protobufs_error(raw: bytes) -> None:
         dis_pb2.IngestRequest.FromString(raw)
     with pytest.raises(DecodeError):
         parse_ingest_request(raw)
+
+
+def test_a_mux_request_written_by_hand_is_protobufs_message_and_read_back_without_copying() -> None:
+    from disd.rpc.ingestwire import END, ChunkOut, encode_mux_request, parse_mux_request
+
+    opened = dis_pb2.IngestRequest(open=dis_pb2.IngestOpen(tailer_id="h:1", schema_fingerprint="ab"))
+    data = bytes(range(256)) * 40
+    frames = [(1, opened.SerializeToString()), (2, ChunkOut(NAME, 0, data, True)),
+              (300, ChunkOut(NAME, (1 << 64) - 1, memoryview(data)[7:], False)), (1, None), (0, ChunkOut("", 0, b"", False))]
+    raw = encode_mux_request(frames)
+    want = dis_pb2.MuxRequest.FromString(raw)
+    assert [(f.stream, f.WhichOneof("body")) for f in want.frames] == \
+        [(1, "request"), (2, "request"), (300, "request"), (1, "end"), (0, "request")]
+    assert want.frames[0].request == opened
+    c = want.frames[2].request.chunk
+    assert (c.file_name, c.offset, c.data, c.caught_up) == (NAME, (1 << 64) - 1, data[7:], False)
+    got = parse_mux_request(raw)
+    assert [n for n, _ in got] == [1, 2, 300, 1, 0]
+    assert got[0][1] == opened and got[3][1] is END
+    for (_, view), f in zip(got[1:3] + got[4:], [want.frames[1], want.frames[2], want.frames[4]]):
+        assert isinstance(view, ChunkView) and view.data.obj is raw
+        assert (view.file_name, view.offset, bytes(view.data), view.caught_up) == \
+            (f.request.chunk.file_name, f.request.chunk.offset, f.request.chunk.data, f.request.chunk.caught_up)
+
+
+def test_a_mux_request_it_does_not_walk_goes_to_protobuf() -> None:
+    from disd.rpc.ingestwire import INVALID, parse_mux_request
+
+    req = dis_pb2.MuxRequest()
+    f = req.frames.add()
+    f.stream = 5
+    f.request.chunk.data = b"abc"
+    req.frames.add(stream=6)  # neither a request nor an end
+    raw = req.SerializeToString() + bytes([(9 << 3) | 0, 1])  # and an unknown field
+    got = parse_mux_request(raw)
+    assert got[0][0] == 5 and got[0][1].chunk.data == b"abc" and got[1] == (6, INVALID)
+    with pytest.raises(DecodeError):
+        parse_mux_request(bytes([0x0A, 50]) + b"short")

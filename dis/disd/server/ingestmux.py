@@ -23,12 +23,13 @@ from __future__ import annotations
 import functools
 import queue
 import threading
+import time
 from typing import Iterator
 
 import grpc
 import structlog
 
-from disd.rpc.ingestwire import parse_ingest_request
+from disd.rpc.ingestwire import END, MuxBody, parse_ingest_request, parse_mux_request
 from disd.rpc.v1 import dis_pb2
 from disd.server import metrics
 from disd.server.ingest import IngestService, LocationStream, RequestRefused, end_stream
@@ -37,6 +38,8 @@ log = structlog.get_logger(__name__)
 
 #: answers of this many requests at most go out in one response (the writer takes what is queued)
 MAX_COALESCED = 64
+#: a request that takes longer than this to handle sends the answers so far before going on
+REPLY_EVERY_S = 0.005
 _DONE = object()
 
 
@@ -59,16 +62,20 @@ class MuxCall:
 
     # -- the reader --------------------------------------------------------------------------
 
-    def read(self, requests: Iterator[dis_pb2.MuxRequest]) -> None:
+    def read(self, requests: Iterator[list[tuple[int, MuxBody]]]) -> None:
         waiting = self.service.sessions.wait_open(self.peer, self._cancel)
         try:
-            for req in requests:
+            for frames in requests:
                 if waiting is not None:
                     self.service.sessions.opened(waiting)
                     waiting = None
                 replies: list[dis_pb2.MuxReply] = []
-                for frame in req.frames:
-                    self._frame(frame, replies)
+                since = time.monotonic()
+                for number, body in frames:
+                    self._frame(number, body, replies)
+                    if replies and time.monotonic() - since > REPLY_EVERY_S:
+                        self.out.put(replies)  # the answers so far go out while the rest is ingested
+                        replies, since = [], time.monotonic()
                 if replies:
                     self.out.put(replies)
         except grpc.RpcError:
@@ -85,15 +92,13 @@ class MuxCall:
                 s.close()
             self.out.put(_DONE)
 
-    def _frame(self, frame: dis_pb2.MuxFrame, replies: list[dis_pb2.MuxReply]) -> None:
-        number = frame.stream
-        body = frame.WhichOneof("body")
+    def _frame(self, number: int, body: MuxBody, replies: list[dis_pb2.MuxReply]) -> None:
         with self.lock:
             stream = self.streams.get(number)
             dead = number in self.ended
         if dead:
             return
-        if body == "end":
+        if body is END:
             if stream is not None:
                 with self.lock:
                     self.streams.pop(number, None)
@@ -101,7 +106,7 @@ class MuxCall:
                 stream.close()
             replies.append(_end_reply(number, grpc.StatusCode.OK, ""))
             return
-        if body != "request":
+        if isinstance(body, str):
             return self._refuse(number, stream, RequestRefused(
                 grpc.StatusCode.INVALID_ARGUMENT, f"stream {number}: a frame carries a request or an end"), replies)
         try:
@@ -109,9 +114,9 @@ class MuxCall:
                 stream = LocationStream(self.service, self.peer, functools.partial(self._end_async, number))
                 with self.lock:
                     self.streams[number] = stream
-                response = stream.open(frame.request)
+                response = stream.open(body)
             else:
-                response = stream.handle(frame.request)
+                response = stream.handle(body)
         except RequestRefused as r:
             return self._refuse(number, stream, r, replies)
         if response is not None:
@@ -197,7 +202,7 @@ def add_ingest_service(service: IngestService, server: grpc.Server) -> None:
         ),
         "Multiplex": grpc.stream_stream_rpc_method_handler(
             functools.partial(serve_multiplex, service),
-            request_deserializer=dis_pb2.MuxRequest.FromString,
+            request_deserializer=parse_mux_request,
             response_serializer=dis_pb2.MuxResponse.SerializeToString,
         ),
     }

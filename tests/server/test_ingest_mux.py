@@ -1,0 +1,162 @@
+"""The ``Ingest.Multiplex`` call on a real DIS, driven frame by frame: many locations' streams on
+one call, each with ``Stream``'s protocol and statuses."""
+
+from __future__ import annotations
+
+import pathlib
+import queue
+
+import grpc
+import pytest
+
+from disd.binlog import LocationKey
+from disd.client import connect
+from disd.rpc.ingestwire import ChunkOut, encode_mux_request
+from disd.rpc.keys import key_to_proto
+from disd.rpc.v1 import dis_pb2
+from support import TRADE, trade_rows, wait_for, write_log
+
+from .conftest import FILE1, KEY, IngestStream, frames_of
+
+KEY2 = LocationKey("Market", "Trade", "feed2", "2026-11-22")
+FILE2 = FILE1.replace("feed1", "feed2")
+
+
+class MuxCall:
+    """A hand-driven Multiplex call: write requests of frames, read replies one at a time."""
+
+    def __init__(self, port: int) -> None:
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        call = self.channel.stream_stream("/disd.rpc.v1.Ingest/Multiplex", request_serializer=None,
+                                          response_deserializer=dis_pb2.MuxResponse.FromString)
+        self._q: queue.Queue = queue.Queue()
+        self.responses = call(iter(self._q.get, None))
+        self._replies: list[dis_pb2.MuxReply] = []
+
+    def send(self, *frames) -> None:
+        self._q.put(encode_mux_request(list(frames)))
+
+    def reply(self) -> dis_pb2.MuxReply:
+        while not self._replies:
+            self._replies.extend(next(self.responses).replies)
+        return self._replies.pop(0)
+
+    def replies(self, n: int) -> list[dis_pb2.MuxReply]:
+        return [self.reply() for _ in range(n)]
+
+    def close(self) -> None:
+        self._q.put(None)
+        self.channel.close()
+
+
+def open_frame(key: LocationKey, fingerprint: str = TRADE.fingerprint) -> bytes:
+    return dis_pb2.IngestRequest(open=dis_pb2.IngestOpen(
+        location=key_to_proto(key), schema_fingerprint=fingerprint, tailer_id="mux-test")).SerializeToString()
+
+
+def chunks(path: pathlib.Path, start: int = 0) -> list[ChunkOut]:
+    return [ChunkOut(path.name, off, data, False) for off, data in frames_of(path, TRADE, start)]
+
+
+def sizes(port: int, n: int) -> list[int]:
+    """The table's ``Size`` values, sorted, once it has ``n`` rows published."""
+    with connect(f"127.0.0.1:{port}") as c:
+        wait_for(lambda: sum(loc.rows for loc in c.locations("Market", "Trade")) == n)
+        return sorted(c.read_table("Market", "Trade").column("Size").to_pylist())
+
+
+def test_two_locations_on_one_call(dis, tmp_path):
+    p1, p2 = tmp_path / FILE1, tmp_path / FILE2
+    write_log(p1, TRADE, trade_rows(0, 100), [3] * 100)
+    write_log(p2, TRADE, trade_rows(1000, 40), [1] + [0] * 38 + [2])
+    m = MuxCall(dis.port)
+    m.send((1, open_frame(KEY)), (2, open_frame(KEY2)))
+    r = {x.stream: x for x in m.replies(2)}
+    assert r[1].response.resume.file_name == "" and r[2].response.resume.accepts_reports
+    c1, c2 = chunks(p1), chunks(p2)
+    # one request interleaving both locations' chunks: each stream's acks, in its own order
+    m.send(*[(1, c) for c in c1], *[(2, c) for c in c2])
+    acks = m.replies(len(c1) + len(c2))
+    last = {x.stream: x.response.ack for x in acks}
+    assert [x.stream for x in acks if x.stream == 1] == [1] * len(c1)
+    assert (last[1].file_name, last[1].offset, last[1].committed_rows) == (FILE1, p1.stat().st_size, 100)
+    assert (last[2].file_name, last[2].committed_rows) == (FILE2, 40)
+    m.send((1, None), (2, None))
+    ends = {x.stream: x.end for x in m.replies(2)}
+    assert ends[1].code == ends[2].code == grpc.StatusCode.OK.value[0]
+    m.close()
+    assert sizes(dis.port, 140) == list(range(100)) + list(range(1000, 1040))
+
+
+def test_a_refused_stream_ends_alone(dis, tmp_path):
+    p1 = tmp_path / FILE1
+    write_log(p1, TRADE, trade_rows(0, 10), [3] * 10)
+    m = MuxCall(dis.port)
+    m.send((1, open_frame(KEY)), (2, open_frame(LocationKey("Market", "Nope", "x", "2026-11-22"))),
+           (3, open_frame(KEY2, fingerprint="deadbeef")))
+    r = {x.stream: x for x in m.replies(3)}
+    assert r[1].WhichOneof("body") == "response"
+    assert r[2].end.code == grpc.StatusCode.NOT_FOUND.value[0] and "unknown table Market.Nope" in r[2].end.details
+    assert r[3].end.code == grpc.StatusCode.FAILED_PRECONDITION.value[0] and "schema mismatch" in r[3].end.details
+    # frames for an ended stream are dropped; a bad chunk ends only its own stream
+    first, *rest = chunks(p1)
+    m.send((2, first), (1, ChunkOut(FILE1, 5, first.data[5:], False)))
+    bad = m.reply()
+    assert bad.stream == 1 and bad.end.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "offset 0" in bad.end.details
+    m.send((4, open_frame(KEY)))
+    assert m.reply().response.resume.file_name == ""
+    m.send((4, first), *[(4, c) for c in rest])
+    assert m.replies(1 + len(rest))[-1].response.ack.committed_rows == 10
+    m.close()
+
+
+def test_a_stream_taken_over_by_another_call_ends_with_cancelled(dis, tmp_path):
+    p1 = tmp_path / FILE1
+    write_log(p1, TRADE, trade_rows(0, 10), [3] * 10)
+    m = MuxCall(dis.port)
+    m.send((1, open_frame(KEY)), (2, open_frame(KEY2)))
+    m.replies(2)
+    s = IngestStream(dis.port)
+    assert s.open(fingerprint=TRADE.fingerprint).WhichOneof("body") == "resume"
+    end = m.reply()
+    assert end.stream == 1 and end.end.code == grpc.StatusCode.CANCELLED.value[0]
+    assert "taken over" in end.end.details
+    # the call and its other stream go on
+    p2 = tmp_path / FILE2
+    write_log(p2, TRADE, trade_rows(0, 7), [3] * 7)
+    m.send(*[(2, c) for c in chunks(p2)])
+    assert m.replies(len(chunks(p2)))[-1].response.ack.committed_rows == 7
+    m.close()
+    s.close()
+
+
+@pytest.mark.parametrize("how", ["end", "cut"])
+def test_a_stream_ended_mid_transaction_rolls_back(dis, tmp_path, how):
+    p1 = tmp_path / FILE1
+    write_log(p1, TRADE, trade_rows(0, 5), [3] * 5)
+    off = p1.stat().st_size
+    write_log(p1, TRADE, trade_rows(5, 5), [1, 0, 0, 0, 0])  # a transaction without its End
+    m = MuxCall(dis.port)
+    m.send((1, open_frame(KEY)))
+    m.reply()
+    c = chunks(p1)
+    m.send(*[(1, x) for x in c])
+    assert m.replies(len(c))[-1].response.ack.committed_rows == 5
+    if how == "end":
+        m.send((1, None))
+        assert m.reply().end.code == 0
+    else:
+        m.close()  # the whole call goes
+    m2 = MuxCall(dis.port)
+    m2.send((1, open_frame(KEY)))
+    resume = m2.reply().response.resume
+    assert (resume.file_name, resume.offset) == (FILE1, off)
+    write_log(p1, TRADE, trade_rows(10, 1), [2])
+    c = chunks(p1, start=off)
+    m2.send(*[(1, x) for x in c])
+    assert m2.replies(len(c))[-1].response.ack.committed_rows == 11
+    m2.close()
+    assert sizes(dis.port, 11) == list(range(11))
+    if how == "end":
+        m.close()
