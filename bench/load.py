@@ -29,9 +29,11 @@ when each location first has rows), printed as p50/p90/last and in the JSON line
 --live-seconds 0`` (10 rows per location) measures the per-location cost alone: the time to
 publish them is what 200 new locations cost whatever their rows.
 
-Failing fast: the DIS serves each open Ingest stream on a thread of its gRPC pool and refuses
-streams beyond ``server.max_workers`` (RESOURCE_EXHAUSTED), so ``--max-workers`` defaults to the
-locations plus room for the readers, and a smaller one is refused before anything starts.  While
+Failing fast: with ``--stream-runtime asyncio`` or ``threads`` (a call per location) the DIS serves
+each open Ingest stream on a thread of its gRPC pool and refuses streams beyond
+``server.max_workers`` (RESOURCE_EXHAUSTED), so ``--max-workers`` defaults to the locations plus
+room for the readers, and a smaller one is refused before anything starts (the default,
+``multiplexed``, takes a thread per tailer).  While
 waiting for rows, no progress for ``--stall-s`` seconds, or a burst (or the drain after the live
 phase) longer than ``--timeout-s``, ends the run with what the processes were doing (rows and
 locations published, each process's RSS, threads and descriptors, the tailers' last stream
@@ -522,8 +524,9 @@ def parse_args() -> argparse.Namespace:
                     help="end the run when the burst, or the drain after the live phase, takes longer")
     ap.add_argument("--chunk-bytes", type=int, default=1 * MiB)
     ap.add_argument("--max-in-flight-bytes", type=int, default=2 * MiB)
-    ap.add_argument("--stream-runtime", choices=["asyncio", "threads"], default="asyncio",
-                    help="the tailers' stream_runtime (threads: the synchronous gRPC API, three threads per location)")
+    ap.add_argument("--stream-runtime", choices=["multiplexed", "asyncio", "threads"], default="multiplexed",
+                    help="the tailers' stream_runtime (multiplexed: one Multiplex call per tailer; asyncio: a call "
+                         "per location; threads: the synchronous gRPC API, three threads per location)")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, process logs)")
     return ap.parse_args()
@@ -536,7 +539,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     streams = len(ips) * len(dates)
     if args.max_workers is None:
         args.max_workers = max(512, streams + READER_RPCS)
-    if args.max_workers < streams + READER_RPCS:
+    if args.max_workers < streams + READER_RPCS and args.stream_runtime != "multiplexed":
         raise SystemExit(f"--max-workers {args.max_workers} is too small for {streams} locations: the DIS serves "
                          f"each open Ingest stream on a thread of its pool (server.max_workers) and refuses "
                          f"streams beyond it; give at least {streams + READER_RPCS} (locations + {READER_RPCS})")
@@ -699,7 +702,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     in_flight = streams * args.max_in_flight_bytes
     decode = (os.cpu_count() or 1) * 3 * args.chunk_bytes
     bound = idle_rss + buffers + args.block_cache_mib * MiB + in_flight + decode
-    live_rate = live_rows / live_s
+    live_rate = live_rows / live_s if live_s > 0 else 0.0
     # every tick writes once to every location: the tailers' CPU of the live phase (and its
     # drain) per such write
     tailer_ms_per_write = (cpu2["tailers"] - cpu1["tailers"]) * 1000 / max(1, ticks * streams)
@@ -718,7 +721,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     print(f"live: {live_rows} rows over {live_s:.1f} s ({live_rate / 1e3:.0f} k rows/s; {late} of {ticks} writes "
           f"late), all published {drain_s:.2f} s after the last write; flush p99 {live_p99 * 1000:.1f} ms over "
           f"{live_flushes} flushes")
-    print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {cpu_line(cpu1, cpu2, live_s + drain_s)}")
+    live_cpu = cpu_line(cpu1, cpu2, live_s + drain_s) if ticks else "no live phase"
+    print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {live_cpu}")
     print(f"DIS's CPU per location write, live: {dis_ms_per_write:.3f} ms; tailers' {tailer_ms_per_write:.3f} ms ({ticks * streams} writes: "
           f"{ticks} ticks x {streams} locations; stream_runtime {args.stream_runtime})")
     print(f"lag (rows logged - published) per location, live: p50 {np.percentile(all_lags, 50):.0f}, p99 "

@@ -25,7 +25,7 @@ def test_a_frame_read_to_the_end_of_its_file_is_at_end(tmp_path):
     assert rest.at_end and rest.end == whole.end
 
 
-@pytest.mark.parametrize("runtime", ["asyncio", "threads"])
+@pytest.mark.parametrize("runtime", ["multiplexed", "asyncio", "threads"])
 def test_rows_of_a_caught_up_tailer_are_published_without_waiting_for_the_flush_tick(tmp_path, runtime):
     logs = tmp_path / "logs"
     logs.mkdir()

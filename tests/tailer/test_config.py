@@ -56,7 +56,7 @@ def test_defaults():
     assert cfg.poll_interval_ms == 200 and cfg.state_dir == "var/tailer"
     assert cfg.csv_tables == {} and not cfg.security.tls and cfg.security.token is None
     assert cfg.metrics_port is None  # no endpoint unless asked for
-    assert cfg.stream_runtime == "asyncio"
+    assert cfg.stream_runtime == "multiplexed"
 
 
 def test_metrics_endpoint_keys():

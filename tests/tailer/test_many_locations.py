@@ -46,10 +46,11 @@ def test_the_workers_of_one_dis_share_one_connection(tmp_path, dis):
 
 
 def test_a_location_costs_one_thread(tmp_path, dis):
-    """The default runtime (``asyncio``): every stream is a coroutine of one event-loop thread,
-    so a location's only thread is its worker (the threaded runtime adds gRPC's request sender
-    and an ack reader per stream: three per location), and the streams still share one
-    connection."""
+    """The default runtime against a DIS that does not know ``Multiplex`` (this fake one): a
+    ``Stream`` call per location, every one a coroutine of one event-loop thread (as
+    ``asyncio``), so a location's only thread is its worker (the threaded runtime adds gRPC's
+    request sender and an ack reader per stream: three per location), and the streams still
+    share one connection."""
     for i in range(LOCATIONS):
         write(tmp_path / name(ip=f"ip{i}"), 5)
     earlier = set(threading.enumerate())  # the objects: an ended thread's ident is reused
@@ -121,3 +122,25 @@ def test_streams_are_opened_a_few_at_a_time(tmp_path):
             assert 1 < d.max_opening <= 16, d.max_opening  # MAX_OPENING
     finally:
         d.stop()
+
+
+def test_the_locations_of_a_tailer_share_one_multiplexed_call_and_one_dis_thread(tmp_path):
+    """The default runtime against a real DIS (in this process): every location's stream is a
+    stream of one ``Multiplex`` call, which the DIS reads with one thread, and each location's
+    rows arrive exactly."""
+    from disd.client import connect
+    from support import running_dis
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(LOCATIONS):
+        write(logs / name(ip=f"ip{i}"), 5 + i)
+    with running_dis(tmp_path / "db") as srv, Tailer(config(f"127.0.0.1:{srv.port}", logs)) as t:
+        assert t.wait_idle(30)
+        readers = [th for th in threading.enumerate() if th.name == "ingest-mux-reader"]
+        assert len(readers) == 1, [th.name for th in threading.enumerate()]
+        sessions = srv.sessions.sessions()
+        assert len(sessions) == LOCATIONS and len({s.peer for s in sessions}) == 1
+        with connect(f"127.0.0.1:{srv.port}") as c:
+            wait_for(lambda: sorted(loc.rows for loc in c.locations("Market", "Trade"))
+                     == [5 + i for i in range(LOCATIONS)], 20)

@@ -23,7 +23,7 @@ def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.mark.parametrize("runtime", ["asyncio", "threads"])
+@pytest.mark.parametrize("runtime", ["multiplexed", "asyncio", "threads"])
 @pytest.mark.parametrize("tls", [True, False], ids=["tls+token", "token"])
 def test_a_secured_dis_takes_the_tailers_rows(tmp_path, pki, runtime, tls):
     (tmp_path / "token").write_text(TOKEN + "\n")
