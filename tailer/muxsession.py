@@ -38,6 +38,11 @@ from disd.tailer.session import FlowControl, StreamBroken, classify, classify_st
 #: chunk goes alone).
 MAX_REQUEST_BYTES = 8 << 20
 _CANCELLED = "CANCELLED: Locally cancelled by application!"
+
+
+class MultiplexUnsupported(StreamBroken):
+    """The DIS does not know ``Multiplex`` (an older release): open the stream again, as a call
+    of its own (``Tailer.open_session`` does so from then on for that address)."""
 _METHOD = "/disd.rpc.v1.Ingest/Multiplex"
 
 
@@ -116,7 +121,7 @@ class Multiplexer:
                     self._reply(reply)
         except grpc.RpcError as e:
             self.unimplemented = e.code() == grpc.StatusCode.UNIMPLEMENTED
-            error = classify(e)
+            error = MultiplexUnsupported(f"UNIMPLEMENTED: {e.details()}") if self.unimplemented else classify(e)
         except asyncio.CancelledError:
             error = StreamBroken(_CANCELLED)
         finally:

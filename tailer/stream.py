@@ -62,6 +62,7 @@ from disd.rpc.v1 import dis_pb2
 from disd.schema import TableSchema
 from disd.schemaversions import SchemaChangeError, check_change
 from disd.tailer.frames import FrameReader, Piece
+from disd.tailer.muxsession import MultiplexUnsupported
 from disd.tailer.session import RefusedByDis, StreamBroken, classify
 from disd.tailer.watch import LocationFiles, LogFile, order_of
 
@@ -435,10 +436,14 @@ class LocationWorker(threading.Thread):
             session.close()
             return True
         try:
-            resume = session.open(dis_pb2.IngestOpen(
-                location=key_to_proto(self.key),
-                schema_fingerprint=header.fingerprint, tailer_id=self.tailer.tailer_id,
-                schema_json=header.schema.to_json()))
+            opening = dis_pb2.IngestOpen(location=key_to_proto(self.key), schema_fingerprint=header.fingerprint,
+                                         tailer_id=self.tailer.tailer_id, schema_json=header.schema.to_json())
+            try:
+                resume = session.open(opening)
+            except MultiplexUnsupported:  # a DIS of an older release: a call of the stream's own
+                session.close()
+                session = self._session = self.tailer.open_session(replica.address, self._on_ack)
+                resume = session.open(opening)
             with self._lock:
                 self.reachable = True
                 if self._refused is not None and self._refused[2] and self._refused[0] == self._opening_file:
