@@ -125,6 +125,17 @@ class StreamLoop:
         self.thread.join(timeout)
 
 
+def wait_resume(resume: concurrent.futures.Future, streams: StreamLoop) -> dis_pb2.ResumePoint:
+    """The resume point a stream on ``streams`` is given (or its failure), as a worker waits for
+    it: StreamBroken once the loop has stopped with the tailer, since nothing will answer."""
+    while True:
+        try:
+            return resume.result(0.5)
+        except concurrent.futures.TimeoutError:
+            if not streams.thread.is_alive():
+                raise StreamBroken("the tailer is stopping") from None
+
+
 class AioIngestSession(FlowControl):
     """One open Ingest stream on a ``StreamLoop``: the worker's requests are handed to the loop,
     which writes them in order and reads the acks; ``send`` blocks while ``max_in_flight_bytes``
@@ -244,12 +255,7 @@ class AioIngestSession(FlowControl):
 
     def open(self, msg: dis_pb2.IngestOpen) -> dis_pb2.ResumePoint:
         self._put(dis_pb2.IngestRequest(open=msg))
-        while True:
-            try:
-                return self._resume.result(0.5)
-            except concurrent.futures.TimeoutError:
-                if not self._streams.thread.is_alive():  # stopped with the tailer: nothing will answer
-                    raise StreamBroken("the tailer is stopping") from None
+        return wait_resume(self._resume, self._streams)
 
     def cancel(self) -> None:
         """Cut the stream (any thread): a worker blocked in ``open`` or ``send`` gets StreamBroken."""

@@ -30,7 +30,7 @@ import grpc.aio
 
 from disd.rpc.ingestwire import ChunkOut, encode_mux_request
 from disd.rpc.v1 import dis_pb2
-from disd.tailer.aiosession import StreamLoop
+from disd.tailer.aiosession import StreamLoop, wait_resume
 from disd.tailer.frames import Piece
 from disd.tailer.session import FlowControl, StreamBroken, classify, classify_status
 
@@ -253,12 +253,7 @@ class MuxIngestSession(FlowControl):
 
     def open(self, msg: dis_pb2.IngestOpen) -> dis_pb2.ResumePoint:
         self._put(dis_pb2.IngestRequest(open=msg))
-        while True:
-            try:
-                return self._resume.result(0.5)
-            except concurrent.futures.TimeoutError:
-                if not self._mux.streams.thread.is_alive():  # stopped with the tailer
-                    raise StreamBroken("the tailer is stopping") from None
+        return wait_resume(self._resume, self._mux.streams)
 
     def cancel(self) -> None:
         """Cut the stream (any thread): a worker blocked in ``open`` or ``send`` gets
