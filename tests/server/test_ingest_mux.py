@@ -160,3 +160,44 @@ def test_a_stream_ended_mid_transaction_rolls_back(dis, tmp_path, how):
     assert sizes(dis.port, 11) == list(range(11))
     if how == "end":
         m.close()
+
+
+def test_malformed_bytes_end_the_call_and_the_dis_goes_on(tmp_path):
+    from support import running_dis
+
+    with running_dis(tmp_path / "db") as srv:
+        m = MuxCall(srv.port)
+        m._q.put(bytes([0x0A, 50]) + b"short")  # a frame's length past the message's end
+        with pytest.raises(grpc.RpcError) as ei:
+            m.reply()
+        assert ei.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNKNOWN)
+        m.close()
+        p1 = tmp_path / FILE1
+        write_log(p1, TRADE, trade_rows(0, 3), [3] * 3)
+        m = MuxCall(srv.port)
+        m.send((1, open_frame(KEY)))
+        assert m.reply().response.resume.file_name == ""
+        c = chunks(p1)
+        m.send(*[(1, x) for x in c])
+        assert m.replies(len(c))[-1].response.ack.committed_rows == 3
+        m.close()
+
+
+def test_a_call_that_sends_nothing_is_cancelled_and_an_idle_stream_ended(tmp_path):
+    from support import running_dis
+
+    with running_dis(tmp_path / "db", idle_timeout_s=1.0) as srv:
+        silent = MuxCall(srv.port)
+        with pytest.raises(grpc.RpcError) as ei:
+            silent.reply()
+        assert ei.value.code() == grpc.StatusCode.CANCELLED and "without an 'open'" in ei.value.details()
+        silent.close()
+        m = MuxCall(srv.port)
+        m.send((1, open_frame(KEY)))
+        assert m.reply().WhichOneof("body") == "response"
+        end = m.reply()  # nothing more sent: the stream is ended, the call stays
+        assert end.stream == 1 and end.end.code == grpc.StatusCode.CANCELLED.value[0]
+        assert "idle for" in end.end.details
+        m.send((2, open_frame(KEY)))
+        assert m.reply().response.resume.file_name == ""
+        m.close()
