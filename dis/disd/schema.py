@@ -18,6 +18,7 @@ both formats, the decoders and the readers share: width, numpy dtype, Arrow type
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import pathlib
@@ -220,12 +221,13 @@ class TableSchema:
     def to_json(self) -> str:
         return json.dumps(self.canonical(), separators=(",", ":"), sort_keys=True)
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """Hex SHA-256 (first 16 bytes) of the ordered column names and types.
 
         Namespace and table are not part of it: the fingerprint answers "can these bytes be
-        decoded as that table's rows", which depends only on the columns.
+        decoded as that table's rows", which depends only on the columns.  Computed once per
+        schema (it is immutable): the ingest path asks for it several times per new location.
         """
         cols = [[c.name, c.type.value] for c in self.columns]
         digest = hashlib.sha256(json.dumps(cols, separators=(",", ":")).encode()).digest()
