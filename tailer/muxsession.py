@@ -112,6 +112,13 @@ class Multiplexer:
                 _METHOD, request_serializer=None,
                 response_deserializer=dis_pb2.MuxResponse.FromString)(metadata=self.streams.metadata or None)
             self._call = call
+            # The DIS answers a Multiplex call with its initial metadata at once; one that does
+            # not know the method ends the call (UNIMPLEMENTED) instead.  Nothing is written
+            # before that answer: a write racing with the call's end can turn its status into
+            # an INTERNAL error, and the tailer would not know to fall back.
+            await call.initial_metadata()
+            if call.done():
+                await call.read()  # raises the call's status
             writer = asyncio.ensure_future(self._write(call))
             while True:
                 response = await call.read()

@@ -184,6 +184,9 @@ class MuxCall:
 def serve_multiplex(service: IngestService, requests: Iterator[dis_pb2.MuxRequest],
                     context: grpc.ServicerContext) -> Iterator[dis_pb2.MuxResponse]:
     """The ``Multiplex`` method: a reader thread for the requests, this one for the responses."""
+    # answered at once, before any frame: the tailer writes nothing until it knows the call is
+    # taken (a DIS without this method ends it with UNIMPLEMENTED instead)
+    context.send_initial_metadata(())
     call = MuxCall(service, context)
     reader = threading.Thread(target=call.read, args=(requests,), name="ingest-mux-reader", daemon=True)
     reader.start()
