@@ -75,7 +75,7 @@ def test_a_reported_problem_is_shown_until_resolved(dis, tmp_path, capsys):
 
 
 def test_a_huge_report_is_kept_cut_short(dis):
-    from disd.server.ingest import MAX_PROBLEM_CHARS
+    from disd.server.ingestsessions import MAX_PROBLEM_CHARS
 
     s = IngestStream(dis.port)
     s.open(fingerprint=TRADE.fingerprint, tailer_id="t")

@@ -31,7 +31,8 @@ from disd.schema import SchemaRegistry
 from disd.server.allocator import pin_mmap_threshold
 from disd.server.auth import TokenInterceptor, server_credentials
 from disd.server.blockcache import BlockCache
-from disd.server.ingest import IngestService, SessionRegistry
+from disd.server.ingest import IngestService
+from disd.server.ingestsessions import SessionRegistry
 from disd.server.ingestmux import add_ingest_service
 from disd.server.tabledata import TableDataService
 from disd.storage import StorageEngine

@@ -32,7 +32,8 @@ import structlog
 from disd.rpc.ingestwire import END, MuxBody, parse_ingest_request, parse_mux_request
 from disd.rpc.v1 import dis_pb2
 from disd.server import metrics
-from disd.server.ingest import IngestService, LocationStream, RequestRefused, end_stream
+from disd.server.ingest import IngestService, LocationStream, RequestRefused
+from disd.server.ingestsessions import end_stream
 
 log = structlog.get_logger(__name__)
 

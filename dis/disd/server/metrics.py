@@ -23,7 +23,7 @@ from disd.storage.lastby import metric_families as lastby_metric_families
 from disd.server.status import disk_usage
 
 if TYPE_CHECKING:
-    from disd.server.ingest import SessionRegistry
+    from disd.server.ingestsessions import SessionRegistry
     from disd.server.tabledata import TableDataService
     from disd.storage import StorageEngine
 

@@ -20,7 +20,7 @@ from disd.storage.checkpoint import CheckpointError, read_record
 from disd.storage.fsio import fsync_dir
 
 if TYPE_CHECKING:
-    from disd.server.ingest import Session, TailerProblem
+    from disd.server.ingestsessions import Session, TailerProblem
 
 
 @dataclass(frozen=True)

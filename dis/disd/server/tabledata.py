@@ -17,7 +17,8 @@ from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server import lastby, metrics
 from disd.server.blockcache import BlockCache
-from disd.server.ingest import RequestRefused, SessionRegistry, location_key
+from disd.server.ingest import RequestRefused, location_key
+from disd.server.ingestsessions import SessionRegistry
 from disd.storage import StorageEngine
 
 
