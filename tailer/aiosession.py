@@ -41,6 +41,8 @@ CLOSE_WAIT_S = 5.0
 #: ``grpc.server_max_unrequested_time_in_server``): thousands of streams opened at once, on a
 #: loaded machine, had their calls cancelled (CANCELLED) and retried, adding to the queue.
 MAX_OPENING = 16
+#: what a stream cut on the tailer's side ends with, as gRPC words a locally cancelled call
+LOCALLY_CANCELLED = "CANCELLED: Locally cancelled by application!"
 
 
 class StreamLoop:
@@ -175,7 +177,7 @@ class AioIngestSession(FlowControl):
         except asyncio.CancelledError:
             # cut while waiting for its turn to open: as a locally cancelled call
             with self._cond:
-                self._error = self._error or StreamBroken("CANCELLED: Locally cancelled by application!")
+                self._error = self._error or StreamBroken(LOCALLY_CANCELLED)
         finally:
             if writer is not None:
                 writer.cancel()
@@ -217,7 +219,7 @@ class AioIngestSession(FlowControl):
         except grpc.RpcError as e:
             error: Exception = classify(e)
         except asyncio.CancelledError:
-            error = StreamBroken("CANCELLED: Locally cancelled by application!")
+            error = StreamBroken(LOCALLY_CANCELLED)
         except StreamBroken as e:
             error = e
         with self._cond:
@@ -238,7 +240,7 @@ class AioIngestSession(FlowControl):
             # cancelled here (``close``, the tailer stopping), as the threaded session's reader
             # sees a locally cancelled call
             with self._cond:
-                self._error = StreamBroken("CANCELLED: Locally cancelled by application!")
+                self._error = StreamBroken(LOCALLY_CANCELLED)
         except StreamBroken as e:
             with self._cond:
                 self._error = e

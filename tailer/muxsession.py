@@ -30,14 +30,13 @@ import grpc.aio
 
 from disd.rpc.ingestwire import ChunkOut, encode_mux_request
 from disd.rpc.v1 import dis_pb2
-from disd.tailer.aiosession import StreamLoop, wait_resume
+from disd.tailer.aiosession import LOCALLY_CANCELLED, StreamLoop, wait_resume
 from disd.tailer.frames import Piece
 from disd.tailer.session import FlowControl, StreamBroken, classify, classify_status
 
 #: A request carries the frames queued since the last write up to this many bytes (a larger
 #: chunk goes alone).
 MAX_REQUEST_BYTES = 8 << 20
-_CANCELLED = "CANCELLED: Locally cancelled by application!"
 
 
 class MultiplexUnsupported(StreamBroken):
@@ -62,7 +61,6 @@ class Multiplexer:
         self.broken: Exception | None = None  # set once the call ended: open a new Multiplexer
         self.unimplemented = False  # the DIS does not know Multiplex
         self._wake: asyncio.Event | None = None
-        self._call: grpc.aio.StreamStreamCall | None = None
         channel = streams.channel(address)
         self._task = asyncio.run_coroutine_threadsafe(self._run(channel), self._loop)
 
@@ -111,7 +109,6 @@ class Multiplexer:
             call = channel.stream_stream(
                 _METHOD, request_serializer=None,
                 response_deserializer=dis_pb2.MuxResponse.FromString)(metadata=self.streams.metadata or None)
-            self._call = call
             # The DIS answers a Multiplex call with its initial metadata at once; one that does
             # not know the method ends the call (UNIMPLEMENTED) instead.  Nothing is written
             # before that answer: a write racing with the call's end can turn its status into
@@ -130,7 +127,7 @@ class Multiplexer:
             self.unimplemented = e.code() == grpc.StatusCode.UNIMPLEMENTED
             error = MultiplexUnsupported(f"UNIMPLEMENTED: {e.details()}") if self.unimplemented else classify(e)
         except asyncio.CancelledError:
-            error = StreamBroken(_CANCELLED)
+            error = StreamBroken(LOCALLY_CANCELLED)
         finally:
             if writer is not None:
                 writer.cancel()
@@ -180,7 +177,7 @@ class Multiplexer:
         if reply.WhichOneof("body") == "end":
             with self._lock:
                 self._sessions.pop(reply.stream, None)
-            code = _status_code(reply.end.code)
+            code = _STATUS_CODES.get(reply.end.code)
             if code == grpc.StatusCode.OK:
                 session._ended(None)
             else:
@@ -188,22 +185,8 @@ class Multiplexer:
             return
         session._response(reply.response)
 
-    def close(self) -> None:
-        """Cancel the call (the tailer stopping)."""
-        def cut() -> None:
-            if self._call is not None:
-                self._call.cancel()
-        try:
-            self._loop.call_soon_threadsafe(cut)
-        except RuntimeError:
-            pass
-
-
-def _status_code(value: int) -> grpc.StatusCode | None:
-    for code in grpc.StatusCode:
-        if code.value[0] == value:
-            return code
-    return None
+#: gRPC status codes by number (a ``StreamEnd`` carries the number)
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class MuxIngestSession(FlowControl):
@@ -267,7 +250,7 @@ class MuxIngestSession(FlowControl):
         StreamBroken, and the DIS ends the stream (rolling back what it left uncommitted)."""
         self._put(None)
         self._mux.detach(self.number)
-        self._ended(StreamBroken(_CANCELLED))
+        self._ended(StreamBroken(LOCALLY_CANCELLED))
 
     def close(self) -> None:
         self.cancel()

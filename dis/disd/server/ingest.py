@@ -110,6 +110,14 @@ def version_mismatch(key: LocationKey, location_version: int, log_version: int, 
     )
 
 
+def count_refusal(r: RequestRefused, peer: str, key: LocationKey | None = None, tailer_id: str | None = None) -> None:
+    """Count and log a refused request (``dis_ingest_rejections_total``), naming what is known of
+    its stream."""
+    metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
+    log.warning("ingest refused", code=r.code.name, details=r.details, peer=peer,
+                location=str(key) if key else None, tailer=tailer_id)
+
+
 def _ack(s: Session, committed: int) -> dis_pb2.IngestResponse:
     return dis_pb2.IngestResponse(ack=dis_pb2.Ack(file_name=s.file_name or "", offset=s.offset, committed_rows=committed))
 
@@ -341,9 +349,7 @@ class LocationStream:
 
     def refused(self, r: RequestRefused) -> None:
         """Count and log a refusal (the caller ends the stream with its status)."""
-        metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
-        log.warning("ingest refused", code=r.code.name, details=r.details, peer=self.peer,
-                    location=str(self.key) if self.key else None, tailer=self.tailer_id)
+        count_refusal(r, self.peer, self.key, self.tailer_id)
 
     def close(self) -> None:
         """End the stream: forget it and, if it still owned its location, roll back what it left

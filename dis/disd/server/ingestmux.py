@@ -31,8 +31,7 @@ import structlog
 
 from disd.rpc.ingestwire import END, MuxBody, parse_ingest_request, parse_mux_request
 from disd.rpc.v1 import dis_pb2
-from disd.server import metrics
-from disd.server.ingest import IngestService, LocationStream, RequestRefused
+from disd.server.ingest import IngestService, LocationStream, RequestRefused, count_refusal
 from disd.server.ingestsessions import end_stream
 
 log = structlog.get_logger(__name__)
@@ -133,8 +132,7 @@ class MuxCall:
             stream.refused(r)
             stream.close()
         else:
-            metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
-            log.warning("ingest refused", code=r.code.name, details=r.details, peer=self.peer)
+            count_refusal(r, self.peer)
         if not ended_meanwhile:
             replies.append(_end_reply(number, r.code, r.details))
 
