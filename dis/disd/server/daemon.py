@@ -92,7 +92,7 @@ class DisServer:
             cfg.import_tables,
         )
         self.engine.start()
-        self.sessions = SessionRegistry(cfg.idle_timeout_s)
+        self.sessions = SessionRegistry(cfg.idle_timeout_s, lambda: self.engine.failures)
         token = cfg.token()
         self.server = grpc_server(cfg.max_workers, token)
         cache = BlockCache(cfg.block_cache_bytes)

@@ -14,7 +14,7 @@ import errno
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import grpc
 import structlog
@@ -111,8 +111,11 @@ class SessionRegistry:
     ingest after its successor learnt where to resume (which would duplicate rows), and a
     departing stream's rollback can never truncate rows of its successor."""
 
-    def __init__(self, idle_timeout_s: float) -> None:
+    def __init__(self, idle_timeout_s: float, failures: Callable[[], int] | None = None) -> None:
         self.idle_timeout_s = idle_timeout_s
+        # a number that changes whenever a location goes into error or is reopened
+        # (``StorageEngine.failures``); None: every stream is looked at on every pass
+        self._failures = failures
         self._by_key: dict[LocationKey, Session] = {}
         self._owner_locks: dict[LocationKey, threading.Lock] = {}
         self._pending: set[Pending] = set()
@@ -192,11 +195,27 @@ class SessionRegistry:
             self._pending.discard(p)
 
     def _reap(self) -> None:
+        """Every pass: the streams whose location failed (only when a location failed or was
+        reopened since the last look), then, every twentieth of the idle timeout, the idle ones.
+        Why not every stream every pass: at ten thousand streams, four passes a second over all
+        of them were a seventh of the DIS's interpreter time."""
+        seen_failures: int | None = None
+        idle_every = max(REAP_INTERVAL_S, self.idle_timeout_s / 20)
+        idle_looked = time.monotonic()
         while not self._stop.wait(min(REAP_INTERVAL_S, self.idle_timeout_s / 4)):
             now = time.monotonic()
+            failures = self._failures() if self._failures is not None else None
+            look_failed = failures is None or failures != seen_failures
+            seen_failures = failures
+            look_idle = now - idle_looked >= idle_every
+            if look_idle:
+                idle_looked = now
+            if not (look_failed or look_idle):
+                continue
             for s in self.sessions():
-                self._end_if_location_failed(s)
-                if now - s.last_message > self.idle_timeout_s and not s.idle_cancelled:
+                if look_failed:
+                    self._end_if_location_failed(s)
+                if look_idle and now - s.last_message > self.idle_timeout_s and not s.idle_cancelled:
                     s.idle_cancelled = True
                     idle = round(now - s.last_message, 1)
                     log.warning("ingest stream idle, closing", location=str(s.key), tailer=s.tailer_id, idle_s=idle)

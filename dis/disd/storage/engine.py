@@ -74,6 +74,10 @@ class StorageEngine:
         self.io_retry = IoRetry(self.storage.io_retry_initial_ms / 1000.0, self.storage.io_retry_max_ms / 1000.0)
         self._locs: dict[LocationKey, Location] = {}
         self._opening: dict[LocationKey, threading.Event] = {}  # locations being opened, by one thread each
+        self._failing: set[Location] = set()  # locations that went into error, until out of it
+        #: changes whenever a location goes into error or is reopened (the ingest reaper then
+        #: looks for the streams to end; it need not look through every stream otherwise)
+        self.failures = 0
         self._lock = threading.Lock()
         self._subscribers: list[Callable] = []
         self._stop = threading.Event()
@@ -172,7 +176,7 @@ class StorageEngine:
                 raise LookupError(f"no location {key}")
             loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
                            self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
-                           create_version=version, on_dirty=self._dirty)
+                           create_version=version, on_dirty=self._dirty, on_error=self._failed)
             with self._lock:
                 closed = self._closed
                 if not closed:
@@ -265,21 +269,38 @@ class StorageEngine:
             return max(0.0, now - self.flusher.last_cycle)
         return None if loc.last_flush_time is None else max(0.0, now - loc.last_flush_time)
 
+    def _failed(self, loc: Location) -> None:
+        """A location entered (or stayed in) error: the reopener looks at it until it is out."""
+        with self._lock:
+            self._failing.add(loc)
+            self.failures += 1
+
     def _reopener(self) -> None:
         """Reopen each location in error after an I/O error once its backoff is due."""
         while not self._stop.wait(REOPEN_POLL_S):
             self.reopen_due()
 
     def reopen_due(self, now: float | None = None) -> int:
-        """Try ``reopen`` on every location whose retry is due; returns how many accept rows again."""
+        """Try ``reopen`` on every location whose retry is due; returns how many accept rows again.
+
+        Only the locations that went into error are looked at (``_failing``), not every open
+        one: this runs every ``REOPEN_POLL_S``, and at ten thousand locations a pass over all
+        of them twenty times a second was a sixth of the DIS's interpreter time."""
         now = time.monotonic() if now is None else now
+        with self._lock:
+            self._failing = {loc for loc in self._failing if loc.in_error and not loc.closed}
+            due = [loc for loc in self._failing
+                   if self._locs.get(loc.key) is loc and loc.retryable and loc.retry_at is not None
+                   and loc.retry_at <= now]
         done = 0
-        for loc in self._open_locations():
-            if loc.in_error and loc.retryable and loc.retry_at is not None and loc.retry_at <= now:
-                try:
-                    done += loc.reopen()
-                except Exception as e:  # noqa: BLE001 - one location must not stop the others
-                    log.error("reopening a location failed", location=str(loc.key), error=repr(e))
+        for loc in due:
+            try:
+                if loc.reopen():
+                    done += 1
+                    with self._lock:
+                        self.failures += 1  # a new epoch: the streams of its old one end
+            except Exception as e:  # noqa: BLE001 - one location must not stop the others
+                log.error("reopening a location failed", location=str(loc.key), error=repr(e))
         return done
 
     def close(self) -> None:

@@ -139,6 +139,7 @@ class Location:
         io_retry: IoRetry = IoRetry(),
         create_version: int | None = None,
         on_dirty: Callable[["Location", float | None], None] | None = None,
+        on_error: Callable[["Location"], None] | None = None,
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be positive")
@@ -157,6 +158,7 @@ class Location:
         self.fs = files.fs
         self._on_publish = on_publish
         self._on_dirty = on_dirty
+        self._on_error = on_error  # told each time the location enters (or stays in) error
         self.io_retry = io_retry
         self.lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
@@ -340,6 +342,8 @@ class Location:
         log.error("location in error", location=str(self.key), error=message,
                   errno=fsio.errno_name(self.error_errno) if self.retryable else None,
                   reopen_in_s=retry_in)
+        if self._on_error is not None:
+            self._on_error(self)
 
     def _check_usable(self) -> None:
         if self.closed:
