@@ -219,6 +219,12 @@ class TableSchema:
         return newest.with_history(schemas)
 
     def to_json(self) -> str:
+        return self._json
+
+    @functools.cached_property
+    def _json(self) -> str:
+        """``to_json``, encoded once per schema (it is immutable): the decoders key their row
+        layouts by it, once or twice per chunk ingested."""
         return json.dumps(self.canonical(), separators=(",", ":"), sort_keys=True)
 
     @functools.cached_property

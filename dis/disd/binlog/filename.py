@@ -11,6 +11,7 @@ gives as UTC nanoseconds.
 from __future__ import annotations
 
 import calendar
+import functools
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -102,10 +103,10 @@ class LogFileName:
 
     @classmethod
     def try_parse(cls, name: str) -> "LogFileName | None":
-        try:
-            return cls.parse(name)
-        except InvalidLogFileName:
-            return None
+        """``parse``, or None for a name that is not a binary log's.  Remembered per name (the
+        result is immutable): a tailer parses every file name at each rescan and in its workers'
+        loops, thousands of times a second at thousands of locations."""
+        return _try_parse(name)
 
 
 _NAME_PARTS = (
@@ -186,3 +187,11 @@ def _problem(name: str) -> tuple[str, str]:
 def _diagnose(name: str) -> InvalidLogFileName:
     part, problem = _problem(name)
     return InvalidLogFileName(name, problem, part)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _try_parse(name: str) -> LogFileName | None:
+    try:
+        return LogFileName.parse(name)
+    except InvalidLogFileName:
+        return None
