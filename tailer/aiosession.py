@@ -41,6 +41,8 @@ CLOSE_WAIT_S = 5.0
 #: ``grpc.server_max_unrequested_time_in_server``): thousands of streams opened at once, on a
 #: loaded machine, had their calls cancelled (CANCELLED) and retried, adding to the queue.
 MAX_OPENING = 16
+#: How often a worker waiting for its resume point checks that the event loop still runs (s).
+RESUME_POLL_S = 5.0
 #: what a stream cut on the tailer's side ends with, as gRPC words a locally cancelled call
 LOCALLY_CANCELLED = "CANCELLED: Locally cancelled by application!"
 
@@ -132,7 +134,10 @@ def wait_resume(resume: concurrent.futures.Future, streams: StreamLoop) -> dis_p
     it: StreamBroken once the loop has stopped with the tailer, since nothing will answer."""
     while True:
         try:
-            return resume.result(0.5)
+            # the loop answers every stream it ends (a cancel, the call breaking, the tailer
+            # stopping); the timeout only notices a loop that is gone, so it is long: thousands
+            # of workers waiting for their opens each woke twice a second with 0.5 s
+            return resume.result(RESUME_POLL_S)
         except concurrent.futures.TimeoutError:
             if not streams.thread.is_alive():
                 raise StreamBroken("the tailer is stopping") from None
@@ -182,8 +187,7 @@ class AioIngestSession(FlowControl):
             if writer is not None:
                 writer.cancel()
             with self._cond:
-                self._done = True
-                self._cond.notify_all()
+                self._set_done()
             if not self._resume.done():
                 self._resume.set_exception(self._error or StreamBroken(
                     "the DIS closed the stream before sending the resume point"))

@@ -57,6 +57,16 @@ Session = IngestSession | AioIngestSession | MuxIngestSession
 
 #: With inotify, directories are still rescanned this often (events can be missed: NFS, overflow).
 INOTIFY_RESCAN_S = 2.0
+#: At most this many location workers of a tailer run at once; the others wait for a turn,
+#: asleep.  A worker holds its turn while it reads and sends, never while it waits (for rows, an
+#: ack, a resume point, a backoff).  Why: a tick that appends to thousands of locations woke
+#: thousands of worker threads at once, all runnable, and the event-loop thread that writes
+#: their chunks and reads their acks waited for the interpreter behind hundreds of them (a
+#: tailer at 867 runnable threads, acks minutes late, at 10,000 locations; docs/benchmarks.md).
+WORKER_TURNS = 16
+#: With inotify, an idle worker looks again this often unless woken (a safety net under the
+#: rescans' own, which wake the workers of files that changed).
+INOTIFY_IDLE_POLL_S = 30.0
 #: The shared channels' first reconnect delay after a DIS went away (milliseconds).
 INITIAL_RECONNECT_MS = 100
 
@@ -82,6 +92,8 @@ class Tailer:
         self._metrics_server = None
         self.metrics_port: int | None = None  # the endpoint's port once started (metrics_port 0: any)
         self.watcher = DirectoryWatcher(use_inotify)
+        self._idle_poll_s = config.poll_interval_ms / 1000  # until the first rescan (``_watch``)
+        self.turns = threading.BoundedSemaphore(WORKER_TURNS)  # see WORKER_TURNS
         self.csv: CsvTranscoder | None = None
         self.dirs = list(config.log_dirs)
         self.retention: LogRetention | None = None
@@ -182,12 +194,18 @@ class Tailer:
         """The skipped files of the last scan whose names seem meant for ``key``."""
         return self._last_scan.skipped_by_location.get(key, [])
 
-    def rescan(self) -> Scan:
-        """List the directories now; start a worker for every new location."""
+    def rescan(self, wake_all: bool = True) -> Scan:
+        """List the directories now; start a worker for every new location.  Wakes every worker
+        (``wake_all``), or only those whose location's files changed (a file added, removed, or
+        of another size): the scan loop's periodic rescans do that.  Waking every worker at each
+        rescan cost thousands of wake-ups a second for nothing at thousands of locations; the
+        sizes are what finds an append whose inotify event was lost (a queue overflow, a file
+        written from another host of a network filesystem)."""
         with self._scan_lock:
-            self.watcher.watch(self.dirs)
+            self._watch()
             found = scan_dirs(self.dirs, self._reported, self.config.csv_tables)
             with self._lock:
+                before = self._last_scan
                 self._files = found.locations  # new objects, never changed after (see files_of)
                 self._last_scan = found
                 new = []
@@ -198,7 +216,10 @@ class Tailer:
                             ws = [LocationWorker(self, k, r) for r in members] or [LocationWorker(self, k, None)]
                             self._workers[k] = ws
                             new.extend(ws)
-                workers = [w for ws in self._workers.values() for w in ws]
+                if wake_all:
+                    workers = [w for ws in self._workers.values() for w in ws]
+                else:
+                    workers = [w for k in _changed(before, found) for w in self._workers.get(k, ())]
             for w in new:
                 log.info("new location", location=str(w.key), files=len(found.locations[w.key].files),
                          replica=w.replica.name if w.replica else None, dis=w.replica.address if w.replica else None)
@@ -212,10 +233,18 @@ class Tailer:
     def idle_poll_s(self) -> float:
         """How long a worker with nothing to send waits before looking again unless woken: the
         poll interval, or with inotify on every directory (whose events wake the location's
-        workers, and whose safety-net rescans wake every worker) the rescan interval, so that
-        thousands of idle workers do not each wake ten times a second for nothing."""
+        workers, and whose safety-net rescans every ``INOTIFY_RESCAN_S`` wake those whose files
+        changed) ``INOTIFY_IDLE_POLL_S``: ten thousand idle workers polling every 2 s took
+        1.7 cores of the tailers (docs/benchmarks.md)."""
+        return self._idle_poll_s
+
+    def _watch(self) -> None:
+        """Watch the directories there are (again: some may have been created since), and set
+        the idle poll that follows: asked for by every worker at every wait, it is computed
+        here, not under the watcher's lock by thousands of threads."""
+        self.watcher.watch(self.dirs)
         poll = self.config.poll_interval_ms / 1000
-        return max(poll, INOTIFY_RESCAN_S) if self.watcher.watches_all(self.dirs) else poll
+        self._idle_poll_s = max(poll, INOTIFY_IDLE_POLL_S) if self.watcher.watches_all(self.dirs) else poll
 
     def _wake_names(self, names: set[str]) -> None:
         with self._lock:
@@ -252,7 +281,7 @@ class Tailer:
                 self._wake_names(ev.names)
             if ev.rescan or time.monotonic() - last >= interval:
                 try:
-                    self.rescan()
+                    self.rescan(wake_all=False)
                 except Exception:  # noqa: BLE001 - keep watching
                     log.exception("directory scan failed")
                 last = time.monotonic()
@@ -408,3 +437,18 @@ def replica_connected(reachable: list[bool | None]) -> bool:
     if any(r is True for r in reachable):
         return True
     return not any(r is False for r in reachable)
+
+
+def _changed(before: Scan, after: Scan) -> set[LocationKey]:
+    """The locations whose files (names, sizes) or skipped files differ between two scans."""
+    def listed(lf: LocationFiles | None) -> list[tuple[str, int]]:
+        return [(f.name, f.size) for f in lf.files] if lf is not None else []
+
+    def skipped(by: dict, k: LocationKey) -> list[str]:
+        return [sk.path for sk in by.get(k, ())]
+
+    changed = {k for k in before.locations.keys() | after.locations.keys()
+               if listed(before.locations.get(k)) != listed(after.locations.get(k))}
+    sb, sa = before.skipped_by_location, after.skipped_by_location
+    changed |= {k for k in sb.keys() | sa.keys() if k is not None and skipped(sb, k) != skipped(sa, k)}
+    return changed

@@ -221,8 +221,7 @@ class MuxIngestSession(FlowControl):
         with self._cond:
             if self._error is None and error is not None:
                 self._error = error
-            self._done = True
-            self._cond.notify_all()
+            self._set_done()
         if not self._resume.done():
             self._resume.set_exception(error or StreamBroken(
                 "the DIS closed the stream before sending the resume point"))

@@ -87,6 +87,8 @@ class FlowControl:
         self.inflight_bytes = 0
         self._error: Exception | None = None
         self._done = False
+        #: set when the stream ends, with ``_done``: the worker idling on it looks at once
+        self.wake: threading.Event | None = None
 
     def _put(self, item: dis_pb2.IngestRequest | None) -> None:
         raise NotImplementedError
@@ -101,6 +103,14 @@ class FlowControl:
             self.inflight_bytes -= n
             self.on_ack(r.ack, self.inflight_bytes, n)
             self._cond.notify_all()
+
+    def _set_done(self) -> None:
+        """(``_cond`` held) The stream ended: wake everyone waiting on it, the worker too (it
+        may be idling for a long ``idle_poll_s``, and must reconnect now)."""
+        self._done = True
+        self._cond.notify_all()
+        if self.wake is not None:
+            self.wake.set()
 
     def _check_locked(self) -> None:
         if self._error is not None:
@@ -141,6 +151,13 @@ class FlowControl:
         self._put(None)
         with self._cond:
             self._cond.wait_for(lambda: self._done, timeout)
+
+    def wait_acked(self, timeout: float) -> None:
+        """Wait at most ``timeout`` until every chunk sent is acknowledged (or the stream ended:
+        the next ``check`` says how); unlike ``drain``, never raises."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._inflight or self._error is not None or self._done
+                                or self.halt.is_set(), timeout)
 
     def drain(self) -> None:
         """Wait until every chunk sent is acknowledged."""
@@ -198,8 +215,7 @@ class IngestSession(FlowControl):
                 self._error = e
         finally:
             with self._cond:
-                self._done = True
-                self._cond.notify_all()
+                self._set_done()
 
     def cancel(self) -> None:
         """Cut the stream (any thread): a worker blocked in ``open`` or ``send`` gets StreamBroken."""

@@ -44,11 +44,13 @@ report (``disd.tailer.metrics``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import random
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import grpc
 import structlog
@@ -72,6 +74,19 @@ if TYPE_CHECKING:
 log = structlog.get_logger("disd.tailer")
 
 INITIAL_BACKOFF_S = 0.1
+#: A caught-up piece smaller than this waits while the location has a chunk unacknowledged, and
+#: is then read again with what arrived meanwhile (Nagle's rule, per location).  Why: the DIS's
+#: cost is per chunk far more than per row (about 0.2 ms in process for 2 rows or for 250,
+#: docs/benchmarks.md), so a location written a row at a time sent a chunk per row however far
+#: behind the DIS was, and a DIS short of CPU fell further behind the more locations it had.
+#: Waiting for the one chunk in flight makes the chunks grow as the DIS slows, which bounds its
+#: work per second; a DIS keeping up acknowledges long before the next row, so nothing waits.
+#: Pieces of a backlog (not caught up) and larger ones go at once, ``max_in_flight_bytes`` apart.
+COALESCE_BELOW_BYTES = 64 << 10
+#: the longest one wait for that ack lasts before the worker looks again: the ack, the stream's
+#: end and the tailer's stop all end the wait, so this is long (thousands of workers waiting
+#: on a slow DIS each woke twice a second with 0.5 s)
+COALESCE_WAIT_S = 5.0
 
 
 class SchemaStepRefused(DisError):
@@ -157,6 +172,7 @@ class LocationWorker(threading.Thread):
         # files the worker moved past: their end of complete frames (bytes after it are never sent)
         self._passed: dict[str, int] = {}
         self._header_sizes: dict[str, tuple[int, int]] = {}  # path -> (inode, header bytes)
+        self._has_turn = False  # holds one of the tailer's ``turns`` (disd.tailer.core)
         # counters for the metrics (disd.tailer.metrics)
         self.reconnects = 0
         self.corrupt_frames = 0
@@ -211,6 +227,13 @@ class LocationWorker(threading.Thread):
     # -- main loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
+        self._take_turn()
+        try:
+            self._run()
+        finally:
+            self._give_turn()
+
+    def _run(self) -> None:
         backoff = INITIAL_BACKOFF_S
         reported: set[str] = set()
         while not self._halt.is_set():
@@ -283,7 +306,31 @@ class LocationWorker(threading.Thread):
         self._set(state="stopped")
 
     def _wait(self, seconds: float) -> None:
-        self._halt.wait(seconds)
+        with self._off_turn():
+            self._halt.wait(seconds)
+
+    # -- turns: at most ``WORKER_TURNS`` workers of a tailer run at once -------------------------
+
+    def _take_turn(self) -> None:
+        """Wait for one of the tailer's turns (none once the tailer is stopping)."""
+        while not self._halt.is_set():
+            if self.tailer.turns.acquire(timeout=1.0):
+                self._has_turn = True
+                return
+
+    def _give_turn(self) -> None:
+        if self._has_turn:
+            self._has_turn = False
+            self.tailer.turns.release()
+
+    @contextlib.contextmanager
+    def _off_turn(self) -> Iterator[None]:
+        """Give the turn back while waiting (for rows, an ack, a resume point, a backoff)."""
+        self._give_turn()
+        try:
+            yield
+        finally:
+            self._take_turn()
 
     # -- problems on this side, told to the DIS --------------------------------------------
 
@@ -407,7 +454,13 @@ class LocationWorker(threading.Thread):
             told[0] = p
 
     def _idle_wait(self, seconds: float | None = None) -> None:
-        self.wake.wait(self.tailer.idle_poll_s() if seconds is None else seconds)
+        """Wait for a wake-up (an append to the location's files), at most ``seconds`` or the
+        tailer's idle poll.  The poll is spread over 0.8-1.2 times its length: workers started
+        together would otherwise time out together, thousands at a time, for ever."""
+        if seconds is None:
+            seconds = self.tailer.idle_poll_s() * (0.8 + 0.4 * random.random())
+        with self._off_turn():
+            self.wake.wait(seconds)
         self.wake.clear()
 
     # -- one stream --------------------------------------------------------------------------
@@ -431,6 +484,7 @@ class LocationWorker(threading.Thread):
             raise RefusedByDis("NOT_ROUTED", f"no DIS in the routing takes {self.key.table_key}")
         self._set(state="connecting", dis=replica.address)
         session = self.tailer.open_session(replica.address, self._on_ack)
+        session.wake = self.wake
         self._session = session
         if self._halt.is_set():
             session.close()
@@ -439,11 +493,14 @@ class LocationWorker(threading.Thread):
             opening = dis_pb2.IngestOpen(location=key_to_proto(self.key), schema_fingerprint=header.fingerprint,
                                          tailer_id=self.tailer.tailer_id, schema_json=header.schema.to_json())
             try:
-                resume = session.open(opening)
+                with self._off_turn():
+                    resume = session.open(opening)
             except MultiplexUnsupported:  # a DIS of an older release: a call of the stream's own
                 session.close()
                 session = self._session = self.tailer.open_session(replica.address, self._on_ack)
-                resume = session.open(opening)
+                session.wake = self.wake
+                with self._off_turn():
+                    resume = session.open(opening)
             with self._lock:
                 self.reachable = True
                 if self._refused is not None and self._refused[2] and self._refused[0] == self._opening_file:
@@ -542,6 +599,11 @@ class LocationWorker(threading.Thread):
                             self._hint = cur.name
                             return
                         checked = True
+                    if (piece.data and piece.at_end and len(piece.data) < COALESCE_BELOW_BYTES
+                            and s.inflight_bytes):
+                        with self._off_turn():
+                            s.wait_acked(COALESCE_WAIT_S)
+                        continue  # read again: rows that arrived meanwhile join this chunk
                     if piece.data:
                         if not s.send(name, piece):
                             return

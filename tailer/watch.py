@@ -39,6 +39,9 @@ class LogFile:
     sort_key: int
     name: str
     path: str
+    #: bytes when listed (-1: not known); not part of equality.  A rescan that finds a
+    #: location's sizes changed wakes its workers: appends whose events were lost still show
+    size: int = field(default=-1, compare=False)
 
     @property
     def order(self) -> tuple[int, str]:
@@ -170,8 +173,12 @@ def scan_dirs(dirs: Iterable[str], reported: set[str], csv_tables: Iterable[str]
                 continue
             name = LogFileName.try_parse(e.name)
             if name is not None:
+                try:
+                    size = e.stat().st_size
+                except OSError:  # gone since the listing
+                    continue
                 lf = locations.setdefault(name.location, LocationFiles(name.location))
-                lf.files.append(LogFile(name.sort_key, e.name, e.path))
+                lf.files.append(LogFile(name.sort_key, e.name, e.path, size))
                 continue
             why = _skip(e.path, e.name, csv_tables)
             if not isinstance(why, Skipped):

@@ -274,3 +274,48 @@ def test_an_abandoned_file_without_a_header_does_not_block_the_location(tmp_path
     st = dis.log_of("ip1")
     assert [c[0] for c in st.chunks] == [name(hour=10)]
     assert rows_received(st) == [0, 1, 2]
+
+
+def test_rows_written_one_at_a_time_to_a_slow_dis_coalesce_into_chunks(tmp_path):
+    # A location written a row at a time sends a chunk per row while the DIS keeps up; when
+    # the DIS is slower than the rows (acks 0.3 s after each chunk), the caught-up rows wait
+    # for the chunk in flight and go together, so the DIS's chunks grow instead of queueing.
+    p = tmp_path / name()
+    write(p, 1, 0)
+    dis = FakeDis(ack_delay=0.3).start()
+    try:
+        with Tailer(config(dis.address, tmp_path)) as t:
+            n = 60
+            for i in range(1, n):
+                write(p, 1, i)
+                time.sleep(0.02)
+            assert t.wait_idle(30)
+        st = dis.log_of("ip1")
+        assert rows_received(st) == list(range(n)) and not dis.errors
+        # 1.2 s of rows over 0.3 s acks: a few chunks (one per ack), not one per row
+        assert len(st.chunks) <= 12, len(st.chunks)
+        assert max(c[2] for c in st.chunks) > 3 * min(c[2] for c in st.chunks)
+    finally:
+        dis.stop()
+
+
+def test_with_one_turn_a_waiting_location_does_not_hold_the_others_back(tmp_path, dis, monkeypatch):
+    # Workers give their turn back whenever they wait: with a single turn, a location refused
+    # (and waiting a minute to retry) and locations following their files (waiting for rows)
+    # leave the turn to the location that has rows to send.
+    import disd.tailer.core as core
+    monkeypatch.setattr(core, "WORKER_TURNS", 1)
+    write(tmp_path / name(ip="bad"), 5)
+    dis.refuse["bad"] = (grpc.StatusCode.NOT_FOUND, "unknown table Market.Trade")
+    ips = ["ip1", "ip2", "ip3"]
+    with Tailer(config(dis.address, tmp_path, retry_refused_ms=60_000)) as t:
+        assert t.turns._initial_value == 1
+        wait_for(lambda: dis.log_of("bad").opens, 20, what="the refusal")
+        for round_ in range(3):
+            for ip in ips:
+                write(tmp_path / name(ip=ip), 5, 5 * round_)
+            for ip in ips:
+                p = tmp_path / name(ip=ip)
+                wait_for(lambda: dis.log_of(ip).offset == p.stat().st_size, 20, what=f"{ip} round {round_}")
+    for ip in ips:
+        assert rows_received(dis.log_of(ip)) == list(range(15))
