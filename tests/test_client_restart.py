@@ -92,3 +92,46 @@ def test_a_subscription_continues_across_a_restart(tmp_path):
         for p in procs:
             if p.alive():
                 p.kill9()
+
+
+def test_calls_racing_a_graceful_stop_are_retried(tmp_path):
+    """A call that reaches a DIS as it stops, before a handler takes it, ends CANCELLED with the
+    text "CANCELLED" (grpc/grpc#41785), not UNAVAILABLE.  Its caller did not cancel it: readers
+    that hammer a DIS through five SIGTERM restarts see every call answered, none an error."""
+    port = free_port_pair()
+    cfg = write_dis_config(tmp_path, port)
+    procs = [start_dis(tmp_path, cfg)]
+    _feed(port, tmp_path / "logs", 10)
+    stop = threading.Event()
+    answered: list[int] = []
+    errors: list[str] = []
+
+    def hammer() -> None:
+        client = connect(f"127.0.0.1:{port}", retry_s=60)
+        try:
+            while not stop.is_set():
+                answered.append(len(client.locations("Market", "Trade")))
+        except Exception as e:  # noqa: BLE001 - the test's point: any error is a failure
+            errors.append(repr(e))
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for _ in range(5):
+            time.sleep(0.5)
+            assert procs[-1].terminate() == 0
+            procs.append(start_dis(tmp_path, cfg))
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert not errors, errors
+        assert answered and set(answered) == {1}, set(answered)
+    finally:
+        stop.set()
+        for p in procs:
+            if p.alive():
+                p.kill9()

@@ -196,7 +196,9 @@ def explain(e: grpc.RpcError, address: str) -> DisClientError:
     """A gRPC failure as a sentence that names the DIS."""
     code = e.code() if hasattr(e, "code") else None
     details = e.details() if hasattr(e, "details") else str(e)
-    if code == grpc.StatusCode.UNAVAILABLE:
+    if _stopped_before_handled(e):
+        details = "it stopped before answering"
+    if code == grpc.StatusCode.UNAVAILABLE or _stopped_before_handled(e):
         return DisClientError(f"DIS at {address} is unreachable: {details}")
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return DisClientError(f"DIS at {address} refused the credentials: {details}")
@@ -208,9 +210,23 @@ def explain(e: grpc.RpcError, address: str) -> DisClientError:
 _NOT_A_RESTART = ("handshake", "ssl", "certificate", "tls")
 
 
+#: The text of the CANCELLED status gRPC's core gives a call that reached a server as it stopped,
+#: before a handler took it (grpc/grpc#41785).  Nobody cancelled that call: its DIS is going
+#: away, as with UNAVAILABLE.  A call the caller cancels says "Locally cancelled by application!".
+_STOPPED_BEFORE_HANDLED = "CANCELLED"
+
+
+def _stopped_before_handled(e: grpc.RpcError) -> bool:
+    if not hasattr(e, "code") or e.code() != grpc.StatusCode.CANCELLED:
+        return False
+    return ((e.details() if hasattr(e, "details") else "") or "").strip() == _STOPPED_BEFORE_HANDLED
+
+
 def restarting(e: grpc.RpcError) -> bool:
     """Whether a failed call looks like its DIS being down or restarting (retry it), rather than
     a refusal that stays (answer at once)."""
+    if _stopped_before_handled(e):
+        return True
     if e.code() != grpc.StatusCode.UNAVAILABLE:
         return False
     details = (e.details() if hasattr(e, "details") else str(e)) or ""

@@ -110,8 +110,8 @@ class Client(GrpcBlocks):
                     yield snap
                 return
             except grpc.RpcError as e:
-                if e.code() == grpc.StatusCode.CANCELLED:
-                    return
+                if e.code() == grpc.StatusCode.CANCELLED and not restarting(e):
+                    return  # cancelled by its consumer
                 if not restarting(e) or (self.retry_s <= 0 and len(addresses) == 1):
                     raise explain(e, address) from None
                 self._mark_down(address)
