@@ -111,6 +111,29 @@ def test_a_refused_stream_ends_alone(dis, tmp_path):
     m.close()
 
 
+def test_the_opens_of_one_request_open_together_and_refusals_create_nothing(dis, tmp_path):
+    """A request with many opens has its new locations opened side by side before its frames
+    are answered in order (``MuxCall._open_ahead``); an open refused for its schema is refused
+    as alone, and its location is not created."""
+    keys = [LocationKey("Market", "Trade", f"feed{i}", "2026-11-22") for i in range(10, 16)]
+    bad = LocationKey("Market", "Trade", "bad", "2026-11-22")
+    m = MuxCall(dis.port)
+    m.send(*[(i + 1, open_frame(k)) for i, k in enumerate(keys)], (20, open_frame(bad, fingerprint="deadbeef")),
+           (21, open_frame(LocationKey("Market", "Nope", "x", "2026-11-22"))))
+    r = {x.stream: x for x in m.replies(len(keys) + 2)}
+    assert all(r[i + 1].response.resume.accepts_reports for i in range(len(keys)))
+    assert r[20].end.code == grpc.StatusCode.FAILED_PRECONDITION.value[0] and "schema mismatch" in r[20].end.details
+    assert r[21].end.code == grpc.StatusCode.NOT_FOUND.value[0]
+    trade = tmp_path / "db" / "Intraday" / "Market" / "Trade"
+    assert all((trade / k.internal_partition / k.column_partition / "Trade" / "table.size").exists() for k in keys)
+    assert not (trade / "bad").exists()
+    p = tmp_path / FILE1.replace("feed1", "feed12")
+    write_log(p, TRADE, trade_rows(0, 7), [3] * 7)
+    m.send(*[(3, c) for c in chunks(p)])
+    assert m.replies(len(chunks(p)))[-1].response.ack.committed_rows == 7
+    m.close()
+
+
 def test_a_stream_taken_over_by_another_call_ends_with_cancelled(dis, tmp_path):
     p1 = tmp_path / FILE1
     write_log(p1, TRADE, trade_rows(0, 10), [3] * 10)

@@ -93,3 +93,38 @@ def test_a_failed_open_lets_the_next_caller_try_again(tmp_path):
         assert eng.location(SLOW).key == SLOW  # not left marked as being opened
     finally:
         eng.close()
+
+
+def test_open_many_opens_side_by_side(held):
+    """``open_many`` (a request's opens, ``disd.server.ingestmux``): a location held at its
+    disk does not hold up the others asked for with it, and every one is open at the end."""
+    eng, disk = held
+    others = [LocationKey("Market", "Trade", f"fast{i}", "2026-11-22") for i in range(5)]
+    t = threading.Thread(target=eng.open_many, args=([(SLOW, None)] + [(k, None) for k in others],))
+    t.start()
+    assert disk.reached.wait(10)
+    deadline = threading.Event()
+    for _ in range(100):  # the others open while the first is held
+        if all(k in {loc.key for loc in eng._open_locations()} for k in others):
+            break
+        deadline.wait(0.05)
+    opened = {loc.key for loc in eng._open_locations()}
+    assert all(k in opened for k in others) and SLOW not in opened and t.is_alive()
+    disk.release.set()
+    t.join(10)
+    assert not t.is_alive() and SLOW in {loc.key for loc in eng._open_locations()}
+    assert eng.location(SLOW).schema_version == eng.schemas.get("Market", "Trade").version
+
+
+def test_open_many_leaves_failures_to_the_caller(tmp_path):
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS)
+    try:
+        unknown = LocationKey("Market", "Nope", "x", "2026-11-22")
+        eng.open_many([(unknown, None), (SLOW, None), (FAST, None)])  # no error raised here
+        assert {SLOW, FAST} <= {loc.key for loc in eng._open_locations()}
+        with pytest.raises(LookupError, match="unknown table Market.Nope"):
+            eng.location(unknown)
+    finally:
+        eng.close()
+    eng.open_many([(LocationKey("Market", "Trade", "late", "2026-11-22"), None)] * 2)  # closed: a no-op
+    assert not (tmp_path / "db" / "Intraday" / "Market" / "Trade" / "late").exists()

@@ -156,6 +156,20 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         finally:
             stream.close()
 
+    def open_target(self, first: Request | None) -> tuple[LocationKey, TableSchema]:
+        """The location a stream's first request opens and the schema version its logs are in;
+        RequestRefused when that request is not an ``open`` the DIS takes (an unknown or
+        unrouted table, a schema it does not hold).  Nothing is opened yet."""
+        if first is None or _body(first) != "open":
+            raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
+        key = location_key(first.open.location)
+        schema = self.engine.schemas.get(key.namespace, key.table)
+        if schema is None:
+            raise RequestRefused(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
+        if not self.routed(key.namespace, key.table):
+            raise RequestRefused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
+        return key, self._stream_version(schema, first.open.schema_fingerprint, first.open.schema_json)
+
     def _stream_version(self, table: TableSchema, fingerprint: str, schema_json: str) -> TableSchema:
         """The version of ``table`` a stream's logs are written in, from its ``open``: the version
         the ``schema_json`` names when the DIS holds it with the same columns, or an older one the
@@ -296,16 +310,11 @@ class LocationStream:
 
     def open(self, first: Request | None) -> dis_pb2.IngestResponse:
         svc = self.service
-        if first is None or _body(first) != "open":
-            raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
-        self.tailer_id = first.open.tailer_id or "?"
-        key = self.key = location_key(first.open.location)
-        schema = svc.engine.schemas.get(key.namespace, key.table)
-        if schema is None:
-            raise RequestRefused(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
-        if not svc.routed(key.namespace, key.table):
-            raise RequestRefused(grpc.StatusCode.PERMISSION_DENIED, f"table {key.table_key} is not routed to this DIS")
-        schema = self.schema = svc._stream_version(schema, first.open.schema_fingerprint, first.open.schema_json)
+        if first is not None and _body(first) == "open":  # named in the log of a refusal too
+            self.tailer_id = first.open.tailer_id or "?"
+            self.key = location_key(first.open.location)
+        key, schema = svc.open_target(first)
+        self.key, self.schema = key, schema
         try:
             loc = self.loc = svc.engine.location(key, create=True, version=schema.version)
         except LocationError as e:

@@ -69,6 +69,7 @@ class MuxCall:
                 if waiting is not None:
                     self.service.sessions.opened(waiting)
                     waiting = None
+                self._open_ahead(frames)
                 replies: list[dis_pb2.MuxReply] = []
                 since = time.monotonic()
                 for number, body in frames:
@@ -91,6 +92,26 @@ class MuxCall:
             for s in streams:
                 s.close()
             self.out.put(_DONE)
+
+    def _open_ahead(self, frames: list[tuple[int, MuxBody]]) -> None:
+        """The locations of a request's opens, opened side by side before its frames are handled
+        one by one (``StorageEngine.open_many``): a tailer that finds many new locations at once
+        sends their opens together, and each open of a new location waits on the disk.  An open
+        the DIS refuses is left out here and refused, with its status, when its frame is handled."""
+        wanted = []
+        with self.lock:
+            new = [body for number, body in frames
+                   if number not in self.streams and number not in self.ended and body is not END
+                   and not isinstance(body, str)]
+        if len(new) < 2:
+            return
+        for body in new:
+            try:
+                key, schema = self.service.open_target(body)
+            except RequestRefused:
+                continue
+            wanted.append((key, schema.version))
+        self.service.engine.open_many(wanted)
 
     def _frame(self, number: int, body: MuxBody, replies: list[dis_pb2.MuxReply]) -> None:
         with self.lock:
