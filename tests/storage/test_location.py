@@ -290,6 +290,49 @@ def test_new_location_writes_its_record_before_any_column_file(engine):
     assert rec.fingerprint == TRADE.fingerprint and set(rec.files) == set(loc.column_files())
 
 
+class CountingDisk(OsFileSystem):
+    """Records the paths looked up (stat), removed and opened read-only."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def stat(self, path):
+        self.calls.append(("stat", path))
+        return super().stat(path)
+
+    def unlink(self, path):
+        self.calls.append(("unlink", path))
+        return super().unlink(path)
+
+    def open(self, path, flags, mode=0o644):
+        if not flags & (os.O_WRONLY | os.O_RDWR):
+            self.calls.append(("read", path))
+        return super().open(path, flags, mode)
+
+
+def test_a_new_locations_directory_is_known_empty(tmp_path):
+    """Creating a location looks for nothing inside the directory it just made (no stale temp
+    file, record or column file can be there); a directory that was there already is still
+    checked: a ``table.size.tmp`` in it is removed."""
+    disk = CountingDisk()
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, fs=disk)
+    try:
+        loc = eng.location(KEY)
+        inside = [c for c in disk.calls if c[1].startswith(str(loc.path) + os.sep)]
+        assert inside == [], inside
+        assert read_record(loc.path).rows == 0 and all(os.path.getsize(loc.path / n) == 0 for n in loc.column_files())
+        other = LocationKey("Market", "Trade", "ip2", "2026-11-22")
+        made = tmp_path / "db" / "Intraday" / "Market" / "Trade" / "ip2" / "2026-11-22" / "Trade"
+        made.mkdir(parents=True)
+        (made / TEMP_NAME).write_bytes(b"half a record")
+        disk.calls.clear()
+        loc2 = eng.location(other)
+        assert ("unlink", str(made / TEMP_NAME)) in disk.calls and not (made / TEMP_NAME).exists()
+        assert not loc2.in_error and read_record(made).rows == 0
+    finally:
+        eng.close()
+
+
 def test_missing_table_size(engine, tmp_path):
     p = tmp_path / LOG
     write_log(p, TRADE, trade_rows(0, 10), [3] * 10)

@@ -253,9 +253,10 @@ def exists(fs: FileSystem, path: str) -> bool:
         return False
 
 
-def make_dirs(fs: FileSystem, path: str) -> None:
+def make_dirs(fs: FileSystem, path: str) -> bool:
     """Create ``path`` and its missing parents, fsyncing each parent that gained an entry, so the
-    directory survives a crash as surely as the files later made durable in it."""
+    directory survives a crash as surely as the files later made durable in it.  True when this
+    call created ``path`` itself (so it is empty: nothing else writes under the database lock)."""
     missing: list[str] = []
     p = os.path.abspath(path)
     while not exists(fs, p):
@@ -264,9 +265,12 @@ def make_dirs(fs: FileSystem, path: str) -> None:
         if parent == p:
             break
         p = parent
+    created = False
     for d in reversed(missing):
         try:
             fs.mkdir(d)
+            created = d == missing[0]
         except FileExistsError:
             pass  # made meanwhile by another location of the same table
         fs.fsync_dir(os.path.dirname(d))
+    return created
