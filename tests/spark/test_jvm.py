@@ -48,7 +48,9 @@ def read_path(key: LocationKey, file: str, start: int, stop: int) -> str:
 
 # -- the block endpoint ---------------------------------------------------------------------------
 def test_block_endpoint_lists_and_serves_published_bytes_only(tmp_path):
-    srv = start_dis(tmp_path / "db")
+    # an hour's flush interval: only Feeder's own flushes publish, so rows appended unpublished
+    # stay so while they are read past (with the tests' 20 ms the flush clock could win the race)
+    srv = start_dis(tmp_path / "db", flush_ms=3_600_000)
     try:
         assert srv.http_port == srv.port + 1  # the default, where the JVM reader looks
         Feeder(srv).append(K1, trade_rows(0, 1000, nulls=True))
