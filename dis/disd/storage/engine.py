@@ -211,7 +211,7 @@ class StorageEngine:
         if len(todo) < 2:
             return
         with self._lock:
-            if self._closed:
+            if self._closed or self._stop.is_set():  # closing: close() has taken the pool away
                 return
             if self._open_pool is None:
                 self._open_pool = ThreadPoolExecutor(OPEN_AHEAD_THREADS, thread_name_prefix="location-open")
