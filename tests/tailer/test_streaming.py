@@ -292,9 +292,10 @@ def test_rows_written_one_at_a_time_to_a_slow_dis_coalesce_into_chunks(tmp_path)
             assert t.wait_idle(30)
         st = dis.log_of("ip1")
         assert rows_received(st) == list(range(n)) and not dis.errors
-        # 1.2 s of rows over 0.3 s acks: a few chunks (one per ack), not one per row
+        # 1.2 s of rows over 0.3 s acks: a few chunks (one per ack), so five rows or more a
+        # chunk on average, not one per row (59 chunks without the rule).  No comparison of
+        # chunk sizes: the first carries the log's header, which outweighs a dozen rows.
         assert len(st.chunks) <= 12, len(st.chunks)
-        assert max(c[2] for c in st.chunks) > 3 * min(c[2] for c in st.chunks)
     finally:
         dis.stop()
 
