@@ -196,9 +196,10 @@ def explain(e: grpc.RpcError, address: str) -> DisClientError:
     """A gRPC failure as a sentence that names the DIS."""
     code = e.code() if hasattr(e, "code") else None
     details = e.details() if hasattr(e, "details") else str(e)
-    if _stopped_before_handled(e):
+    stopped = _stopped_before_handled(e)
+    if stopped:
         details = "it stopped before answering"
-    if code == grpc.StatusCode.UNAVAILABLE or _stopped_before_handled(e):
+    if code == grpc.StatusCode.UNAVAILABLE or stopped:
         return DisClientError(f"DIS at {address} is unreachable: {details}")
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return DisClientError(f"DIS at {address} refused the credentials: {details}")

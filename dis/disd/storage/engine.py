@@ -201,8 +201,8 @@ class StorageEngine:
         """Open (creating when absent) the locations ``wanted`` names, with the schema version
         each is created in, side by side; then ``location`` returns each at once.
 
-        Why: opening a new location is about forty-five file-system calls (directories and
-        ``table.size`` created durably, the column files opened), each of which gives up the
+        Why: opening a new location is some thirty-five file-system calls (directories and
+        ``table.size`` created durably, the column files created), each of which gives up the
         interpreter's lock and waits to take it back behind whatever else runs.  One after
         another, 200 new locations took a stream reader 0.4-1.1 s of waiting; side by side the
         waits overlap.  Failures are not raised here: the caller's own ``location`` call meets
