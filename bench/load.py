@@ -22,7 +22,18 @@ with ``spark.read.format("dis")`` every few seconds.
    first two thirds plus one second of a location's rows) and drains within 5 s of the last
    write, and every location ends with exactly the rows logged for it.
 3. Baseline, same run: a fresh DIS and one running tailer take the burst's rows in a single
-   location, moved in the same way, no readers.  ``ratio`` = load rows/s / baseline rows/s.
+   location, moved in the same way, followed by the same client as the burst (its reads of the
+   rows cost the DIS as much in either phase; Spark, when on, counts during the burst only).
+   ``ratio`` = load rows/s / baseline rows/s.  ``--baseline-readers none`` gives the baseline
+   no readers, as this bench did before (the ratio is then also the follower's cost).
+
+Both phases start on warm memory: just before each move a child process touches ``--warm-mib``
+MiB (default 1024) and exits (``warm_memory``).  On this kind of virtual machine the host backs a
+guest page on its first touch and takes freed pages back, so memory not used lately costs about
+2 ns a byte the first time; the burst's processes grow by a few hundred MiB and its new column
+files take 127 MB of page cache, and without the warming the burst paid for all of it while the
+baseline, run right after the burst's processes exited, reused their pages (docs/benchmarks.md,
+"Warm memory").  ``--warm-mib 0`` measures as before.
 
 Per-location latency: each location's first rows are timed from the move (a subscription notes
 when each location first has rows), printed as p50/p90/last and in the JSON line
@@ -65,6 +76,7 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -163,6 +175,18 @@ def move_logs(staged: pathlib.Path, watched: pathlib.Path) -> None:
     for d in sorted(staged.iterdir()):
         for f in sorted(d.iterdir()):
             os.rename(f, watched / d.name / f.name)
+
+
+def warm_memory(mib: int) -> None:
+    """Touch ``mib`` MiB in a child process that then exits, leaving that much memory freed and
+    backed.  Why: on a virtual machine whose host backs guest memory on first touch and takes
+    freed memory back (this one: Firecracker, virtio-balloon), a page the guest has not used
+    lately costs about 2 ns per byte the first time (a child touching 512 MiB took 1.08 s cold,
+    0.04 s right after).  A phase allocates a few hundred MiB (the processes' growth and the new
+    column files' page cache); without this the burst paid for its pages and the baseline, run
+    just after the burst's processes exited, reused theirs."""
+    if mib > 0:
+        subprocess.run([sys.executable, "-c", f"import numpy; numpy.ones({int(mib)} << 20, numpy.uint8)"], check=True)
 
 
 def cpu_seconds(c: Cluster) -> dict[str, float]:
@@ -539,6 +563,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--stream-runtime", choices=["multiplexed", "asyncio", "threads"], default="multiplexed",
                     help="the tailers' stream_runtime (multiplexed: one Multiplex call per tailer; asyncio: a call "
                          "per location; threads: the synchronous gRPC API, three threads per location)")
+    ap.add_argument("--warm-mib", type=int, default=1024,
+                    help="before each phase's move, a child process touches this many MiB and exits, so both "
+                         "phases start on memory the machine has backed (0: off; see the module's docstring)")
+    ap.add_argument("--baseline-readers", choices=["follower", "none"], default="follower",
+                    help="follower: the baseline's location is followed by the same client as the burst's, so the "
+                         "two phases differ only in their locations (Spark, when on, counts during the burst only); "
+                         "none: the baseline without readers, as before")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, process logs)")
     return ap.parse_args()
@@ -595,6 +626,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
                   str(samples_path)))
         sampler.start()
         pub = Published(c.port)
+        warm_memory(args.warm_mib)
         m0, cpu0 = c.metrics(), cpu_seconds(c)
         t_burst = time.perf_counter()
         move_logs(work / "load" / "staged", work / "load" / "logs")
@@ -656,7 +688,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
                            .count())
         c.stop()
 
-        # -- 3. baseline: the burst's rows in one location, one tailer, no readers -----------
+        # -- 3. baseline: the burst's rows in one location, one tailer, the same follower -----
         b = start_cluster(work / "base", args)
         clusters.append(b)
         bfeed = Feed(work / "base" / "staged", ["single"], dates[:1], 1)
@@ -665,9 +697,22 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         bfeed.close()
         start_tailer(b, 0, work / "base" / "logs" / "t0", args)
         bpub = Published(b.port)
+        breaders = None
+        if args.baseline_readers == "follower":
+            breaders = Readers(b.port, None, args.spark_every)
+            breaders.start()
+        warm_memory(args.warm_mib)
+        bcpu0 = cpu_seconds(b)
         t_base = time.perf_counter()
         move_logs(work / "base" / "staged", work / "base" / "logs")
         base_s = wait_published(b, bpub, burst_rows, args.timeout_s, args.stall_s, 1, t_base)
+        bcpu1 = cpu_seconds(b)
+        if breaders is not None:
+            base_caught_up = breaders.wait_caught_up(burst_rows, 60)
+            breaders.finish()
+            if not base_caught_up or breaders.errors:
+                raise SystemExit(f"the baseline's follower read {breaders.rows_read} of {burst_rows} rows; "
+                                 f"errors: {breaders.errors[:3]}")
         bpub.close()
         base_rate = burst_rows / base_s
         b.stop()
@@ -735,7 +780,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
           f"late), all published {drain_s:.2f} s after the last write; flush p99 {live_p99 * 1000:.1f} ms over "
           f"{live_flushes} flushes")
     live_cpu = cpu_line(cpu1, cpu2, live_s + drain_s) if ticks else "no live phase"
-    print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {live_cpu}")
+    print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {live_cpu}; "
+          f"baseline: {cpu_line(bcpu0, bcpu1, base_s)}")
     print(f"DIS's CPU per location write, live: {dis_ms_per_write:.3f} ms; tailers' {tailer_ms_per_write:.3f} ms ({ticks * streams} writes: "
           f"{ticks} ticks x {streams} locations; stream_runtime {args.stream_runtime})")
     print(f"lag (rows logged - published) per location, live: p50 {np.percentile(all_lags, 50):.0f}, p99 "
@@ -756,7 +802,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
           f"spark {len(readers.spark_counts)} counts during the load, final count {final_count} of {total}; "
           f"errors {len(readers.errors) + len(sample_errors)}"
           + (f" (first: {(readers.errors + sample_errors)[0]})" if readers.errors or sample_errors else ""))
-    print(f"baseline: {burst_rows} rows in one location, one tailer, no readers: {base_s:.2f} s, "
+    print(f"memory warmed before each phase: {args.warm_mib} MiB" if args.warm_mib else "memory not warmed")
+    print(f"baseline: {burst_rows} rows in one location, one tailer, "
+          f"{'followed by the client' if args.baseline_readers == 'follower' else 'no readers'}: {base_s:.2f} s, "
           f"{base_rate / 1e6:.2f} M rows/s; load/baseline ratio {burst_rate / base_rate:.2f}")
     emit("load", burst_rate, "rows/s", base_rate, locations=streams, tailers=args.tailers, rows=burst_rows,
          live_rows=live_rows, live_rows_per_s=live_rate, flush_p99_ms_burst=burst_p99 * 1000,
@@ -772,6 +820,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
          client_caught_up=caught_up, spark_counts=len(readers.spark_counts),
          reader_errors=len(readers.errors) + len(sample_errors),
          spark_final_count_ok=(final_count == total) if final_count is not None else None,
+         warm_mib=args.warm_mib, baseline_readers=args.baseline_readers, dis_cpu_s_burst=cpu1["dis"] - cpu0["dis"],
+         dis_cpu_s_baseline=bcpu1["dis"] - bcpu0["dis"],
          load_average_start=load_avg, first_rows_p50_s=float(np.percentile(first_rows, 50)),
          first_rows_p90_s=float(np.percentile(first_rows, 90)), first_rows_last_s=float(first_rows[-1]))
 

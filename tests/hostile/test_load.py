@@ -18,7 +18,7 @@ def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_pat
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "load.py"), "--no-spark", "--locations", "20", "--tailers", "2",
          "--rows", "200000", "--live-seconds", "6", "--live-rate", "20000", "--max-open-files", "32",
-         "--sample", "0.25"],
+         "--sample", "0.25", "--warm-mib", "0"],
         capture_output=True, text=True, timeout=300, env={"BENCH_DIR": str(tmp_path), **_env()},
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
