@@ -32,8 +32,8 @@ MiB (default 1024) and exits (``warm_memory``).  On this kind of virtual machine
 guest page on its first touch and takes freed pages back, so memory not used lately costs about
 2 ns a byte the first time; the burst's processes grow by a few hundred MiB and its new column
 files take 127 MB of page cache, and without the warming the burst paid for all of it while the
-baseline, run right after the burst's processes exited, reused their pages (docs/benchmarks.md,
-"Warm memory").  ``--warm-mib 0`` measures as before.
+baseline, run right after the burst's processes exited, reused their pages (docs/benchmarks.md, the note
+"warm memory, same readers").  ``--warm-mib 0`` measures as before.
 
 Per-location latency: each location's first rows are timed from the move (a subscription notes
 when each location first has rows), printed as p50/p90/last and in the JSON line
