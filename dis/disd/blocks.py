@@ -49,7 +49,7 @@ from disd.schemaversions import Projection, origins, projection
 from disd.security import ClientSecurity
 from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from disd.storage.checkpoint import CheckpointError, CheckpointRecord, read_record
-from disd.storage.columns import read_rows
+from disd.storage.columns import read_rows_batched
 from disd.storage.engine import location_path, subdirs
 from disd.storage.versionstore import VersionStoreError, with_stored_history
 
@@ -102,6 +102,10 @@ class ColumnFileError(BlockSourceError):
     checkpoint that does not match the files or the schema."""
 
 
+Range = tuple[str, int, int]
+"""(column file name, start, stop): bytes [start, stop) of a column file."""
+
+
 class BlockSource(Protocol):
     """Where the column bytes of locations come from (see the module docstring).
 
@@ -116,6 +120,12 @@ class BlockSource(Protocol):
     def read_range(self, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of a column file of ``snap``, never past its size in ``snap``
         (a shorter answer when ``stop`` is beyond it; an error when the source holds less)."""
+        ...
+
+    def read_ranges(self, snap: LocationSnapshot, ranges: Sequence[Range]) -> list[bytes]:
+        """``read_range`` of each ``(file, start, stop)`` of ``ranges``, in order.  What a reader
+        of a location's rows calls: a source that pays per request (a DIS: per call) serves them
+        all in one."""
         ...
 
     def close(self) -> None:
@@ -136,12 +146,14 @@ def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapsh
     ``schema``'s columns.  A location in ``schema``'s own version is decoded as it is: nothing
     extra on the common path."""
     stop = snap.rows if stop is None else min(stop, snap.rows)
-    fetch = lambda name, a, b: source.read_range(snap, name, a, b)  # noqa: E731
+    fetch = lambda ranges: source.read_ranges(snap, ranges)  # noqa: E731
+    # The snapshot's sizes cover at least its rows: a read to its end knows every range at once.
+    sizes = snap.files if stop == snap.rows else None
     version = snap.schema_version or schema.version
     if version == schema.version:
-        return read_rows(schema, columns, start, max(start, stop), fetch)
+        return read_rows_batched(schema, columns, start, max(start, stop), fetch, sizes)
     proj = version_projection(schema, version, columns, f"location {snap.key}")
-    stored = read_rows(proj.stored, proj.stored_columns, start, max(start, stop), fetch)
+    stored = read_rows_batched(proj.stored, proj.stored_columns, start, max(start, stop), fetch, sizes)
     try:
         return proj.apply(stored)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
@@ -311,6 +323,7 @@ class GrpcBlocks:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, dis_pb2_grpc.TableDataStub] = {}
         self._unary_only: set[str] = set()  # DIS addresses without ReadBlocks
+        self._no_ranges: set[str] = set()  # DIS addresses without ReadRanges
         self._down: dict[str, float] = {}  # address -> when a call to it last failed (monotonic)
         # What each replica said it published, per location (ListLocations answers): the sizes a
         # read may take from it when it fails over there.  Sizes only grow, so an old answer
@@ -490,16 +503,25 @@ class GrpcBlocks:
         return sorted(out, key=lambda s: (s.key.namespace, s.key.table, s.key.column_partition, s.key.internal_partition))
 
     def read_range(self, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
-        """Bytes [start, stop) of a column file: its blocks in one ReadBlocks stream (a DIS
-        without ReadBlocks is read block by block with ReadBlock, READ_AHEAD in flight), from
+        """Bytes [start, stop) of a column file (``read_ranges`` of one range)."""
+        return self.read_ranges(snap, [(file, start, stop)])[0]
+
+    def read_ranges(self, snap: LocationSnapshot, ranges: Sequence[Range]) -> list[bytes]:
+        """Byte ranges of column files of ``snap``: all in one ReadRanges stream (a DIS without
+        ReadRanges is read a range at a time, with ReadBlocks or ReadBlock), from
         ``snap.address`` or, when that replica is down, from another replica of its set that has
-        published at least ``stop`` bytes of the file (see the class docstring)."""
-        stop = min(stop, snap.files.get(file, 0))
-        if stop <= start:
-            return b""
+        published at least the bytes read (see the class docstring)."""
+        wanted = [(f, a, min(b, snap.files.get(f, 0))) for f, a, b in ranges]
+        todo = [(f, a, b) for f, a, b in wanted if b > a]
+        if not todo:
+            return [b"" for _ in wanted]
+        got = iter(self._read_replicas(snap, todo))
+        return [next(got) if b > a else b"" for f, a, b in wanted]
+
+    def _read_replicas(self, snap: LocationSnapshot, ranges: list[Range]) -> list[bytes]:
         candidates = self._read_candidates(snap)
         if len(candidates) == 1:
-            return self._retrying(snap.address, lambda: self._read_from(snap.address, snap, file, start, stop))
+            return self._retrying(snap.address, lambda: self._read_from(snap.address, snap, ranges))
         others = True
         backoff = _Backoff(self.retry_s)
         while True:
@@ -507,12 +529,15 @@ class GrpcBlocks:
             moved = self._moved.get((snap.key, snap.address))
             for address in sorted(candidates, key=lambda a: (a != moved, self._is_down(a))):
                 try:
-                    if address != snap.address and not self._has_published(address, snap.key, file, stop):
-                        have = self._published.get((address, snap.key), {}).get(file, 0)
-                        failures.append(f"the DIS at {address} has published {have} bytes of {file} "
-                                        f"of {snap.key}, fewer than {stop}")
-                        continue
-                    data = self._read_from(address, snap, file, start, stop)
+                    if address != snap.address:
+                        short = self._unpublished(address, snap.key, ranges)
+                        if short is not None:
+                            file, stop = short
+                            have = self._published.get((address, snap.key), {}).get(file, 0)
+                            failures.append(f"the DIS at {address} has published {have} bytes of {file} "
+                                            f"of {snap.key}, fewer than {stop}")
+                            continue
+                    data = self._read_from(address, snap, ranges)
                 except grpc.RpcError as e:
                     if not self._replica_down(e, others):
                         raise explain(e, address) from None
@@ -526,9 +551,18 @@ class GrpcBlocks:
                     self._moved[(snap.key, snap.address)] = address
                 return data
             if backoff.expired():
-                raise DisClientError(f"{snap.key}: no replica serves bytes [{start}, {stop}) of {file}: "
+                what = ", ".join(f"[{a}, {b}) of {f}" for f, a, b in ranges)
+                raise DisClientError(f"{snap.key}: no replica serves bytes {what}: "
                                      + _failed(failures, self.retry_s)) from None
             backoff.sleep()
+
+    def _unpublished(self, address: str, key: LocationKey, ranges: list[Range]) -> tuple[str, int] | None:
+        """The first (file, stop) of ``ranges`` the replica at ``address`` has not said it
+        published, or None when it serves them all."""
+        for file, _, stop in ranges:
+            if not self._has_published(address, key, file, stop):
+                return file, stop
+        return None
 
     def _read_candidates(self, snap: LocationSnapshot) -> list[str]:
         """``snap.address`` and, when it is a replica of a set, the set's other replicas in the
@@ -551,27 +585,56 @@ class GrpcBlocks:
             self._published[(address, key_from_proto(m.key))] = {f.name: int(f.size) for f in m.files}
         return self._published.get((address, key), {}).get(file, 0) >= size
 
-    def _read_from(self, address: str, snap: LocationSnapshot, file: str, start: int, stop: int) -> bytes:
-        """Bytes [start, stop) of ``file`` from the DIS at ``address``, which must have published
-        at least ``stop`` of them; _NotYetPublished when it serves fewer."""
+    def _read_from(self, address: str, snap: LocationSnapshot, ranges: list[Range]) -> list[bytes]:
+        """The bytes of ``ranges`` from the DIS at ``address``, which must have published at
+        least the bytes of each; _NotYetPublished when it serves fewer."""
         bs = snap.block_size
-        first, last = start // bs, (stop - 1) // bs
-        if address in self._unary_only:
-            parts = self._read_blocks_unary(address, snap, file, first, last)
+        blocks = [(f, a // bs, (b - 1) // bs) for f, a, b in ranges]
+        if address in self._no_ranges:
+            parts = [self._read_blocks(address, snap, f, first, last) for f, first, last in blocks]
         else:
             try:
-                parts = self._read_blocks_stream(address, snap, file, first, last)
+                parts = self._read_ranges_stream(address, snap, blocks)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._no_ranges.add(address)
+                parts = [self._read_blocks(address, snap, f, first, last) for f, first, last in blocks]
+        out = []
+        for (file, start, stop), (_, first, _), got in zip(ranges, blocks, parts):
+            data = got[0] if len(got) == 1 else b"".join(got)
+            off = start - first * bs
+            cut = data[off : off + (stop - start)]
+            if len(cut) != stop - start:
+                raise _NotYetPublished(f"{snap.key}: {file} returned {len(cut)} bytes, expected {stop - start} "
+                                       f"(the DIS at {address} publishes less than the snapshot read)")
+            out.append(cut)
+        return out
+
+    def _read_blocks(self, address: str, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
+        """Blocks first..last of one file: a ReadBlocks stream, or ReadBlock calls against a DIS
+        without it."""
+        if address not in self._unary_only:
+            try:
+                return self._read_blocks_stream(address, snap, file, first, last)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
                 self._unary_only.add(address)
-                parts = self._read_blocks_unary(address, snap, file, first, last)
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        off = start - first * bs
-        out = data[off : off + (stop - start)]
-        if len(out) != stop - start:
-            raise _NotYetPublished(f"{snap.key}: {file} returned {len(out)} bytes, expected {stop - start} "
-                                   f"(the DIS at {address} publishes less than the snapshot read)")
+        return self._read_blocks_unary(address, snap, file, first, last)
+
+    def _read_ranges_stream(self, address: str, snap: LocationSnapshot,
+                            blocks: list[tuple[str, int, int]]) -> list[list[bytes]]:
+        """Blocks first..last of each (file, first, last), in one ReadRanges stream."""
+        req = dis_pb2.ReadRangesRequest(location=key_to_proto(snap.key), ranges=[
+            dis_pb2.BlockRange(file=f, first_block=first, block_count=last - first + 1) for f, first, last in blocks])
+        out: list[list[bytes]] = [[] for _ in blocks]
+        for m in self.stub(address).ReadRanges(req, timeout=self.timeout_s):
+            for p in m.parts:
+                if p.range >= len(out):
+                    raise DisClientError(f"{snap.key}: the DIS at {address} answered range {p.range} of "
+                                           f"{len(out)} asked")
+                out[p.range].extend(p.blocks)
         return out
 
     def _read_blocks_stream(self, address: str, snap: LocationSnapshot, file: str, first: int, last: int) -> list[bytes]:
@@ -763,6 +826,10 @@ class LocalColumnFiles:
                 f"{snap.key}: {path} holds {start + len(data)} bytes, the DIS published {stop}; "
                 f"is {self.origin} the root of the DIS at {snap.address}?")
         return data
+
+    def read_ranges(self, snap: LocationSnapshot, ranges: Sequence[Range]) -> list[bytes]:
+        """``read_range`` of each range (a ``pread`` costs the same however it is asked for)."""
+        return [self.read_range(snap, f, a, b) for f, a, b in ranges]
 
     def close(self) -> None:
         for fd in self._fds.values():

@@ -88,6 +88,11 @@ def _read_blocks(ch):
         dis_pb2.ReadBlocksRequest(location=LOC, file="Size.dat", first_block=0, block_count=4), timeout=10))
 
 
+def _read_ranges(ch):
+    return list(dis_pb2_grpc.TableDataStub(ch).ReadRanges(dis_pb2.ReadRangesRequest(
+        location=LOC, ranges=[dis_pb2.BlockRange(file="Size.dat", first_block=0, block_count=4)]), timeout=10))
+
+
 def _status(ch):
     return dis_pb2_grpc.TableDataStub(ch).Status(dis_pb2.StatusRequest(), timeout=10)
 
@@ -121,7 +126,8 @@ class _Refused(grpc.RpcError):
 
 
 CALLS = {"ListTables": _list_tables, "ListLocations": _list_locations, "Subscribe": _subscribe,
-         "ReadBlock": _read_block, "ReadBlocks": _read_blocks, "Status": _status, "Ingest": _ingest_chunks}
+         "ReadBlock": _read_block, "ReadBlocks": _read_blocks,
+         "ReadRanges": _read_ranges, "Status": _status, "Ingest": _ingest_chunks}
 
 
 def _credentials(pki, case: str) -> ClientSecurity:
@@ -178,6 +184,7 @@ def test_the_same_calls_succeed_with_good_credentials(secure_dis, pki):
         assert _subscribe(ch).rows == 10
         assert len(_read_block(ch).data) == 40
         assert _read_blocks(ch)
+        assert _read_ranges(ch)
         assert _status(ch).locations
         assert _ingest_chunks(ch).responses[-1].ack.committed_rows == 5
     finally:

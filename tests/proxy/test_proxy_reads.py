@@ -111,6 +111,22 @@ def test_reads_never_go_past_the_published_size(stack):
         assert len(got) == size
         with connect(dis.address, retry_s=0) as direct:
             assert got == direct.read_range(snap, name, 0, size)
+        # ReadRanges: every file's bytes, ranges in order, cut at the published sizes as ReadBlocks cuts them
+        names = sorted(snap.files)
+        msgs = list(stub.ReadRanges(dis_pb2.ReadRangesRequest(location=key, ranges=[
+            dis_pb2.BlockRange(file=n, first_block=0, block_count=-(-snap.files[n] // bs) + 3) for n in names]
+            + [dis_pb2.BlockRange(file=name, first_block=last + 2, block_count=1)]), timeout=30))
+        parts = [p for m in msgs for p in m.parts]
+        assert [p.range for p in parts] == sorted(p.range for p in parts)
+        by_range = {i: b"".join(b for p in parts if p.range == i for b in p.blocks) for i in range(len(names) + 1)}
+        with connect(dis.address, retry_s=0) as direct:
+            for i, n in enumerate(names):
+                assert by_range[i] == direct.read_range(snap, n, 0, snap.files[n]), n
+        assert by_range[len(names)] == b"" and parts[-1].file_size == size
+        with pytest.raises(grpc.RpcError) as ei:
+            list(stub.ReadRanges(dis_pb2.ReadRangesRequest(location=key, ranges=[
+                dis_pb2.BlockRange(file="Nope.dat", first_block=0, block_count=1)]), timeout=30))
+        assert ei.value.code() == grpc.StatusCode.NOT_FOUND and "Nope.dat" in ei.value.details()
         past = stub.ReadBlock(dis_pb2.ReadBlockRequest(location=key, file=name, block_index=last), timeout=30)
         assert past.data == b"" and past.file_size == size
         for bad, what in ((dis_pb2.ReadBlockRequest(location=key, file="Nope.dat", block_index=0), "Nope.dat"),

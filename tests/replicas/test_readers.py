@@ -74,16 +74,16 @@ def test_a_read_survives_kill_9_of_its_replica_mid_scan_and_status_shows_it(tmp_
         killed: list[str] = []
 
         class KillDuringScan(Client):
-            """Kills the replica a read is being served by, at the third range read (-9)."""
+            """Kills the replica a read is being served by, at the third location read (-9)."""
 
             reads = 0
 
-            def read_range(self, snap, file, start, stop):  # noqa: ANN001, ANN201
+            def read_ranges(self, snap, ranges):  # noqa: ANN001, ANN201
                 self.reads += 1
                 if self.reads == 3:
                     rs.by_address(snap.address).proc.kill9()
                     killed.append(snap.address)
-                return super().read_range(snap, file, start, stop)
+                return super().read_ranges(snap, ranges)
 
         c = KillDuringScan(_load(rs.routing), retry_s=30)
         listed = {s.address for s in c.locations("Market", "Trade")}

@@ -91,6 +91,35 @@ def test_decode_from_64k_blocks_of_any_row_range(all_types_location):
         assert got.equals(expect.slice(a, b - a)), (a, b)
 
 
+def test_batched_reads_ask_once_from_row_zero_and_twice_after_it(all_types_location):
+    """read_rows_batched: one fetch_many for a read from row 0 when the sizes are known (a
+    string column's data is then [0, size)), two otherwise (the data after its offsets); the
+    rows are read_rows' in every case, also when the sizes cover more rows, or fewer."""
+    _eng, loc, expect = all_types_location
+    files = {name: (loc.path / name).read_bytes()[:size] for name, size in loc.column_files().items()}
+    calls: list[list[tuple[str, int, int]]] = []
+
+    def fetch_many(ranges):  # noqa: ANN001, ANN202
+        calls.append(list(ranges))
+        return [files[n][a:b] for n, a, b in ranges]
+
+    def read(a: int, b: int, sizes=None):  # noqa: ANN001, ANN202
+        calls.clear()
+        got = colfmt.read_rows_batched(ALL_TYPES, None, a, b, fetch_many, sizes)
+        assert got.equals(colfmt.read_rows(ALL_TYPES, None, a, b, lambda n, x, y: files[n][x:y])), (a, b)
+        assert got.equals(expect.slice(a, b - a)), (a, b)
+        return len(calls)
+
+    sizes = {n: len(d) for n, d in files.items()}
+    assert read(0, N, sizes) == 1
+    assert read(0, 2000, sizes) == 1  # sizes covering more rows than read: the data is cut by the offsets
+    assert read(0, N) == 2
+    assert read(1200, N, sizes) == 2  # after row 0 the data's first byte is in the offsets
+    short = {n: 10 for n in sizes}  # sizes that cover fewer rows than read: the data is asked for again
+    assert read(0, N, short) == 2
+    assert read(17, 17, sizes) == 0
+
+
 def test_byte_layout_is_as_documented(tmp_path):
     """Pin the format: little-endian values, sentinels, bool as i8 0/1/-1, string end offsets with
     bit 63 marking null."""

@@ -88,17 +88,30 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
             with self._lock:
                 self.subscribers -= 1
 
-    def _published(self, request, context) -> tuple[LocationSnapshot, int]:  # noqa: ANN001
-        """The proxy's published snapshot of the location a read names, and the file's size in
-        it; NOT_FOUND as a DIS says it."""
+    def _snapshot(self, request, context) -> LocationSnapshot:  # noqa: ANN001
+        """The proxy's published snapshot of the location a read names; NOT_FOUND as a DIS
+        says it."""
         try:
             key = key_from_proto(request.location)
         except ValueError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        snap, size = self._upstream(context, lambda: published(self.upstream, key, request.file))
+        snap, why = self._upstream(context, lambda: published_snapshot(self.upstream, key))
         if snap is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, size)
-        return snap, size
+            context.abort(grpc.StatusCode.NOT_FOUND, why)
+        return snap
+
+    def _published(self, request, context) -> tuple[LocationSnapshot, int]:  # noqa: ANN001
+        """The proxy's published snapshot of the location a read names, and the file's size in
+        it; NOT_FOUND as a DIS says it."""
+        snap = self._snapshot(request, context)
+        return snap, self._file_size(snap, request.file, context)
+
+    @staticmethod
+    def _file_size(snap: LocationSnapshot, file: str, context) -> int:  # noqa: ANN001
+        size = snap.files.get(file)
+        if size is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"location {snap.key} has no column file {file!r}")
+        return size
 
     def ReadBlock(self, request, context):  # noqa: N802
         snap, size = self._published(request, context)
@@ -118,6 +131,31 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
             for j in range(0, len(blocks), per_message):
                 yield dis_pb2.ReadBlocksResponse(blocks=blocks[j : j + per_message], file_size=size)
 
+    def ReadRanges(self, request, context):  # noqa: N802
+        snap = self._snapshot(request, context)
+        wanted = [(r, self._file_size(snap, r.file, context)) for r in request.ranges]
+        bs = snap.block_size
+        per_message = max(1, BLOCKS_MESSAGE_BYTES // bs)
+        parts: list[dis_pb2.RangeBlocks] = []
+        held = 0
+        for index, (r, size) in enumerate(wanted):
+            end = min(r.first_block + r.block_count, -(-size // bs))
+            first = r.first_block
+            while True:
+                take = min(end - first, per_message - held) if first < end else 0
+                blocks = (self._upstream(context, lambda: self.blocks.blocks(snap, r.file, first, first + take - 1))
+                          if take else [])
+                parts.append(dis_pb2.RangeBlocks(range=index, blocks=blocks, file_size=size))
+                held += take
+                first += take
+                if held >= per_message:
+                    yield dis_pb2.ReadRangesResponse(parts=parts)
+                    parts, held = [], 0
+                if first >= end:
+                    break
+        if parts:
+            yield dis_pb2.ReadRangesResponse(parts=parts)
+
     def Status(self, request, context):  # noqa: N802
         """The upstream owners' Status of the matching locations, with the proxy's version and
         uptime (a proxy has no disk of its own: disk fields are 0)."""
@@ -132,14 +170,22 @@ def sorted_snaps(feed) -> list[LocationSnapshot]:  # noqa: ANN001
     return sorted(feed.snapshots(), key=lambda s: (s.key.column_partition, s.key.internal_partition))
 
 
-def published(upstream: Upstream, key: LocationKey, file: str) -> tuple[LocationSnapshot | None, int | str]:
-    """(snapshot, size of ``file`` in it), or (None, why not) for an unknown table, location or
-    file (as a DIS words it)."""
+def published_snapshot(upstream: Upstream, key: LocationKey) -> tuple[LocationSnapshot | None, str]:
+    """(snapshot, "") or (None, why not) for an unknown table or location (as a DIS words it)."""
     if not upstream.known(key.namespace, key.table):
         return None, f"unknown table {key.table_key}"
     snap = upstream.feed(key.namespace, key.table).snapshot(key)
     if snap is None:
         return None, f"no location {key}"
+    return snap, ""
+
+
+def published(upstream: Upstream, key: LocationKey, file: str) -> tuple[LocationSnapshot | None, int | str]:
+    """(snapshot, size of ``file`` in it), or (None, why not) for an unknown table, location or
+    file (as a DIS words it)."""
+    snap, why = published_snapshot(upstream, key)
+    if snap is None:
+        return None, why
     size = snap.files.get(file)
     if size is None:
         return None, f"location {key} has no column file {file!r}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import grpc
 import structlog
@@ -25,6 +25,7 @@ from disd.blocks import (
     DisClientError,
     GrpcBlocks,
     LocationSnapshot,
+    Range,
     explain,
     replica_order,
     restarting,
@@ -302,6 +303,11 @@ class Upstream:
         while the DIS restarts and has not yet republished them, for ``retry_s``)."""
         with self.borrow() as blocks:
             return blocks.read_range(snap, file, start, stop)
+
+    def read_ranges(self, snap: LocationSnapshot, ranges: Sequence[Range]) -> list[bytes]:
+        """``read_range`` of each range, in one upstream call."""
+        with self.borrow() as blocks:
+            return blocks.read_ranges(snap, ranges)
 
     def close(self) -> None:
         self.closed.set()

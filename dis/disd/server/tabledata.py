@@ -117,8 +117,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             with self._subscribers_lock:
                 self.subscribers -= 1
 
-    def _column_file(self, request, context):  # noqa: ANN001, ANN202
-        """The location and published size of the column file a read names, or abort."""
+    def _location(self, request, context):  # noqa: ANN001, ANN202
+        """The key and location a read names, or abort."""
         try:
             key = location_key(request.location)
         except RequestRefused as r:
@@ -132,10 +132,20 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             loc = None
         if loc is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no location {key}")
-        size = loc.column_files().get(request.file)
+        return key, loc
+
+    @staticmethod
+    def _file_size(key, sizes: dict[str, int], file: str, context) -> int:  # noqa: ANN001
+        """The published size of a column file a read names, or abort."""
+        size = sizes.get(file)
         if size is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"location {key} has no column file {request.file!r}")
-        return key, loc, size
+            context.abort(grpc.StatusCode.NOT_FOUND, f"location {key} has no column file {file!r}")
+        return size
+
+    def _column_file(self, request, context):  # noqa: ANN001, ANN202
+        """The location and published size of the column file a read names, or abort."""
+        key, loc = self._location(request, context)
+        return key, loc, self._file_size(key, loc.column_files(), request.file, context)
 
     def _block(self, key, loc, file: str, index: int, size: int) -> bytes:  # noqa: ANN001
         """Block ``index`` of a column file cut at its published ``size``; full blocks are
@@ -163,13 +173,41 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         return dis_pb2.ReadBlockResponse(data=self._block(key, loc, request.file, request.block_index, size),
                                          file_size=size)
 
+    def _blocks_end(self, first: int, count: int, size: int) -> int:
+        """One past the last block of [first, first + count) below a published ``size``."""
+        return min(first + count, -(-size // self.block_size))
+
     def ReadBlocks(self, request, context):  # noqa: N802
         key, loc, size = self._column_file(request, context)
-        end = min(request.first_block + request.block_count, -(-size // self.block_size))
+        end = self._blocks_end(request.first_block, request.block_count, size)
         per_message = max(1, BLOCKS_MESSAGE_BYTES // self.block_size)
         for first in range(request.first_block, end, per_message):
             blocks = [self._block(key, loc, request.file, i, size) for i in range(first, min(end, first + per_message))]
             yield dis_pb2.ReadBlocksResponse(blocks=blocks, file_size=size)
+
+    def ReadRanges(self, request, context):  # noqa: N802
+        key, loc = self._location(request, context)
+        sizes = loc.column_files()  # once: every range is read below the sizes of one moment
+        wanted = [(r, self._file_size(key, sizes, r.file, context)) for r in request.ranges]
+        per_message = max(1, BLOCKS_MESSAGE_BYTES // self.block_size)
+        parts: list[dis_pb2.RangeBlocks] = []
+        held = 0  # blocks in ``parts``
+        for index, (r, size) in enumerate(wanted):
+            end = self._blocks_end(r.first_block, r.block_count, size)
+            first = r.first_block
+            while True:
+                take = min(end - first, per_message - held) if first < end else 0
+                blocks = [self._block(key, loc, r.file, i, size) for i in range(first, first + take)]
+                parts.append(dis_pb2.RangeBlocks(range=index, blocks=blocks, file_size=size))
+                held += take
+                first += take
+                if held >= per_message:
+                    yield dis_pb2.ReadRangesResponse(parts=parts)
+                    parts, held = [], 0
+                if first >= end:
+                    break
+        if parts:
+            yield dis_pb2.ReadRangesResponse(parts=parts)
 
     def Status(self, request, context):  # noqa: N802
         from disd import __version__

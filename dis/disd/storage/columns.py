@@ -151,25 +151,7 @@ Fetch = Callable[[str, int, int], bytes]
 
 def read_column(col: Column, start: int, stop: int, fetch: Fetch) -> pa.Array:
     """Rows [start, stop) of one column, fetching only the byte ranges they need."""
-    n = stop - start
-    if col.type is ColumnType.STRING:
-        off_name, dat_name = file_names(col)
-        lo = (start - 1) * OFFSET_WIDTH if start > 0 else 0
-        raw = fetch(off_name, lo, stop * OFFSET_WIDTH)
-        if start > 0:
-            prev_end = int(np.frombuffer(raw[:OFFSET_WIDTH], "<u8")[0] & OFFSET_MASK)
-            raw = raw[OFFSET_WIDTH:]
-        else:
-            prev_end = 0
-        if n == 0:
-            return pa.array([], pa.string())
-        last_end = int(np.frombuffer(raw[(n - 1) * OFFSET_WIDTH : n * OFFSET_WIDTH], "<u8")[0] & OFFSET_MASK)
-        data = fetch(dat_name, prev_end, last_end)
-        return decode_string(raw, prev_end, data, n)
-    w = col.type.width
-    if n == 0:
-        return pa.array([], col.type.arrow_type)
-    return decode_fixed(col, fetch(file_names(col)[0], start * w, stop * w), n)
+    return read_columns([col], start, stop, lambda ranges: [fetch(*r) for r in ranges])[0]
 
 
 def _dict_fetch(files: Mapping[str, bytes | bytearray | memoryview]) -> Fetch:
@@ -213,10 +195,71 @@ def decode_table(
 def read_rows(schema: TableSchema, columns: Sequence[str] | None, start: int, stop: int, fetch: Fetch) -> pa.Table:
     """Rows [start, stop) of the given columns (all when None) as a Table with the schema's
     Arrow types."""
+    return read_rows_batched(schema, columns, start, stop, lambda ranges: [fetch(*r) for r in ranges])
+
+
+FetchMany = Callable[[Sequence[tuple[str, int, int]]], list[bytes]]
+"""fetch_many([(file_name, start, stop), ...]) -> the bytes of each range, in order."""
+
+
+def read_rows_batched(schema: TableSchema, columns: Sequence[str] | None, start: int, stop: int,
+                      fetch_many: FetchMany, sizes: Mapping[str, int] | None = None) -> pa.Table:
+    """``read_rows`` asking for its byte ranges together: one ``fetch_many`` for every fixed-width
+    column and every offsets file, then one for the string data the offsets locate.
+
+    ``sizes``, when given, are file sizes covering at least rows ``[0, stop)`` (a published
+    snapshot's).  Reading from row 0 with them, a string column's data is ``[0, size)`` of its
+    data file, so the whole read is one ``fetch_many``: what a reader over gRPC pays per call is
+    paid once per location, not once per file."""
     names = list(columns) if columns is not None else schema.column_names
-    arrays = [read_column(schema.column(c), start, stop, fetch) for c in names]
+    arrays = read_columns([schema.column(c) for c in names], start, stop, fetch_many, sizes)
     arrow = schema.arrow_schema()
     return pa.Table.from_arrays(arrays, schema=pa.schema([arrow.field(c) for c in names]))
+
+
+def read_columns(cols: Sequence[Column], start: int, stop: int, fetch_many: FetchMany,
+                 sizes: Mapping[str, int] | None = None) -> list[pa.Array]:
+    """Rows [start, stop) of each column (``read_rows_batched``'s two rounds of fetches)."""
+    n = stop - start
+    if n <= 0:
+        return [pa.array([], c.type.arrow_type) for c in cols]
+    first: list[tuple[str, int, int]] = []
+    for col in cols:
+        if col.type is ColumnType.STRING:
+            off_name, dat_name = file_names(col)
+            first.append((off_name, (start - 1) * OFFSET_WIDTH if start > 0 else 0, stop * OFFSET_WIDTH))
+            if start == 0 and sizes is not None and dat_name in sizes:
+                first.append((dat_name, 0, sizes[dat_name]))
+        else:
+            w = col.type.width
+            first.append((file_names(col)[0], start * w, stop * w))
+    got = iter(fetch_many(first))
+    fixed: dict[int, bytes] = {}
+    strings: dict[int, tuple[bytes, int, int, bytes | None]] = {}  # i -> (ends, prev_end, last_end, data)
+    for i, col in enumerate(cols):
+        if col.type is not ColumnType.STRING:
+            fixed[i] = next(got)
+            continue
+        raw = next(got)
+        data = next(got) if start == 0 and sizes is not None and file_names(col)[1] in sizes else None
+        prev_end = 0
+        if start > 0:
+            prev_end = int(np.frombuffer(raw[:OFFSET_WIDTH], "<u8")[0] & OFFSET_MASK)
+            raw = raw[OFFSET_WIDTH:]
+        last_end = int(np.frombuffer(raw[(n - 1) * OFFSET_WIDTH : n * OFFSET_WIDTH], "<u8")[0] & OFFSET_MASK)
+        if data is not None and len(data) < last_end:
+            data = None  # the sizes were short of the rows after all: ask for the data itself
+        strings[i] = (raw, prev_end, last_end, data)
+    second = [(file_names(cols[i])[1], prev, last) for i, (_, prev, last, data) in strings.items() if data is None]
+    more = iter(fetch_many(second) if second else [])
+    arrays = []
+    for i, col in enumerate(cols):
+        if i in fixed:
+            arrays.append(decode_fixed(col, fixed[i], n))
+            continue
+        raw, prev_end, last_end, data = strings[i]
+        arrays.append(decode_string(raw, prev_end, next(more) if data is None else data, n))
+    return arrays
 
 
 def check_sizes(schema: TableSchema, rows: int, sizes: Mapping[str, int]) -> str | None:
