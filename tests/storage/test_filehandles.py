@@ -262,3 +262,38 @@ def test_two_thousand_column_files_never_exceed_64_descriptors(tmp_path):
     assert len(eng2.locations()) == 182 and all(loc.published_rows == 100 for loc in eng2.locations())
     assert fds_under(root, column_files_only=True) <= 64
     eng2.close()
+
+
+def test_a_slow_open_holds_up_no_other_handle(tmp_path):
+    """Creating a file can take long on a busy file system: other files open (and reopen) in
+    the meantime, and the slow one's descriptor still counts against the capacity."""
+    entered, gate = threading.Event(), threading.Event()
+
+    class SlowCreate(OsFileSystem):
+        def open(self, path: str, flags: int, mode: int = 0o644) -> int:  # noqa: D102
+            if path.endswith("slow.dat"):
+                entered.set()
+                gate.wait(20)
+            return super().open(path, flags, mode)
+
+    paths = make_files(tmp_path, 4)
+    f = TrackedFileHandleFactory(max_open_files=4, fs=SlowCreate())
+    slow: list = []
+    t = threading.Thread(target=lambda: slow.append(f.open(str(tmp_path / "files" / "slow.dat"))))
+    t.start()
+    try:
+        assert entered.wait(10)
+        t0 = time.monotonic()
+        hs = [f.open(p) for p in paths[:3]]
+        assert time.monotonic() - t0 < 5  # not behind the slow create
+        assert f.open_count == 3
+        hs.append(f.open(paths[3]))  # the fourth: capacity 4 with one opening, so one is reclaimed first
+        assert f.open_count <= 3
+    finally:
+        gate.set()
+        t.join(20)
+    assert slow and f.open_count <= 4
+    slow[0].pwrite(b"x", 0)
+    assert [h.pwrite(b"y", 0) for h in hs] == [1] * 4  # reclaimed handles reopen
+    assert f.peak_open <= 4
+    f.close_all()

@@ -172,6 +172,7 @@ class TrackedFileHandleFactory:
         self.capacity = max_open_files
         self.fs = fs
         self._lock = threading.Lock()
+        self._opening = 0  # descriptors being opened now, outside the lock (see _open_fd)
         # id(handle) -> handle, in the order their current descriptors were opened
         self._handles: "collections.OrderedDict[int, TrackedFile]" = collections.OrderedDict()
         self._reclaims: collections.deque[float] = collections.deque()
@@ -196,37 +197,58 @@ class TrackedFileHandleFactory:
         with self._lock:
             return len(self._handles)
 
-    # -- internals: _open_fd and _release are called with f.lock held --------------------------
+    # -- internals: _open_fd and _release are called with f.lock held (never the factory's) -----
     def _open_fd(self, f: TrackedFile, create: bool) -> None:
+        # The open itself runs without the factory's lock: creating a file can take milliseconds
+        # (a new inode, on a busy file system), and a burst of new locations creates hundreds
+        # side by side while every other handle may need the lock to reopen.  ``_opening``
+        # counts the descriptors about to exist, so the capacity still holds.
         with self._lock:
-            if len(self._handles) >= self.capacity:
+            if len(self._handles) + self._opening >= self.capacity:
                 self._cleanup_locked(exclude=f)
-            flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
-            try:
-                fd = self.fs.open(f.path, flags, 0o644)
-            except FileNotFoundError:
-                if f.identity is None:
-                    raise
-                raise FileIdentityError(
-                    f"{f.path}: column file was deleted while the DIS had it open "
-                    f"(inode {f.identity[1]}); never delete or replace column files of a running DIS"
-                ) from None
-            st = self.fs.fstat(fd)
-            ident = (st.st_dev, st.st_ino)
-            if f.identity is not None and ident != f.identity:
-                self.fs.close(fd)
-                raise FileIdentityError(
-                    f"{f.path}: column file was replaced while the DIS had it open (device/inode "
-                    f"{f.identity[0]}/{f.identity[1]} is now {ident[0]}/{ident[1]}); "
-                    "never delete or replace column files of a running DIS"
-                )
-            f.identity = ident
+            self._opening += 1
+        try:
+            fd = self._open_checked(f, create)
+        except BaseException:
+            with self._lock:
+                self._opening -= 1
+            raise
+        with self._lock:
+            self._opening -= 1
             f.fd = fd
             f.opens += 1
             self._handles[id(f)] = f
             n = len(self._handles)
             if n > self.peak_open:
                 self.peak_open = n
+
+    def _open_checked(self, f: TrackedFile, create: bool) -> int:
+        """A descriptor of ``f``'s file, which must be the file ``f`` first opened."""
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        try:
+            fd = self.fs.open(f.path, flags, 0o644)
+        except FileNotFoundError:
+            if f.identity is None:
+                raise
+            raise FileIdentityError(
+                f"{f.path}: column file was deleted while the DIS had it open "
+                f"(inode {f.identity[1]}); never delete or replace column files of a running DIS"
+            ) from None
+        try:
+            st = self.fs.fstat(fd)
+        except BaseException:
+            _close_quietly(self.fs, fd)
+            raise
+        ident = (st.st_dev, st.st_ino)
+        if f.identity is not None and ident != f.identity:
+            self.fs.close(fd)
+            raise FileIdentityError(
+                f"{f.path}: column file was replaced while the DIS had it open (device/inode "
+                f"{f.identity[0]}/{f.identity[1]} is now {ident[0]}/{ident[1]}); "
+                "never delete or replace column files of a running DIS"
+            )
+        f.identity = ident
+        return fd
 
     def _release(self, f: TrackedFile) -> None:
         with self._lock:
@@ -245,7 +267,7 @@ class TrackedFileHandleFactory:
         target = int(self.capacity * TARGET_FRACTION)
         closed = 0
         for key, h in list(self._handles.items()):
-            if len(self._handles) < target:
+            if len(self._handles) + self._opening < target:
                 break
             if h is exclude or not h.lock.acquire(blocking=False):
                 continue
