@@ -100,6 +100,10 @@ def test_bad_names_in_reads_are_refused_and_never_reach_the_disk(dis, ch, tmp_pa
             list(td.ReadBlocks(dis_pb2.ReadBlocksRequest(location=loc, file="Size.dat", first_block=0, block_count=4),
                                timeout=10))
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (bad, ei.value.details())
+        with pytest.raises(grpc.RpcError) as ei:
+            list(td.ReadRanges(dis_pb2.ReadRangesRequest(location=loc, ranges=[
+                dis_pb2.BlockRange(file="Size.dat", first_block=0, block_count=4)]), timeout=10))
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (bad, ei.value.details())
         # listing filters are compared, never used as paths: a hostile filter matches nothing
         assert not td.ListLocations(dis_pb2.ListLocationsRequest(namespace=bad, table=bad), timeout=10).locations
 
@@ -118,6 +122,14 @@ def test_file_names_in_reads_cannot_escape_the_location(dis, ch, tmp_path):
         with pytest.raises(grpc.RpcError) as ei:
             td.ReadBlock(dis_pb2.ReadBlockRequest(location=loc, file=name, block_index=0), timeout=10)
         assert ei.value.code() == grpc.StatusCode.NOT_FOUND and "no column file" in ei.value.details(), name
+        got = []
+        with pytest.raises(grpc.RpcError) as ei:  # a bad name anywhere in the ranges: no part is sent
+            for m in td.ReadRanges(dis_pb2.ReadRangesRequest(location=loc, ranges=[
+                    dis_pb2.BlockRange(file="Size.dat", first_block=0, block_count=1),
+                    dis_pb2.BlockRange(file=name, first_block=0, block_count=1)]), timeout=10):
+                got.append(m)
+        assert ei.value.code() == grpc.StatusCode.NOT_FOUND and "no column file" in ei.value.details(), name
+        assert got == [], name
 
 
 def test_unknown_table_is_not_found_on_ingest_and_reads(dis, ch):
