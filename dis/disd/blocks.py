@@ -49,7 +49,7 @@ from disd.schemaversions import Projection, origins, projection
 from disd.security import ClientSecurity
 from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from disd.storage.checkpoint import CheckpointError, CheckpointRecord, read_record
-from disd.storage.columns import read_rows_batched
+from disd.storage.columns import DataEnds, read_rows_batched
 from disd.storage.engine import location_path, subdirs
 from disd.storage.versionstore import VersionStoreError, with_stored_history
 
@@ -134,7 +134,8 @@ class BlockSource(Protocol):
 
 
 def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapshot,
-                  columns: Sequence[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
+                  columns: Sequence[str] | None = None, start: int = 0, stop: int | None = None,
+                  ends: DataEnds | None = None) -> pa.Table:
     """Rows ``[start, stop)`` of one location (at most ``snap.rows``) as a pyarrow Table of
     ``schema``'s columns and Arrow types, decoded by ``disd.storage.columns`` from the bytes
     ``source`` serves.
@@ -144,16 +145,20 @@ def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapsh
     0 means ``schema``'s own) is decoded in that version, from its files' names then, and only
     the columns the presented ones come from; ``version_projection`` turns those into
     ``schema``'s columns.  A location in ``schema``'s own version is decoded as it is: nothing
-    extra on the common path."""
+    extra on the common path.
+
+    The bytes come in one ``source.read_ranges`` when the read goes to the snapshot's end and
+    starts at row 0, or where ``ends`` (this location's ``DataEnds``) knows the string data to
+    start; otherwise in two, the second for string data the offsets locate."""
     stop = snap.rows if stop is None else min(stop, snap.rows)
     fetch = lambda ranges: source.read_ranges(snap, ranges)  # noqa: E731
     # The snapshot's sizes cover at least its rows: a read to its end knows every range at once.
     sizes = snap.files if stop == snap.rows else None
     version = snap.schema_version or schema.version
     if version == schema.version:
-        return read_rows_batched(schema, columns, start, max(start, stop), fetch, sizes)
+        return read_rows_batched(schema, columns, start, max(start, stop), fetch, sizes, ends)
     proj = version_projection(schema, version, columns, f"location {snap.key}")
-    stored = read_rows_batched(proj.stored, proj.stored_columns, start, max(start, stop), fetch, sizes)
+    stored = read_rows_batched(proj.stored, proj.stored_columns, start, max(start, stop), fetch, sizes, ends)
     try:
         return proj.apply(stored)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:

@@ -18,6 +18,7 @@ any ``BlockSource``.  Used by ``dis ls``, the Spark source and users with pandas
 
 from __future__ import annotations
 
+import collections
 from typing import Iterable, Iterator, Sequence
 
 import grpc
@@ -34,6 +35,7 @@ from disd.blocks import (
     read_location,
     restarting,
 )
+from disd.names import LocationKey
 from disd.routing import Routing, resolve
 from disd.rpc.keys import key_from_proto, key_to_proto
 from disd.rpc.v1 import dis_pb2
@@ -41,6 +43,20 @@ from disd.schema import TableSchema
 from disd.security import ClientSecurity
 
 __all__ = ["Client", "DisClientError", "LocationSnapshot", "connect", "table_from_blocks"]
+
+#: locations whose string data ends a client remembers (least recently read forgotten first)
+ENDS_LOCATIONS = 100_000
+#: ends remembered per location: a follower needs only where its last read stopped
+ENDS_PER_LOCATION = 8
+
+
+class _LocationEnds(dict):
+    """One location's ``DataEnds``: at most ENDS_PER_LOCATION, the oldest forgotten first."""
+
+    def __setitem__(self, key: tuple[str, int], end: int) -> None:
+        super().__setitem__(key, end)
+        if len(self) > ENDS_PER_LOCATION:
+            del self[next(iter(self))]
 
 
 class Client(GrpcBlocks):
@@ -51,6 +67,7 @@ class Client(GrpcBlocks):
                  retry_s: float = DEFAULT_RETRY_S) -> None:
         super().__init__(routing, security, timeout_s, retry_s)
         self._schemas: dict[tuple[str, str], TableSchema] = {}
+        self._ends: collections.OrderedDict[LocationKey, _LocationEnds] = collections.OrderedDict()
 
     # -- catalogue -----------------------------------------------------------------------------
     def tables(self) -> list[TableSchema]:
@@ -163,8 +180,23 @@ class Client(GrpcBlocks):
     def read_location(self, snap: LocationSnapshot, columns: Sequence[str] | None = None,
                       start: int = 0, stop: int | None = None) -> pa.Table:
         """Rows [start, stop) of one location (at most ``snap.rows``) as a pyarrow Table of the
-        table's newest version (a location written in an older one is projected onto it)."""
-        return read_location(self, self.schema(snap.key.namespace, snap.key.table), snap, columns, start, stop)
+        table's newest version (a location written in an older one is projected onto it).
+
+        A read to the snapshot's end is one call to the DIS (``ReadRanges``), and so is the next
+        read from where it stopped (a follower's): the client remembers where each location's
+        string data ended (``disd.storage.columns.DataEnds``)."""
+        return read_location(self, self.schema(snap.key.namespace, snap.key.table), snap, columns, start, stop,
+                             self._location_ends(snap.key))
+
+    def _location_ends(self, key: LocationKey) -> "_LocationEnds":
+        ends = self._ends.get(key)
+        if ends is None:
+            ends = self._ends[key] = _LocationEnds()
+            if len(self._ends) > ENDS_LOCATIONS:
+                self._ends.popitem(last=False)
+        else:
+            self._ends.move_to_end(key)
+        return ends
 
     def read_table(self, namespace: str, table: str, columns: Sequence[str] | None = None,
                    partitions: Iterable[str] | None = None) -> pa.Table:

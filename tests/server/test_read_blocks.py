@@ -154,6 +154,13 @@ def test_a_location_is_read_in_one_call(loaded):
             assert c.read_location(s, columns=["Size", "Price"], start=5, stop=99).equals(
                 direct.read_location(snap, columns=["Size", "Price"], start=5, stop=99))
             assert counting.calls == {"ReadRanges": 1}
+            # a follower: the read from where the last one stopped knows where its strings start
+            counting.calls.clear()
+            assert c.read_location(s, start=3000, stop=7000).equals(direct.read_location(snap).slice(3000, 4000))
+            assert counting.calls == {"ReadRanges": 2}
+            counting.calls.clear()
+            assert c.read_location(s, start=7000).equals(direct.read_location(snap).slice(7000))
+            assert counting.calls == {"ReadRanges": 1}
     finally:
         server.stop(0)
 

@@ -119,6 +119,20 @@ def test_batched_reads_ask_once_from_row_zero_and_twice_after_it(all_types_locat
     assert read(0, N, short) == 2
     assert read(17, 17, sizes) == 0
 
+    # DataEnds: a read from where an earlier one stopped knows its strings' first byte
+    ends: dict = {}
+
+    def follow(a: int, b: int, sizes=None):  # noqa: ANN001, ANN202
+        calls.clear()
+        got = colfmt.read_rows_batched(ALL_TYPES, None, a, b, fetch_many, sizes, ends)
+        assert got.equals(expect.slice(a, b - a)), (a, b)
+        return len(calls)
+
+    assert follow(1000, 2500) == 2 and follow(2500, N, sizes) == 1
+    assert follow(2500, 3000) == 2  # not to the sizes' end: the data is located by the offsets, as before
+    assert follow(3000, 4000, sizes) == 1  # sizes covering more rows than read
+    assert follow(4000, N, short) == 2  # the sizes short of the rows: the data is asked for again
+
 
 def test_byte_layout_is_as_documented(tmp_path):
     """Pin the format: little-endian values, sentinels, bool as i8 0/1/-1, string end offsets with

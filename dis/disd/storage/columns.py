@@ -18,7 +18,7 @@ file can rebuild any row range without the rest.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -202,34 +202,55 @@ FetchMany = Callable[[Sequence[tuple[str, int, int]]], list[bytes]]
 """fetch_many([(file_name, start, stop), ...]) -> the bytes of each range, in order."""
 
 
+class DataEnds(Protocol):
+    """Where a string column's data ends after a row, learnt from its offsets file: ``(offsets
+    file name, row)`` -> the end (in the data file) of rows ``[0, row)``.  Column bytes never
+    change below a published size, so what a reader learnt stays true for its location.  A dict
+    will do; ``disd.client`` keeps one per location read."""
+
+    def get(self, key: tuple[str, int]) -> int | None: ...
+
+    def __setitem__(self, key: tuple[str, int], end: int) -> None: ...
+
+
 def read_rows_batched(schema: TableSchema, columns: Sequence[str] | None, start: int, stop: int,
-                      fetch_many: FetchMany, sizes: Mapping[str, int] | None = None) -> pa.Table:
+                      fetch_many: FetchMany, sizes: Mapping[str, int] | None = None,
+                      ends: DataEnds | None = None) -> pa.Table:
     """``read_rows`` asking for its byte ranges together: one ``fetch_many`` for every fixed-width
     column and every offsets file, then one for the string data the offsets locate.
 
     ``sizes``, when given, are file sizes covering at least rows ``[0, stop)`` (a published
     snapshot's).  Reading from row 0 with them, a string column's data is ``[0, size)`` of its
     data file, so the whole read is one ``fetch_many``: what a reader over gRPC pays per call is
-    paid once per location, not once per file."""
+    paid once per location, not once per file.
+
+    ``ends``, when given, remembers where string data ends after a row (``DataEnds``): a read
+    from a row an earlier read stopped at knows its data's first byte too, so with ``sizes`` it
+    is one ``fetch_many`` as well (a reader following a location's new rows)."""
     names = list(columns) if columns is not None else schema.column_names
-    arrays = read_columns([schema.column(c) for c in names], start, stop, fetch_many, sizes)
+    arrays = read_columns([schema.column(c) for c in names], start, stop, fetch_many, sizes, ends)
     arrow = schema.arrow_schema()
     return pa.Table.from_arrays(arrays, schema=pa.schema([arrow.field(c) for c in names]))
 
 
 def read_columns(cols: Sequence[Column], start: int, stop: int, fetch_many: FetchMany,
-                 sizes: Mapping[str, int] | None = None) -> list[pa.Array]:
-    """Rows [start, stop) of each column (``read_rows_batched``'s two rounds of fetches)."""
+                 sizes: Mapping[str, int] | None = None, ends: DataEnds | None = None) -> list[pa.Array]:
+    """Rows [start, stop) of each column (``read_rows_batched``'s rounds of fetches)."""
     n = stop - start
     if n <= 0:
         return [pa.array([], c.type.arrow_type) for c in cols]
     first: list[tuple[str, int, int]] = []
-    for col in cols:
+    known: dict[int, int] = {}  # string column index -> where its data starts (the end of row start - 1)
+    for i, col in enumerate(cols):
         if col.type is ColumnType.STRING:
             off_name, dat_name = file_names(col)
-            first.append((off_name, (start - 1) * OFFSET_WIDTH if start > 0 else 0, stop * OFFSET_WIDTH))
-            if start == 0 and sizes is not None and dat_name in sizes:
-                first.append((dat_name, 0, sizes[dat_name]))
+            prev = 0 if start == 0 else (ends.get((off_name, start)) if ends is not None else None)
+            if prev is not None:
+                known[i] = prev
+            first.append((off_name, (start - 1) * OFFSET_WIDTH if prev is None else start * OFFSET_WIDTH,
+                          stop * OFFSET_WIDTH))
+            if prev is not None and sizes is not None and dat_name in sizes:
+                first.append((dat_name, prev, max(prev, sizes[dat_name])))
         else:
             w = col.type.width
             first.append((file_names(col)[0], start * w, stop * w))
@@ -240,15 +261,19 @@ def read_columns(cols: Sequence[Column], start: int, stop: int, fetch_many: Fetc
         if col.type is not ColumnType.STRING:
             fixed[i] = next(got)
             continue
+        off_name, dat_name = file_names(col)
         raw = next(got)
-        data = next(got) if start == 0 and sizes is not None and file_names(col)[1] in sizes else None
-        prev_end = 0
-        if start > 0:
+        data = next(got) if i in known and sizes is not None and dat_name in sizes else None
+        if i in known:
+            prev_end = known[i]
+        else:
             prev_end = int(np.frombuffer(raw[:OFFSET_WIDTH], "<u8")[0] & OFFSET_MASK)
             raw = raw[OFFSET_WIDTH:]
         last_end = int(np.frombuffer(raw[(n - 1) * OFFSET_WIDTH : n * OFFSET_WIDTH], "<u8")[0] & OFFSET_MASK)
-        if data is not None and len(data) < last_end:
+        if data is not None and len(data) < last_end - prev_end:
             data = None  # the sizes were short of the rows after all: ask for the data itself
+        if ends is not None:
+            ends[(off_name, stop)] = last_end
         strings[i] = (raw, prev_end, last_end, data)
     second = [(file_names(cols[i])[1], prev, last) for i, (_, prev, last, data) in strings.items() if data is None]
     more = iter(fetch_many(second) if second else [])
