@@ -21,7 +21,7 @@ from disd.proxy.upstream import Upstream, snapshot_info
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server.blockhttp import Refused
-from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates
+from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates, ranges_messages
 
 #: Seconds between a wildcard subscription's looks for tables that appeared upstream.
 NEW_TABLES_S = 5.0
@@ -134,27 +134,8 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
     def ReadRanges(self, request, context):  # noqa: N802
         snap = self._snapshot(request, context)
         wanted = [(r, self._file_size(snap, r.file, context)) for r in request.ranges]
-        bs = snap.block_size
-        per_message = max(1, BLOCKS_MESSAGE_BYTES // bs)
-        parts: list[dis_pb2.RangeBlocks] = []
-        held = 0
-        for index, (r, size) in enumerate(wanted):
-            end = min(r.first_block + r.block_count, -(-size // bs))
-            first = r.first_block
-            while True:
-                take = min(end - first, per_message - held) if first < end else 0
-                blocks = (self._upstream(context, lambda: self.blocks.blocks(snap, r.file, first, first + take - 1))
-                          if take else [])
-                parts.append(dis_pb2.RangeBlocks(range=index, blocks=blocks, file_size=size))
-                held += take
-                first += take
-                if held >= per_message:
-                    yield dis_pb2.ReadRangesResponse(parts=parts)
-                    parts, held = [], 0
-                if first >= end:
-                    break
-        if parts:
-            yield dis_pb2.ReadRangesResponse(parts=parts)
+        yield from ranges_messages(wanted, snap.block_size, lambda file, first, n, size: self._upstream(
+            context, lambda: self.blocks.blocks(snap, file, first, first + n - 1)))
 
     def Status(self, request, context):  # noqa: N802
         """The upstream owners' Status of the matching locations, with the proxy's version and

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator, Sequence
 
 import grpc
 
@@ -33,6 +33,32 @@ def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
         files=[dis_pb2.ColumnFile(name=n, size=sz) for n, sz in sorted(files.items())],
         schema_version=loc.schema_version,  # its files are in this version; readers project to the newest
     )
+
+
+def ranges_messages(wanted: Sequence[tuple[dis_pb2.BlockRange, int]], block_size: int,
+                    read: Callable[[str, int, int, int], list[bytes]]) -> Iterator[dis_pb2.ReadRangesResponse]:
+    """ReadRanges' answer (a DIS's and a proxy's): for each (range, its file's published size),
+    its blocks below that size in order, packed about BLOCKS_MESSAGE_BYTES of blocks a message.
+    ``read(file, first, n, size)`` returns ``n`` blocks of ``file`` from block ``first``."""
+    per_message = max(1, BLOCKS_MESSAGE_BYTES // block_size)
+    parts: list[dis_pb2.RangeBlocks] = []
+    held = 0  # blocks in ``parts``
+    for index, (r, size) in enumerate(wanted):
+        end = min(r.first_block + r.block_count, -(-size // block_size))
+        first = r.first_block
+        while True:
+            take = min(end - first, per_message - held) if first < end else 0
+            blocks = read(r.file, first, take, size) if take else []
+            parts.append(dis_pb2.RangeBlocks(range=index, blocks=blocks, file_size=size))
+            held += take
+            first += take
+            if held >= per_message:
+                yield dis_pb2.ReadRangesResponse(parts=parts)
+                parts, held = [], 0
+            if first >= end:
+                break
+    if parts:
+        yield dis_pb2.ReadRangesResponse(parts=parts)
 
 
 class Updates:
@@ -173,13 +199,9 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         return dis_pb2.ReadBlockResponse(data=self._block(key, loc, request.file, request.block_index, size),
                                          file_size=size)
 
-    def _blocks_end(self, first: int, count: int, size: int) -> int:
-        """One past the last block of [first, first + count) below a published ``size``."""
-        return min(first + count, -(-size // self.block_size))
-
     def ReadBlocks(self, request, context):  # noqa: N802
         key, loc, size = self._column_file(request, context)
-        end = self._blocks_end(request.first_block, request.block_count, size)
+        end = min(request.first_block + request.block_count, -(-size // self.block_size))
         per_message = max(1, BLOCKS_MESSAGE_BYTES // self.block_size)
         for first in range(request.first_block, end, per_message):
             blocks = [self._block(key, loc, request.file, i, size) for i in range(first, min(end, first + per_message))]
@@ -189,25 +211,8 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         key, loc = self._location(request, context)
         sizes = loc.column_files()  # once: every range is read below the sizes of one moment
         wanted = [(r, self._file_size(key, sizes, r.file, context)) for r in request.ranges]
-        per_message = max(1, BLOCKS_MESSAGE_BYTES // self.block_size)
-        parts: list[dis_pb2.RangeBlocks] = []
-        held = 0  # blocks in ``parts``
-        for index, (r, size) in enumerate(wanted):
-            end = self._blocks_end(r.first_block, r.block_count, size)
-            first = r.first_block
-            while True:
-                take = min(end - first, per_message - held) if first < end else 0
-                blocks = [self._block(key, loc, r.file, i, size) for i in range(first, first + take)]
-                parts.append(dis_pb2.RangeBlocks(range=index, blocks=blocks, file_size=size))
-                held += take
-                first += take
-                if held >= per_message:
-                    yield dis_pb2.ReadRangesResponse(parts=parts)
-                    parts, held = [], 0
-                if first >= end:
-                    break
-        if parts:
-            yield dis_pb2.ReadRangesResponse(parts=parts)
+        yield from ranges_messages(wanted, self.block_size, lambda file, first, n, size: [
+            self._block(key, loc, file, i, size) for i in range(first, first + n)])
 
     def Status(self, request, context):  # noqa: N802
         from disd import __version__
