@@ -12,9 +12,9 @@ that serves the bytes below a snapshot's sizes serves the same bytes.  Implement
 in everything else:
 
 * ``GrpcBlocks`` — DISes over gRPC: locations as the owning DIS lists them (published sizes,
-  ``routing`` says which DIS, or which set of hot replicas, owns a table), ranges fetched as
-  64 KiB blocks in one ``ReadBlocks`` stream (``ReadBlock`` calls against a DIS without it), over
-  channels with ``ClientSecurity``.  A read whose replica goes down continues on another replica
+  ``routing`` says which DIS, or which set of hot replicas, owns a table), a location's ranges
+  fetched as 64 KiB blocks in one ``ReadRanges`` stream (a ``ReadBlocks`` stream or ``ReadBlock``
+  calls per range against an older DIS), over channels with ``ClientSecurity``.  A read whose replica goes down continues on another replica
   that has published the bytes it reads (docs/replicas.md).
 * ``LocalColumnFiles`` — the column files under a database root, read with ``pread``: on the DIS
   host or a shared mount.  It serves snapshots listed by a DIS (published sizes: Spark's
