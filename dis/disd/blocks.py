@@ -2,7 +2,8 @@
 
 A reader (``disd.client.Client.read_table``, the Spark source's planning and tasks, a merge)
 needs two things from wherever the column files are: the locations of a table with their sizes
-(``LocationSnapshot``: rows and column file sizes that cover exactly those rows), and byte ranges
+(``LocationSnapshot``: rows and column file sizes that cover those rows: exactly at a checkpoint,
+and at a published size perhaps a flush's rows more, as a DIS reads the rows first), and byte ranges
 of a column file below those sizes.  ``BlockSource`` is that interface and nothing more; turning
 the bytes into Arrow arrays is ``disd.storage.columns``'s job alone (``read_location``).
 
