@@ -22,7 +22,7 @@ from disd.server.ingestsessions import SessionRegistry
 from disd.storage import StorageEngine
 
 
-BLOCKS_MESSAGE_BYTES = 1 << 20  # blocks per ReadBlocks message: gRPC's per-message cost is paid per MiB
+BLOCKS_MESSAGE_BYTES = 1 << 20  # blocks per ReadBlocks or ReadRanges message: gRPC's per-message cost is paid per MiB
 
 
 def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
