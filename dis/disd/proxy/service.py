@@ -108,9 +108,9 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
 
     @staticmethod
     def _file_size(snap: LocationSnapshot, file: str, context) -> int:  # noqa: ANN001
-        size = snap.files.get(file)
-        if size is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"location {snap.key} has no column file {file!r}")
+        size = file_size(snap, file)
+        if isinstance(size, str):
+            context.abort(grpc.StatusCode.NOT_FOUND, size)
         return size
 
     def ReadBlock(self, request, context):  # noqa: N802
@@ -167,10 +167,14 @@ def published(upstream: Upstream, key: LocationKey, file: str) -> tuple[Location
     snap, why = published_snapshot(upstream, key)
     if snap is None:
         return None, why
+    size = file_size(snap, file)
+    return (None, size) if isinstance(size, str) else (snap, size)
+
+
+def file_size(snap: LocationSnapshot, file: str) -> int | str:
+    """The size of ``file`` in ``snap``, or why not (as a DIS words it)."""
     size = snap.files.get(file)
-    if size is None:
-        return None, f"location {key} has no column file {file!r}"
-    return snap, size
+    return f"location {snap.key} has no column file {file!r}" if size is None else size
 
 
 class ProxyBlockBackend:

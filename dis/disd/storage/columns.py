@@ -241,6 +241,7 @@ def read_columns(cols: Sequence[Column], start: int, stop: int, fetch_many: Fetc
         return [pa.array([], c.type.arrow_type) for c in cols]
     first: list[tuple[str, int, int]] = []
     known: dict[int, int] = {}  # string column index -> where its data starts (the end of row start - 1)
+    inline: set[int] = set()  # string columns whose data is asked for in the first round
     for i, col in enumerate(cols):
         if col.type is ColumnType.STRING:
             off_name, dat_name = file_names(col)
@@ -250,6 +251,7 @@ def read_columns(cols: Sequence[Column], start: int, stop: int, fetch_many: Fetc
             first.append((off_name, (start - 1) * OFFSET_WIDTH if prev is None else start * OFFSET_WIDTH,
                           stop * OFFSET_WIDTH))
             if prev is not None and sizes is not None and dat_name in sizes:
+                inline.add(i)
                 first.append((dat_name, prev, max(prev, sizes[dat_name])))
         else:
             w = col.type.width
@@ -261,9 +263,9 @@ def read_columns(cols: Sequence[Column], start: int, stop: int, fetch_many: Fetc
         if col.type is not ColumnType.STRING:
             fixed[i] = next(got)
             continue
-        off_name, dat_name = file_names(col)
+        off_name = file_names(col)[0]
         raw = next(got)
-        data = next(got) if i in known and sizes is not None and dat_name in sizes else None
+        data = next(got) if i in inline else None
         if i in known:
             prev_end = known[i]
         else:
