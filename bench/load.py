@@ -189,9 +189,10 @@ def warm_memory(mib: int) -> None:
         subprocess.run([sys.executable, "-c", f"import numpy; numpy.ones({int(mib)} << 20, numpy.uint8)"], check=True)
 
 
-def cpu_seconds(c: Cluster) -> dict[str, float]:
-    """CPU seconds used so far by the DIS, the tailers (together) and this process (loggers,
-    readers, Spark driver; Spark's JVM and Python workers are not counted)."""
+def cpu_seconds(c: Cluster, sampler: int | None = None) -> dict[str, float]:
+    """CPU seconds used so far by the DIS, the tailers (together), this process (loggers,
+    readers, Spark driver; Spark's JVM and Python workers are not counted) and, given its pid,
+    the sampler process."""
     def used(pid: int) -> float:
         try:
             t = psutil.Process(pid).cpu_times()
@@ -199,7 +200,10 @@ def cpu_seconds(c: Cluster) -> dict[str, float]:
         except psutil.Error:
             return 0.0
 
-    return {"dis": used(c.dis.p.pid), "tailers": sum(used(t.p.pid) for t in c.tailers), "bench": used(os.getpid())}
+    out = {"dis": used(c.dis.p.pid), "tailers": sum(used(t.p.pid) for t in c.tailers), "bench": used(os.getpid())}
+    if sampler is not None:
+        out["sampler"] = used(sampler)
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -575,6 +579,83 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
+@dataclass
+class CpuLimits:
+    """What this machine's cores allow at the CPU the run's processes used (the DIS, the
+    tailers, this process and the sampler; Spark's JVM is not counted, so with Spark the true
+    limits are lower still).
+
+    A phase cannot end sooner than its processes' CPU seconds spread perfectly over every core,
+    so ``ratio_cpu_ceiling`` (the baseline's seconds over that shortest burst) bounds the ratio
+    from above: a ratio near it says the burst was bound by CPU, not by waiting, and only less
+    CPU per location can raise it.  Likewise the live phase's CPU per location write, over all
+    processes, sets the most location writes per second these cores carry
+    (``live_writes_per_s_ceiling``), and the DIS's share alone the most it could take with every
+    core to itself (``dis_live_writes_per_s_ceiling``).  That CPU covers the live phase and its
+    drain, idle work included (clocks, the sampler, the follower's waiting), so well below the
+    machine's capacity it overstates a write's cost and the ceilings are low; near it (the 10,000
+    locations of docs/benchmarks.md) they are what the run could not exceed."""
+
+    cores: int
+    burst_cpu_s: float
+    baseline_cpu_s: float
+    baseline_s: float
+    live_writes: int
+    live_s: float
+    asked_writes_per_s: float
+    live_cpu_ms_per_write: float
+    dis_live_cpu_ms_per_write: float
+
+    @property
+    def ratio_ceiling(self) -> float:
+        return self.baseline_s * self.cores / self.burst_cpu_s if self.burst_cpu_s > 0 else math.inf
+
+    def cpu_allowed(self, ratio: float) -> float:
+        """The CPU seconds a burst may use to reach ``ratio`` on these cores."""
+        return self.cores * self.baseline_s / ratio
+
+    def writes_ceiling(self, ms_per_write: float) -> float:
+        return self.cores * 1000 / ms_per_write if ms_per_write > 0 else math.inf
+
+    def line(self, live: bool) -> str:
+        text = (f"limits on {self.cores} cores: the burst's processes used {self.burst_cpu_s:.2f} CPU s (the "
+                f"baseline's {self.baseline_cpu_s:.2f}), so the ratio cannot exceed {self.ratio_ceiling:.2f} at that "
+                f"CPU; 0.8 needs the burst to use at most {self.cpu_allowed(0.8):.2f} CPU s")
+        if live:
+            text += (f"; live: {self.live_cpu_ms_per_write:.3f} ms of CPU per location write over all processes "
+                     f"carries at most {self.writes_ceiling(self.live_cpu_ms_per_write):.0f} location writes/s "
+                     f"(the DIS's {self.dis_live_cpu_ms_per_write:.3f} ms alone, with every core: "
+                     f"{self.writes_ceiling(self.dis_live_cpu_ms_per_write):.0f}/s); asked "
+                     f"{self.asked_writes_per_s:.0f}/s, made {self.live_writes / self.live_s:.0f}/s")
+        return text
+
+    def figures(self) -> dict:
+        """The JSON line's keys (None for a figure the run did not measure)."""
+        live = self.live_writes > 0
+        figures = {"cpu_s_burst": self.burst_cpu_s, "cpu_s_baseline": self.baseline_cpu_s,
+                "ratio_cpu_ceiling": self.ratio_ceiling,
+                "cpu_ms_per_write": self.live_cpu_ms_per_write if live else None,
+                "live_writes_per_s_asked": self.asked_writes_per_s if live else None,
+                "live_writes_per_s": self.live_writes / self.live_s if live and self.live_s > 0 else None,
+                "live_writes_per_s_ceiling": self.writes_ceiling(self.live_cpu_ms_per_write) if live else None,
+                "dis_live_writes_per_s_ceiling": self.writes_ceiling(self.dis_live_cpu_ms_per_write) if live else None}
+        return {k: None if v is not None and math.isinf(v) else v for k, v in figures.items()}
+
+
+def cpu_limits(cpu0: dict, cpu1: dict, cpu2: dict, bcpu0: dict, bcpu1: dict, baseline_s: float, live_writes: int,
+               live_s: float, asked_writes_per_s: float, cores: int) -> CpuLimits:
+    """The run's CPU (``cpu_seconds`` before and after the burst, after the live phase's drain,
+    before and after the baseline) as ``CpuLimits``."""
+    def spent(a: dict, b: dict, key: str | None = None) -> float:
+        return sum(b[k] - a[k] for k in a if key is None or k == key)
+
+    per_write = 1000 / max(1, live_writes)
+    return CpuLimits(cores=cores, burst_cpu_s=spent(cpu0, cpu1), baseline_cpu_s=spent(bcpu0, bcpu1),
+                     baseline_s=baseline_s, live_writes=live_writes, live_s=live_s, asked_writes_per_s=asked_writes_per_s,
+                     live_cpu_ms_per_write=spent(cpu1, cpu2) * per_write,
+                     dis_live_cpu_ms_per_write=spent(cpu1, cpu2, "dis") * per_write)
+
+
 def main() -> None:  # noqa: PLR0915 - one linear script
     args = parse_args()
     load_avg = os.getloadavg()[0]  # the machine may be shared: say how busy it was
@@ -627,11 +708,11 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         sampler.start()
         pub = Published(c.port)
         warm_memory(args.warm_mib)
-        m0, cpu0 = c.metrics(), cpu_seconds(c)
+        m0, cpu0 = c.metrics(), cpu_seconds(c, sampler.pid)
         t_burst = time.perf_counter()
         move_logs(work / "load" / "staged", work / "load" / "logs")
         burst_s = wait_published(c, pub, burst_rows, args.timeout_s, args.stall_s, streams, t_burst)
-        m1, cpu1 = c.metrics(), cpu_seconds(c)
+        m1, cpu1 = c.metrics(), cpu_seconds(c, sampler.pid)
         # per location: seconds from the move until its first rows were published (a location's
         # latency through the tailer finding it, its stream's open, the location's creation,
         # the first chunk, and the caught-up flush)
@@ -662,7 +743,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         feed.flush()
         total = burst_rows + live_rows
         drain_s = wait_published(c, pub, total, args.timeout_s, args.stall_s, streams)
-        m2, cpu2 = c.metrics(), cpu_seconds(c)
+        m2, cpu2 = c.metrics(), cpu_seconds(c, sampler.pid)
         live_p99, live_flushes = flush_p99(m1, m2)
         pub.close()
         caught_up = readers.wait_caught_up(total, 60)
@@ -765,6 +846,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     # drain) per such write
     tailer_ms_per_write = (cpu2["tailers"] - cpu1["tailers"]) * 1000 / max(1, ticks * streams)
     dis_ms_per_write = (cpu2["dis"] - cpu1["dis"]) * 1000 / max(1, ticks * streams)
+    limits = cpu_limits(cpu0, cpu1, cpu2, bcpu0, bcpu1, base_s, ticks * streams, live_s, streams / args.tick,
+                        os.cpu_count() or 1)
 
     def cpu_line(a: dict, b: dict, secs: float) -> str:
         return ", ".join(f"{k} {(b[k] - a[k]) / secs:.2f}" for k in a)
@@ -784,6 +867,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
           f"baseline: {cpu_line(bcpu0, bcpu1, base_s)}")
     print(f"DIS's CPU per location write, live: {dis_ms_per_write:.3f} ms; tailers' {tailer_ms_per_write:.3f} ms ({ticks * streams} writes: "
           f"{ticks} ticks x {streams} locations; stream_runtime {args.stream_runtime})")
+    print(limits.line(ticks > 0))
     print(f"lag (rows logged - published) per location, live: p50 {np.percentile(all_lags, 50):.0f}, p99 "
           f"{np.percentile(all_lags, 99):.0f}, max {all_lags.max():.0f} (a location gets "
           f"{args.live_rate / streams:.0f} rows/s); worst location, median over the first two thirds {early:.0f}, "
@@ -821,7 +905,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
          reader_errors=len(readers.errors) + len(sample_errors),
          spark_final_count_ok=(final_count == total) if final_count is not None else None,
          warm_mib=args.warm_mib, baseline_readers=args.baseline_readers, dis_cpu_s_burst=cpu1["dis"] - cpu0["dis"],
-         dis_cpu_s_baseline=bcpu1["dis"] - bcpu0["dis"],
+         dis_cpu_s_baseline=bcpu1["dis"] - bcpu0["dis"], **limits.figures(),
          load_average_start=load_avg, first_rows_p50_s=float(np.percentile(first_rows, 50)),
          first_rows_p90_s=float(np.percentile(first_rows, 90)), first_rows_last_s=float(first_rows[-1]))
 

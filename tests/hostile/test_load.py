@@ -34,6 +34,14 @@ def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_pat
     assert result["client_caught_up"] and result["client_rows_read"] == result["rows"] + result["live_rows"], human
     assert result["reader_errors"] == 0, human
     assert result["value"] > 0 and result["baseline"] > 0
+    # the CPU limits: every process's CPU counts (the DIS's is part of it), and no run can make
+    # location writes faster than its CPU per write allows on the machine's cores
+    assert result["cpu_s_burst"] > result["dis_cpu_s_burst"] > 0, human
+    assert result["ratio_cpu_ceiling"] > 0 and result["live_writes_per_s_asked"] == 20 / 1.0, human
+    live_s = result["live_rows"] / result["live_rows_per_s"]
+    made = result["live_writes_per_s"] * live_s / (live_s + result["drain_s"])  # over the CPU's window
+    assert result["live_writes_per_s_ceiling"] >= 0.95 * made, human
+    assert result["dis_live_writes_per_s_ceiling"] > result["live_writes_per_s_ceiling"], human
 
 
 def _env() -> dict:
