@@ -602,6 +602,7 @@ class CpuLimits:
     baseline_s: float
     live_writes: int
     live_s: float
+    cpu_window_s: float  # the live phase and its drain: the seconds its CPU was measured over
     asked_writes_per_s: float
     live_cpu_ms_per_write: float
     dis_live_cpu_ms_per_write: float
@@ -626,7 +627,8 @@ class CpuLimits:
                      f"carries at most {self.writes_ceiling(self.live_cpu_ms_per_write):.0f} location writes/s "
                      f"(the DIS's {self.dis_live_cpu_ms_per_write:.3f} ms alone, with every core: "
                      f"{self.writes_ceiling(self.dis_live_cpu_ms_per_write):.0f}/s); asked "
-                     f"{self.asked_writes_per_s:.0f}/s, made {self.live_writes / self.live_s:.0f}/s")
+                     f"{self.asked_writes_per_s:.0f}/s, made {self.live_writes / self.live_s:.0f}/s, published "
+                     f"{self.live_writes / self.cpu_window_s:.0f}/s from the phase's start to the drain's end")
         return text
 
     def figures(self) -> dict:
@@ -637,13 +639,14 @@ class CpuLimits:
                 "cpu_ms_per_write": self.live_cpu_ms_per_write if live else None,
                 "live_writes_per_s_asked": self.asked_writes_per_s if live else None,
                 "live_writes_per_s": self.live_writes / self.live_s if live and self.live_s > 0 else None,
+                "live_writes_published_per_s": self.live_writes / self.cpu_window_s if live else None,
                 "live_writes_per_s_ceiling": self.writes_ceiling(self.live_cpu_ms_per_write) if live else None,
                 "dis_live_writes_per_s_ceiling": self.writes_ceiling(self.dis_live_cpu_ms_per_write) if live else None}
         return {k: None if v is not None and math.isinf(v) else v for k, v in figures.items()}
 
 
 def cpu_limits(cpu0: dict, cpu1: dict, cpu2: dict, bcpu0: dict, bcpu1: dict, baseline_s: float, live_writes: int,
-               live_s: float, asked_writes_per_s: float, cores: int) -> CpuLimits:
+               live_s: float, drain_s: float, asked_writes_per_s: float, cores: int) -> CpuLimits:
     """The run's CPU (``cpu_seconds`` before and after the burst, after the live phase's drain,
     before and after the baseline) as ``CpuLimits``."""
     def spent(a: dict, b: dict, key: str | None = None) -> float:
@@ -651,7 +654,8 @@ def cpu_limits(cpu0: dict, cpu1: dict, cpu2: dict, bcpu0: dict, bcpu1: dict, bas
 
     per_write = 1000 / max(1, live_writes)
     return CpuLimits(cores=cores, burst_cpu_s=spent(cpu0, cpu1), baseline_cpu_s=spent(bcpu0, bcpu1),
-                     baseline_s=baseline_s, live_writes=live_writes, live_s=live_s, asked_writes_per_s=asked_writes_per_s,
+                     baseline_s=baseline_s, live_writes=live_writes, live_s=live_s,
+                     cpu_window_s=live_s + drain_s, asked_writes_per_s=asked_writes_per_s,
                      live_cpu_ms_per_write=spent(cpu1, cpu2) * per_write,
                      dis_live_cpu_ms_per_write=spent(cpu1, cpu2, "dis") * per_write)
 
@@ -846,8 +850,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     # drain) per such write
     tailer_ms_per_write = (cpu2["tailers"] - cpu1["tailers"]) * 1000 / max(1, ticks * streams)
     dis_ms_per_write = (cpu2["dis"] - cpu1["dis"]) * 1000 / max(1, ticks * streams)
-    limits = cpu_limits(cpu0, cpu1, cpu2, bcpu0, bcpu1, base_s, ticks * streams, live_s, streams / args.tick,
-                        os.cpu_count() or 1)
+    limits = cpu_limits(cpu0, cpu1, cpu2, bcpu0, bcpu1, base_s, ticks * streams, live_s, drain_s,
+                        streams / args.tick, os.cpu_count() or 1)
 
     def cpu_line(a: dict, b: dict, secs: float) -> str:
         return ", ".join(f"{k} {(b[k] - a[k]) / secs:.2f}" for k in a)

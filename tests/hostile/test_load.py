@@ -38,9 +38,7 @@ def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_pat
     # location writes faster than its CPU per write allows on the machine's cores
     assert result["cpu_s_burst"] > result["dis_cpu_s_burst"] > 0, human
     assert result["ratio_cpu_ceiling"] > 0 and result["live_writes_per_s_asked"] == 20 / 1.0, human
-    live_s = result["live_rows"] / result["live_rows_per_s"]
-    made = result["live_writes_per_s"] * live_s / (live_s + result["drain_s"])  # over the CPU's window
-    assert result["live_writes_per_s_ceiling"] >= 0.95 * made, human
+    assert result["live_writes_per_s_ceiling"] >= 0.95 * result["live_writes_published_per_s"], human
     assert result["dis_live_writes_per_s_ceiling"] > result["live_writes_per_s_ceiling"], human
 
 
