@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Self, Sequence, TypeVar
+from typing import Callable, Iterator, Protocol, Self, Sequence, TypeVar
 
 import grpc
 import pyarrow as pa
@@ -250,6 +250,39 @@ def restarting(e: grpc.RpcError) -> bool:
         return False
     details = (e.details() if hasattr(e, "details") else str(e)) or ""
     return not any(w in details.lower() for w in _NOT_A_RESTART)
+
+
+class Subscription:
+    """A subscription at one DIS (``stub``): iterated, sequences of ``LocationInfo``, one a
+    message.  It asks for ``SubscribeBatches``, and a DIS without it (UNIMPLEMENTED) for
+    ``Subscribe``, whose snapshots come one a message.  ``cancel()`` ends it, from any thread."""
+
+    def __init__(self, stub, request: dis_pb2.SubscribeRequest) -> None:  # noqa: ANN001
+        self._stub, self._request = stub, request
+        self._cancelled = False
+        self._call = stub.SubscribeBatches(request)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._call.cancel()
+
+    def __iter__(self) -> Iterator[Sequence]:
+        try:
+            first = next(self._call)
+        except StopIteration:
+            return
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            self._call = self._stub.Subscribe(self._request)
+            if self._cancelled:  # cancelled while the first call was answered
+                self._call.cancel()
+            for m in self._call:
+                yield (m,)
+            return
+        yield first.locations
+        for m in self._call:
+            yield m.locations
 
 
 class _Backoff:

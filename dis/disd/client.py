@@ -31,6 +31,7 @@ from disd.blocks import (
     GrpcBlocks,
     LocalColumnFiles,
     LocationSnapshot,
+    Subscription,
     explain,
     read_location,
     restarting,
@@ -116,15 +117,19 @@ class Client(GrpcBlocks):
         request = dis_pb2.SubscribeRequest(namespace=namespace or "", table=table or "")
         given: dict = {}
         while True:
-            address, stream = self._any_replica(
-                addresses, lambda a: _first_and_rest(self.stub(a).Subscribe(request)))
+            def start(a: str) -> tuple[Subscription, Iterator]:
+                sub = Subscription(self.stub(a), request)
+                return sub, _first_and_rest(iter(sub))
+
+            address, (sub, batches) = self._any_replica(addresses, start)
             try:
-                for m in stream:
-                    snap = LocationSnapshot.from_msg(m, address)
-                    if snap.rows < given.get(snap.key, 0):
-                        continue
-                    given[snap.key] = snap.rows
-                    yield snap
+                for batch in batches:
+                    for m in batch:
+                        snap = LocationSnapshot.from_msg(m, address)
+                        if snap.rows < given.get(snap.key, 0):
+                            continue
+                        given[snap.key] = snap.rows
+                        yield snap
                 return
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.CANCELLED and not restarting(e):
@@ -132,6 +137,8 @@ class Client(GrpcBlocks):
                 if not restarting(e) or (self.retry_s <= 0 and len(addresses) == 1):
                     raise explain(e, address) from None
                 self._mark_down(address)
+            finally:
+                sub.cancel()  # a consumer that stops iterating ends the stream at the DIS too
 
     def status(self, address: str | None = None) -> dis_pb2.StatusResponse:
         """The Status of the DIS at ``address`` (default: the first DIS of the routing that

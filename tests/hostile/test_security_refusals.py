@@ -78,6 +78,10 @@ def _subscribe(ch):
     return next(iter(dis_pb2_grpc.TableDataStub(ch).Subscribe(dis_pb2.SubscribeRequest(), timeout=10)))
 
 
+def _subscribe_batches(ch):
+    return next(iter(dis_pb2_grpc.TableDataStub(ch).SubscribeBatches(dis_pb2.SubscribeRequest(), timeout=10)))
+
+
 def _read_block(ch):
     return dis_pb2_grpc.TableDataStub(ch).ReadBlock(
         dis_pb2.ReadBlockRequest(location=LOC, file="Size.dat", block_index=0), timeout=10)
@@ -126,6 +130,7 @@ class _Refused(grpc.RpcError):
 
 
 CALLS = {"ListTables": _list_tables, "ListLocations": _list_locations, "Subscribe": _subscribe,
+         "SubscribeBatches": _subscribe_batches,
          "ReadBlock": _read_block, "ReadBlocks": _read_blocks,
          "ReadRanges": _read_ranges, "Status": _status, "Ingest": _ingest_chunks}
 

@@ -154,3 +154,30 @@ def test_reads_never_go_past_the_published_size(stack):
     with pytest.raises(urllib.error.HTTPError) as ei:
         get(port + 1, f"/v1/read?{q}&start=0&stop={size + 1}")
     assert ei.value.code == 416 and f"{size} published" in json.loads(ei.value.read())["error"]
+
+
+def test_subscriptions_through_the_proxy_list_what_the_dis_lists(stack):
+    """SubscribeBatches at the proxy: its first message is the whole listing, marked listed, the
+    same locations and sizes as the DIS's own and as the proxy's Subscribe gives one by one."""
+    dis, config, port = stack
+
+    def infos(msgs) -> dict:  # noqa: ANN001
+        return {(m.key.internal_partition, m.key.column_partition): (m.rows, tuple((f.name, f.size) for f in m.files))
+                for m in msgs}
+
+    request = dis_pb2.SubscribeRequest(namespace="Market", table="Trade")
+    at_dis, at_proxy = open_channel(dis.address), open_channel(f"127.0.0.1:{port}")
+    try:
+        theirs = next(dis_pb2_grpc.TableDataStub(at_dis).SubscribeBatches(request, timeout=30))
+        proxy = dis_pb2_grpc.TableDataStub(at_proxy)
+        mine = next(proxy.SubscribeBatches(request, timeout=30))
+        single = proxy.Subscribe(request, timeout=30)
+        one_by_one = [next(single) for _ in range(len(mine.locations))]
+        assert mine.listed and theirs.listed and len(mine.locations) == 2
+        assert infos(mine.locations) == infos(theirs.locations) == infos(one_by_one)
+        assert {r for r, _ in infos(mine.locations).values()} == {ROWS}
+        empty = next(proxy.SubscribeBatches(dis_pb2.SubscribeRequest(namespace="Market", table="Quote"), timeout=30))
+        assert empty.listed and len(empty.locations) == 0
+    finally:
+        at_dis.close()
+        at_proxy.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import grpc
 
@@ -21,7 +21,7 @@ from disd.proxy.upstream import Upstream, snapshot_info
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server.blockhttp import Refused
-from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates, ranges_messages
+from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates, batches, ranges_messages
 
 #: Seconds between a wildcard subscription's looks for tables that appeared upstream.
 NEW_TABLES_S = 5.0
@@ -50,6 +50,18 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         return dis_pb2.ListLocationsResponse(locations=[snapshot_info(s) for f in feeds for s in sorted_snaps(f)])
 
     def Subscribe(self, request, context):  # noqa: N802
+        for snaps, _listed in self._subscription(request, context):
+            for snap in snaps:
+                yield snapshot_info(snap)
+
+    def SubscribeBatches(self, request, context):  # noqa: N802
+        for snaps, listed in self._subscription(request, context):
+            yield dis_pb2.LocationBatch(locations=[snapshot_info(s) for s in snaps], listed=listed)
+
+    def _subscription(self, request, context) -> Iterator[tuple[list[LocationSnapshot], bool]]:  # noqa: ANN001
+        """``(snapshots, listed)`` as a DIS's subscription gives them: every published snapshot of
+        the matching tables now, in batches, the last (possibly empty) one ``listed``; then each
+        set of changes.  Each location's size is given once, increasing."""
         ns, table = request.namespace, request.table
         if ns and table and not self._upstream(context, lambda: self.upstream.known(ns, table)):
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown table {ns}.{table} (no upstream DIS serves it)")
@@ -70,11 +82,17 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         try:
             pending = follow(self._upstream(context, lambda: self.upstream.matching_feeds(ns, table)))
             looked = time.monotonic()
+            listing = True
             while context.is_active():
+                fresh = []
                 for snap in pending:
                     if snap.rows > sent.get(snap.key, -1):  # each size once, increasing
                         sent[snap.key] = snap.rows
-                        yield snapshot_info(snap)
+                        fresh.append(snap)
+                parts = list(batches(fresh)) or ([[]] if listing else [])
+                for i, part in enumerate(parts):
+                    yield part, listing and i == len(parts) - 1
+                listing = False
                 pending = updates.take(timeout=1.0)
                 if not (ns and table) and time.monotonic() - looked > NEW_TABLES_S:
                     looked = time.monotonic()

@@ -26,6 +26,7 @@ from disd.blocks import (
     GrpcBlocks,
     LocationSnapshot,
     Range,
+    Subscription,
     explain,
     replica_order,
     restarting,
@@ -139,14 +140,14 @@ class Feed:
                 channel = open_channel(address, self.upstream.security)
                 try:
                     stub = dis_pb2_grpc.TableDataStub(channel)
-                    self._call = call = stub.Subscribe(request)
+                    self._call = sub = Subscription(stub, request)
                     self.publish(stub.ListLocations(listing, timeout=self.upstream.timeout_s).locations, address)
                     self.primed.set()
                     self.connected_to = address
                     delay = RETRY_INITIAL_S
                     log.info("upstream subscription open", table=self.name, dis=address)
-                    for m in call:
-                        self.publish((m,), address)
+                    for batch in sub:
+                        self.publish(batch, address)
                     self.last_error = f"the DIS at {address} ended the subscription"
                 except grpc.RpcError as e:
                     if self.upstream.closed.is_set():

@@ -23,6 +23,15 @@ from disd.storage import StorageEngine
 
 
 BLOCKS_MESSAGE_BYTES = 1 << 20  # blocks per ReadBlocks or ReadRanges message: gRPC's per-message cost is paid per MiB
+#: locations per SubscribeBatches message (about 250 KB of Market.Trade's, far under gRPC's 4 MiB)
+BATCH_LOCATIONS = 1000
+
+
+def batches(items: Sequence, size: int | None = None) -> Iterator[Sequence]:
+    """``items`` in slices of at most ``size`` (default ``BATCH_LOCATIONS``)."""
+    size = size or BATCH_LOCATIONS
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
 
 
 def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
@@ -121,6 +130,17 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         )
 
     def Subscribe(self, request, context):  # noqa: N802
+        for locs, _listed in self._subscription(request, context):
+            for loc in locs:
+                yield location_info(loc, self.block_size)
+
+    def SubscribeBatches(self, request, context):  # noqa: N802
+        for locs, listed in self._subscription(request, context):
+            yield dis_pb2.LocationBatch(locations=[location_info(loc, self.block_size) for loc in locs], listed=listed)
+
+    def _subscription(self, request, context) -> Iterator[tuple[Sequence, bool]]:  # noqa: ANN001
+        """``(locations, listed)``: every matching location now, in batches, the last (possibly
+        empty) one ``listed``; then each set of changes gathered while the last was sent."""
         updates = Updates()
 
         def on_change(loc, _rows=None) -> None:  # noqa: ANN001
@@ -133,11 +153,13 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         with self._subscribers_lock:
             self.subscribers += 1
         try:
-            for loc in self._matching(request.namespace, request.table):
-                yield location_info(loc, self.block_size)
+            now = list(self._matching(request.namespace, request.table))
+            listing = list(batches(now)) or [[]]
+            for i, locs in enumerate(listing):
+                yield locs, i == len(listing) - 1
             while context.is_active():
-                for loc in updates.take(timeout=1.0):
-                    yield location_info(loc, self.block_size)
+                for locs in batches(updates.take(timeout=1.0)):
+                    yield locs, False
         finally:
             unsubscribe()
             with self._subscribers_lock:
