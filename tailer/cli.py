@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from disd.tailer.config import load_tailer_config
     from disd.tailer.core import Tailer
 
+    from disd.allocator import TAILER, tune_malloc
+
+    tune_malloc(TAILER)  # its requests and the buffers under them are reused (disd.allocator)
     configure_logging(json=True if args.json_logs else None, level=args.log_level)
     log = structlog.get_logger("disd.tailer")
     try:

@@ -270,7 +270,7 @@ def test_large_hostile_chunks_do_not_grow_memory(tmp_path):
         # no growth from wave to wave: what the last waves leave resident stays below what the
         # first waves needed at their peak
         assert max(after[5:]) < first_half_peak, ([a // MiB for a in after], first_half_peak // MiB)
-        # and it levels off low: `dis serve` pins glibc's mmap threshold (disd.server.allocator);
+        # and it levels off low: `dis serve` pins glibc's mmap threshold (disd.allocator);
         # without it the arenas keep about 400 MiB here
         assert after[-1] - rss_start < 6 * 48 * MiB, [a // MiB for a in after]
         print(f"RSS start {rss_start / MiB:.0f} MiB, peak +{top / MiB:.0f} MiB, after waves "

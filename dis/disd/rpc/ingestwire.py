@@ -3,7 +3,7 @@
 A ``LogChunk`` carries up to 32 MiB of log.  Parsed the usual way, its bytes are copied twice
 after gRPC hands the message over: protobuf's parser copies them into its message, and reading
 ``chunk.data`` copies them again into a new ``bytes``.  On the DIS each copy lands in freshly
-mapped pages (``server.allocator`` keeps blocks of 4 MiB and more on mmap), and a profile of the
+mapped pages (``disd.allocator`` keeps blocks of 4 MiB and more on mmap), and a profile of the
 TSBS bench put the two copies at about an eighth of the DIS's busy time, as much as writing the
 column files.
 

@@ -23,12 +23,13 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from disd.allocator import DIS as DIS_MALLOC
+from disd.allocator import tune_malloc
 from disd.config import DisConfig
 from disd.notify import Notifier, watchdog_interval_s
 from disd.rpc.channel import MAX_MESSAGE_BYTES
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaRegistry
-from disd.server.allocator import pin_mmap_threshold
 from disd.server.auth import TokenInterceptor, server_credentials
 from disd.server.blockcache import BlockCache
 from disd.server.ingest import IngestService
@@ -285,7 +286,7 @@ def run_until_signalled(start: Callable[[], tuple[Any, str]]) -> int:
 def serve(config: DisConfig) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
     def start() -> tuple[DisServer, str]:
-        pin_mmap_threshold()  # large ingest messages return their memory (disd.server.allocator)
+        tune_malloc(DIS_MALLOC)  # large messages leave, the buffers under them are reused (disd.allocator)
         server = DisServer(config)
         server.start()
         return server, f"serving on {config.host}:{server.port}"

@@ -1,0 +1,63 @@
+"""glibc malloc's two thresholds, set once by each long-running process: which blocks go back to
+the system when freed, and how much freed memory a heap keeps for the next buffer.
+
+Every byte a tailer sends passes through several buffers on each side (the log read, the
+request, gRPC's message, the decoded columns), most of them between 64 KiB and a few MiB.
+
+**The trim threshold** (``M_TRIM_THRESHOLD``): glibc hands the top of a heap back to the system
+whenever more than this is free there, and a page handed back is a page fault and a page of
+zeros the next time it is used.  Its default (128 KiB, kept fixed once the mmap threshold is
+set) handed back nearly every such buffer: for the 4 M rows of ``bench/load.py``'s baseline
+(about 120 MB of log) the DIS took 143,000-185,000 page faults, some 600 MB of fresh pages, and
+in the burst over 200 locations the four tailers took 72,000-77,000.  Keeping up to 16 MiB free
+at a heap's top brought the DIS to 24,000-26,000 and 62,000-65,000 (docs/benchmarks.md, note
+"page faults").  The memory kept is bounded: at most the threshold per heap, and glibc makes at
+most eight heaps per core.
+
+**The mmap threshold** (``M_MMAP_THRESHOLD``): blocks of at least this size are mapped on their
+own and unmapped when freed.  glibc raises it on its own (up to 32 MiB) after the first such
+block is freed, so later large blocks come from the heaps, which keep freed memory for reuse.
+The DIS pins it at 4 MiB: ingest messages are up to 48 MiB and decoded on many threads at once,
+and a burst of large chunks would otherwise leave hundreds of MiB resident for good (measured:
+4 concurrent 30 MiB chunks, repeated, settle at about 530 MiB instead of 220 MiB;
+tests/hostile/test_ingest_fuzz.py).  A tailer's largest blocks are its own requests (up to
+8 MiB): it pins the threshold at 32 MiB so they are reused, not mapped afresh each time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from dataclasses import dataclass
+
+M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
+M_MMAP_THRESHOLD = -3
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class MallocTuning:
+    mmap_threshold: int  # bytes: blocks this large and larger are mapped on their own
+    trim_threshold: int  # bytes: free memory a heap keeps at its top
+
+
+#: ``dis serve``: large ingest messages leave the process, the buffers under them are reused.
+DIS = MallocTuning(mmap_threshold=4 * MiB, trim_threshold=16 * MiB)
+#: ``dis-tailer``: its requests (up to 8 MiB) and the buffers under them are reused.
+TAILER = MallocTuning(mmap_threshold=32 * MiB, trim_threshold=16 * MiB)
+
+
+def tune_malloc(tuning: MallocTuning) -> bool:
+    """Set glibc's mmap threshold (which also stops its dynamic raising) and trim threshold.
+    Returns False where there is no glibc ``mallopt`` (musl, macOS): nothing to tune there."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return (mallopt(M_MMAP_THRESHOLD, tuning.mmap_threshold) == 1
+            and mallopt(M_TRIM_THRESHOLD, tuning.trim_threshold) == 1)
