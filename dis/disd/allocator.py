@@ -8,10 +8,10 @@ request, gRPC's message, the decoded columns), most of them between 64 KiB and a
 whenever more than this is free there, and a page handed back is a page fault and a page of
 zeros the next time it is used.  Its default (128 KiB, kept fixed once the mmap threshold is
 set) handed back nearly every such buffer: for the 4 M rows of ``bench/load.py``'s baseline
-(about 120 MB of log) the DIS took 143,000-185,000 page faults, some 600 MB of fresh pages, and
-in the burst over 200 locations the four tailers took 72,000-77,000.  Keeping up to 16 MiB free
-at a heap's top brought the DIS to 24,000-26,000 and 62,000-65,000 (docs/benchmarks.md, note
-"page faults").  The memory kept is bounded: at most the threshold per heap, and glibc makes at
+(about 120 MB of log) the DIS took 143,000-196,000 page faults, some 600 MB of fresh pages, and
+in the burst over 200 locations the four tailers took 68,000-82,000.  With the settings below
+the DIS took 23,000-27,000, the tailers 41,000-46,000, and the baseline ran in half the time
+(docs/benchmarks.md, note "page faults").  The memory kept is bounded: at most the threshold per heap, and glibc makes at
 most eight heaps per core.
 
 **The mmap threshold** (``M_MMAP_THRESHOLD``): blocks of at least this size are mapped on their
