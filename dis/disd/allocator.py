@@ -10,9 +10,15 @@ zeros the next time it is used.  Its default (128 KiB, kept fixed once the mmap 
 set) handed back nearly every such buffer: for the 4 M rows of ``bench/load.py``'s baseline
 (about 120 MB of log) the DIS took 143,000-196,000 page faults, some 600 MB of fresh pages, and
 in the burst over 200 locations the four tailers took 68,000-82,000.  With the settings below
-the DIS took 23,000-27,000, the tailers 41,000-46,000, and the baseline ran in half the time
-(docs/benchmarks.md, note "page faults").  The memory kept is bounded: at most the threshold per heap, and glibc makes at
-most eight heaps per core.
+the DIS took 20,000-23,000, the tailers 38,000-47,000, and the baseline ran in 0.36-0.38 s
+instead of 0.61-0.66 s (docs/benchmarks.md, note "page faults").  The memory kept is bounded by the threshold per heap times the heaps:
+
+**The arenas** (``M_ARENA_MAX``): glibc gives threads that allocate at once heaps of their own,
+up to eight per core.  With 16 MiB kept at each heap's top, the hostile-chunk test's waves (four
+streams at a time, served by different threads of a 16-thread pool) left more resident wave
+after wave: 169 MiB after the first, 341 MiB after the tenth (with four heaps, 120 MiB after the
+first and 262 MiB after the tenth in one of four runs).  Both processes allow two heaps: their
+Python threads allocate under one interpreter lock anyway, so more heaps buy little.
 
 **The mmap threshold** (``M_MMAP_THRESHOLD``): blocks of at least this size are mapped on their
 own and unmapped when freed.  glibc raises it on its own (up to 32 MiB) after the first such
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 MiB = 1 << 20
 
 
@@ -39,16 +46,18 @@ MiB = 1 << 20
 class MallocTuning:
     mmap_threshold: int  # bytes: blocks this large and larger are mapped on their own
     trim_threshold: int  # bytes: free memory a heap keeps at its top
+    arena_max: int  # heaps (arenas) threads allocate from
 
 
 #: ``dis serve``: large ingest messages leave the process, the buffers under them are reused.
-DIS = MallocTuning(mmap_threshold=4 * MiB, trim_threshold=16 * MiB)
+DIS = MallocTuning(mmap_threshold=4 * MiB, trim_threshold=16 * MiB, arena_max=2)
 #: ``dis-tailer``: its requests (up to 8 MiB) and the buffers under them are reused.
-TAILER = MallocTuning(mmap_threshold=32 * MiB, trim_threshold=16 * MiB)
+TAILER = MallocTuning(mmap_threshold=32 * MiB, trim_threshold=16 * MiB, arena_max=2)
 
 
 def tune_malloc(tuning: MallocTuning) -> bool:
-    """Set glibc's mmap threshold (which also stops its dynamic raising) and trim threshold.
+    """Set glibc's mmap threshold (which also stops its dynamic raising), trim threshold and
+    number of arenas; call it before the process starts threads (arenas made before stay).
     Returns False where there is no glibc ``mallopt`` (musl, macOS): nothing to tune there."""
     name = ctypes.util.find_library("c")
     if not name:
@@ -60,4 +69,5 @@ def tune_malloc(tuning: MallocTuning) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return (mallopt(M_MMAP_THRESHOLD, tuning.mmap_threshold) == 1
-            and mallopt(M_TRIM_THRESHOLD, tuning.trim_threshold) == 1)
+            and mallopt(M_TRIM_THRESHOLD, tuning.trim_threshold) == 1
+            and mallopt(M_ARENA_MAX, tuning.arena_max) == 1)
