@@ -635,13 +635,14 @@ class CpuLimits:
         """The JSON line's keys (None for a figure the run did not measure)."""
         live = self.live_writes > 0
         figures = {"cpu_s_burst": self.burst_cpu_s, "cpu_s_baseline": self.baseline_cpu_s,
-                "ratio_cpu_ceiling": self.ratio_ceiling,
-                "cpu_ms_per_write": self.live_cpu_ms_per_write if live else None,
-                "live_writes_per_s_asked": self.asked_writes_per_s if live else None,
-                "live_writes_per_s": self.live_writes / self.live_s if live and self.live_s > 0 else None,
-                "live_writes_published_per_s": self.live_writes / self.cpu_window_s if live else None,
-                "live_writes_per_s_ceiling": self.writes_ceiling(self.live_cpu_ms_per_write) if live else None,
-                "dis_live_writes_per_s_ceiling": self.writes_ceiling(self.dis_live_cpu_ms_per_write) if live else None}
+                   "ratio_cpu_ceiling": self.ratio_ceiling,
+                   "cpu_ms_per_write": self.live_cpu_ms_per_write if live else None,
+                   "live_writes_per_s_asked": self.asked_writes_per_s if live else None,
+                   "live_writes_per_s": self.live_writes / self.live_s if live and self.live_s > 0 else None,
+                   "live_writes_published_per_s": self.live_writes / self.cpu_window_s if live else None,
+                   "live_writes_per_s_ceiling": self.writes_ceiling(self.live_cpu_ms_per_write) if live else None,
+                   "dis_live_writes_per_s_ceiling":
+                       self.writes_ceiling(self.dis_live_cpu_ms_per_write) if live else None}
         return {k: None if v is not None and math.isinf(v) else v for k, v in figures.items()}
 
 
@@ -849,9 +850,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     # every tick writes once to every location: the tailers' CPU of the live phase (and its
     # drain) per such write
     tailer_ms_per_write = (cpu2["tailers"] - cpu1["tailers"]) * 1000 / max(1, ticks * streams)
-    dis_ms_per_write = (cpu2["dis"] - cpu1["dis"]) * 1000 / max(1, ticks * streams)
     limits = cpu_limits(cpu0, cpu1, cpu2, bcpu0, bcpu1, base_s, ticks * streams, live_s, drain_s,
                         streams / args.tick, os.cpu_count() or 1)
+    dis_ms_per_write = limits.dis_live_cpu_ms_per_write
 
     def cpu_line(a: dict, b: dict, secs: float) -> str:
         return ", ".join(f"{k} {(b[k] - a[k]) / secs:.2f}" for k in a)

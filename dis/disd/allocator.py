@@ -1,5 +1,5 @@
-"""glibc malloc's two thresholds, set once by each long-running process: which blocks go back to
-the system when freed, and how much freed memory a heap keeps for the next buffer.
+"""glibc malloc's settings, made once by each long-running process: which blocks go back to the
+system when freed, how much freed memory a heap keeps for the next buffer, and how many heaps.
 
 Every byte a tailer sends passes through several buffers on each side (the log read, the
 request, gRPC's message, the decoded columns), most of them between 64 KiB and a few MiB.
@@ -11,7 +11,8 @@ set) handed back nearly every such buffer: for the 4 M rows of ``bench/load.py``
 (about 120 MB of log) the DIS took 143,000-196,000 page faults, some 600 MB of fresh pages, and
 in the burst over 200 locations the four tailers took 68,000-82,000.  With the settings below
 the DIS took 20,000-23,000, the tailers 38,000-47,000, and the baseline ran in 0.36-0.38 s
-instead of 0.61-0.66 s (docs/benchmarks.md, note "page faults").  The memory kept is bounded by the threshold per heap times the heaps:
+instead of 0.61-0.66 s (docs/benchmarks.md, note "page faults").  The memory kept is bounded by
+the threshold per heap times the heaps:
 
 **The arenas** (``M_ARENA_MAX``): glibc gives threads that allocate at once heaps of their own,
 up to eight per core.  With 16 MiB kept at each heap's top, the hostile-chunk test's waves (four

@@ -21,7 +21,7 @@ from disd.proxy.upstream import Upstream, snapshot_info
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server.blockhttp import Refused
-from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates, batches, ranges_messages
+from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates, batches, listing, ranges_messages
 
 #: Seconds between a wildcard subscription's looks for tables that appeared upstream.
 NEW_TABLES_S = 5.0
@@ -82,17 +82,18 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         try:
             pending = follow(self._upstream(context, lambda: self.upstream.matching_feeds(ns, table)))
             looked = time.monotonic()
-            listing = True
+            first = True
             while context.is_active():
                 fresh = []
                 for snap in pending:
                     if snap.rows > sent.get(snap.key, -1):  # each size once, increasing
                         sent[snap.key] = snap.rows
                         fresh.append(snap)
-                parts = list(batches(fresh)) or ([[]] if listing else [])
-                for i, part in enumerate(parts):
-                    yield part, listing and i == len(parts) - 1
-                listing = False
+                if first:
+                    yield from listing(fresh)
+                    first = False
+                else:
+                    yield from ((part, False) for part in batches(fresh))
                 pending = updates.take(timeout=1.0)
                 if not (ns and table) and time.monotonic() - looked > NEW_TABLES_S:
                     looked = time.monotonic()

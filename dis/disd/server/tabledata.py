@@ -34,6 +34,14 @@ def batches(items: Sequence, size: int | None = None) -> Iterator[Sequence]:
         yield items[i:i + size]
 
 
+def listing(items: Sequence) -> Iterator[tuple[Sequence, bool]]:
+    """A subscription's first listing as ``(batch, listed)``: ``items`` in batches, the last
+    one ``listed``; one empty batch when there are none, so the listing always ends."""
+    parts = list(batches(items)) or [[]]
+    for i, part in enumerate(parts):
+        yield part, i == len(parts) - 1
+
+
 def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
     rows = loc.published_rows  # read before the files: files then cover at least these rows
     files = loc.column_files()
@@ -153,10 +161,7 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         with self._subscribers_lock:
             self.subscribers += 1
         try:
-            now = list(self._matching(request.namespace, request.table))
-            listing = list(batches(now)) or [[]]
-            for i, locs in enumerate(listing):
-                yield locs, i == len(listing) - 1
+            yield from listing(list(self._matching(request.namespace, request.table)))
             while context.is_active():
                 for locs in batches(updates.take(timeout=1.0)):
                     yield locs, False
