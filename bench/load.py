@@ -35,11 +35,19 @@ files take 127 MB of page cache, and without the warming the burst paid for all 
 baseline, run right after the burst's processes exited, reused their pages (docs/benchmarks.md, the note
 "warm memory, same readers").  ``--warm-mib 0`` measures as before.
 
+4. Floor, same run: fresh processes take the burst's locations again with
+   ``--floor-rows-per-location`` rows each (default 10; 0 skips the phase), moved in and followed
+   in the same way.  The time to publish them is what the locations cost whatever their rows:
+   the tailers finding them, their streams' opens, the locations' creation, a first chunk and
+   flush each.  The burst does all of that and more, so ``ratio_floor_ceiling`` (the baseline's
+   seconds over the floor's) bounds its ratio from above however cheap rows become; the JSON line
+   adds ``floor_rows``, ``floor_s``, the floor's CPU per location over every process
+   (``floor_cpu_ms_per_location``) and the DIS's (``floor_dis_cpu_ms_per_location``), and
+   ``floor_first_rows_p50_s``.
+
 Per-location latency: each location's first rows are timed from the move (a subscription notes
 when each location first has rows), printed as p50/p90/last and in the JSON line
-(``first_rows_p50_s``, ``first_rows_p90_s``, ``first_rows_last_s``).  ``--rows 2000
---live-seconds 0`` (10 rows per location) measures the per-location cost alone: the time to
-publish them is what 200 new locations cost whatever their rows.
+(``first_rows_p50_s``, ``first_rows_p90_s``, ``first_rows_last_s``).
 
 Failing fast: with ``--stream-runtime asyncio`` or ``threads`` (a call per location) the DIS serves
 each open Ingest stream on a thread of its gRPC pool and refuses streams beyond
@@ -574,6 +582,8 @@ def parse_args() -> argparse.Namespace:
                     help="follower: the baseline's location is followed by the same client as the burst's, so the "
                          "two phases differ only in their locations (Spark, when on, counts during the burst only); "
                          "none: the baseline without readers, as before")
+    ap.add_argument("--floor-rows-per-location", type=int, default=10,
+                    help="the floor phase's rows per location (0: no floor phase; see the module's docstring)")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, process logs)")
     return ap.parse_args()
@@ -659,6 +669,61 @@ def cpu_limits(cpu0: dict, cpu1: dict, cpu2: dict, bcpu0: dict, bcpu1: dict, bas
                      cpu_window_s=live_s + drain_s, asked_writes_per_s=asked_writes_per_s,
                      live_cpu_ms_per_write=spent(cpu1, cpu2) * per_write,
                      dis_live_cpu_ms_per_write=spent(cpu1, cpu2, "dis") * per_write)
+
+
+@dataclass
+class Floor:
+    """The floor phase: the burst's locations with a handful of rows each (``run_floor``)."""
+
+    rows: int
+    seconds: float
+    cpu_s: float  # every process of the phase (as the burst's ``cpu_s_burst``)
+    dis_cpu_s: float
+    first_rows_p50_s: float
+
+    def figures(self, locations: int, baseline_s: float) -> dict:
+        return {"floor_rows": self.rows, "floor_s": self.seconds,
+                # the burst must at least open its locations: no run can beat this ratio
+                "ratio_floor_ceiling": round(baseline_s / self.seconds, 4),
+                "floor_cpu_ms_per_location": 1000 * self.cpu_s / locations,
+                "floor_dis_cpu_ms_per_location": 1000 * self.dis_cpu_s / locations,
+                "floor_first_rows_p50_s": self.first_rows_p50_s}
+
+
+def run_floor(work: pathlib.Path, args: argparse.Namespace, ips: list[str], dates: list[str],
+              clusters: list[Cluster]) -> Floor:
+    """The burst again on a fresh DIS and fresh tailers, followed by the same client, with
+    ``--floor-rows-per-location`` rows per location: the time to publish them is what the
+    burst's locations cost whatever their rows (the tailers finding them, their streams' opens,
+    the locations' creation, the first chunk and flush), so ``baseline_s / floor_s`` bounds the
+    burst's ratio from above."""
+    f = start_cluster(work, args)
+    clusters.append(f)
+    feed = Feed(work / "staged", ips, dates, args.tailers)
+    for i in range(len(ips)):
+        feed.log(i, args.floor_rows_per_location * len(dates))
+    feed.close()
+    rows = args.floor_rows_per_location * len(ips) * len(dates)
+    for k in range(args.tailers):
+        start_tailer(f, k, work / "logs" / f"t{k}", args)
+    readers = Readers(f.port, None, args.spark_every)
+    readers.start()
+    pub = Published(f.port)
+    warm_memory(args.warm_mib)
+    cpu0 = cpu_seconds(f)
+    t0 = time.perf_counter()
+    move_logs(work / "staged", work / "logs")
+    seconds = wait_published(f, pub, rows, args.timeout_s, args.stall_s, len(ips) * len(dates), t0)
+    cpu1 = cpu_seconds(f)
+    first = np.array([t - t0 for t in pub.first.values()]) if pub.first else np.zeros(1)
+    pub.close()
+    caught_up = readers.wait_caught_up(rows, 60)
+    readers.finish()
+    if not caught_up or readers.errors:
+        raise SystemExit(f"the floor's follower read {readers.rows_read} of {rows} rows; errors: {readers.errors[:3]}")
+    f.stop()
+    return Floor(rows=rows, seconds=seconds, cpu_s=sum(cpu1[k] - cpu0[k] for k in cpu0),
+                 dis_cpu_s=cpu1["dis"] - cpu0["dis"], first_rows_p50_s=float(np.percentile(first, 50)))
 
 
 def main() -> None:  # noqa: PLR0915 - one linear script
@@ -802,6 +867,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         bpub.close()
         base_rate = burst_rows / base_s
         b.stop()
+
+        # -- 4. floor: the burst's locations with a handful of rows each ---------------------
+        floor = run_floor(work / "floor", args, ips, dates, clusters) if args.floor_rows_per_location > 0 else None
         samples = [json.loads(line) for line in samples_path.read_text().splitlines()]
     finally:
         stop_sampling.set()
@@ -895,6 +963,16 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     print(f"baseline: {burst_rows} rows in one location, one tailer, "
           f"{'followed by the client' if args.baseline_readers == 'follower' else 'no readers'}: {base_s:.2f} s, "
           f"{base_rate / 1e6:.2f} M rows/s; load/baseline ratio {burst_rate / base_rate:.2f}")
+    floor_figures = dict.fromkeys(("floor_rows", "floor_s", "ratio_floor_ceiling", "floor_cpu_ms_per_location",
+                                   "floor_dis_cpu_ms_per_location", "floor_first_rows_p50_s"))
+    if floor is not None:
+        floor_figures = floor.figures(streams, base_s)
+        print(f"floor: the same {streams} locations with {args.floor_rows_per_location} rows each ({floor.rows} rows), "
+              f"fresh processes, followed by the client: published {floor.seconds:.2f} s after the move (first rows "
+              f"p50 {floor.first_rows_p50_s:.2f} s); CPU {floor.cpu_s:.2f} s, "
+              f"{floor_figures['floor_cpu_ms_per_location']:.2f} ms per location (the DIS "
+              f"{floor_figures['floor_dis_cpu_ms_per_location']:.2f} ms); the burst cannot be faster than its "
+              f"locations' floor, so its ratio cannot exceed {floor_figures['ratio_floor_ceiling']:.2f}")
     emit("load", burst_rate, "rows/s", base_rate, locations=streams, tailers=args.tailers, rows=burst_rows,
          live_rows=live_rows, live_rows_per_s=live_rate, flush_p99_ms_burst=burst_p99 * 1000,
          flush_p99_ms_live=live_p99 * 1000, lag_p99_rows=float(np.percentile(all_lags, 99)),
@@ -911,7 +989,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
          spark_final_count_ok=(final_count == total) if final_count is not None else None,
          warm_mib=args.warm_mib, baseline_readers=args.baseline_readers, dis_cpu_s_burst=cpu1["dis"] - cpu0["dis"],
          dis_cpu_s_baseline=bcpu1["dis"] - bcpu0["dis"], **limits.figures(),
-         load_average_start=load_avg, first_rows_p50_s=float(np.percentile(first_rows, 50)),
+         **floor_figures, load_average_start=load_avg, first_rows_p50_s=float(np.percentile(first_rows, 50)),
          first_rows_p90_s=float(np.percentile(first_rows, 90)), first_rows_last_s=float(first_rows[-1]))
 
 

@@ -11,6 +11,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -40,6 +42,13 @@ def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_pat
     assert result["ratio_cpu_ceiling"] > 0 and result["live_writes_per_s_asked"] == 20 / 1.0, human
     assert result["live_writes_per_s_ceiling"] >= 0.95 * result["live_writes_published_per_s"], human
     assert result["dis_live_writes_per_s_ceiling"] > result["live_writes_per_s_ceiling"], human
+    # the floor: the same 20 locations with 10 rows each, on fresh processes; its seconds bound
+    # the burst's ratio, and its CPU per location counts every process (the DIS's is part of it)
+    assert result["floor_rows"] == 20 * 10, human
+    baseline_s = result["rows"] / result["baseline"]
+    assert result["ratio_floor_ceiling"] == pytest.approx(baseline_s / result["floor_s"], rel=0.01), human
+    assert result["floor_cpu_ms_per_location"] > result["floor_dis_cpu_ms_per_location"] > 0, human
+    assert 0 < result["floor_first_rows_p50_s"] <= result["floor_s"], human
 
 
 def _env() -> dict:
