@@ -680,6 +680,7 @@ class Floor:
     cpu_s: float  # every process of the phase (as the burst's ``cpu_s_burst``)
     dis_cpu_s: float
     first_rows_p50_s: float
+    cpu_by_process: dict[str, float]  # CPU seconds: the DIS, the tailers together, this process
 
     def figures(self, locations: int, baseline_s: float) -> dict:
         return {"floor_rows": self.rows, "floor_s": self.seconds,
@@ -722,8 +723,9 @@ def run_floor(work: pathlib.Path, args: argparse.Namespace, ips: list[str], date
     if not caught_up or readers.errors:
         raise SystemExit(f"the floor's follower read {readers.rows_read} of {rows} rows; errors: {readers.errors[:3]}")
     f.stop()
-    return Floor(rows=rows, seconds=seconds, cpu_s=sum(cpu1[k] - cpu0[k] for k in cpu0),
-                 dis_cpu_s=cpu1["dis"] - cpu0["dis"], first_rows_p50_s=float(np.percentile(first, 50)))
+    spent = {k: cpu1[k] - cpu0[k] for k in cpu0}
+    return Floor(rows=rows, seconds=seconds, cpu_s=sum(spent.values()), dis_cpu_s=spent["dis"],
+                 first_rows_p50_s=float(np.percentile(first, 50)), cpu_by_process=spent)
 
 
 def main() -> None:  # noqa: PLR0915 - one linear script
@@ -970,8 +972,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         print(f"floor: the same {streams} locations with {args.floor_rows_per_location} rows each ({floor.rows} rows), "
               f"fresh processes, followed by the client: published {floor.seconds:.2f} s after the move (first rows "
               f"p50 {floor.first_rows_p50_s:.2f} s); CPU {floor.cpu_s:.2f} s, "
-              f"{floor_figures['floor_cpu_ms_per_location']:.2f} ms per location (the DIS "
-              f"{floor_figures['floor_dis_cpu_ms_per_location']:.2f} ms); the burst cannot be faster than its "
+              f"{floor_figures['floor_cpu_ms_per_location']:.2f} ms per location ("
+              + ", ".join(f"{k} {1000 * v / streams:.2f}" for k, v in floor.cpu_by_process.items())
+              + "); the burst cannot be faster than its "
               f"locations' floor, so its ratio cannot exceed {floor_figures['ratio_floor_ceiling']:.2f}")
     emit("load", burst_rate, "rows/s", base_rate, locations=streams, tailers=args.tailers, rows=burst_rows,
          live_rows=live_rows, live_rows_per_s=live_rate, flush_p99_ms_burst=burst_p99 * 1000,
