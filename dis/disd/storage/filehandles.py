@@ -36,6 +36,8 @@ import collections
 import os
 import threading
 import time
+from typing import Callable
+
 import structlog
 
 from disd.errors import DisError
@@ -192,6 +194,34 @@ class TrackedFileHandleFactory:
             self._open_fd(f, create=create)
         return f
 
+    def open_created(self, paths: list[str],
+                     create: Callable[[], list[tuple[int, tuple[int, int]]] | None]) -> list[TrackedFile] | None:
+        """Handles for files that ``create`` creates and opens in one call of its own (a new
+        location's, ``fsio.create_location``), with their identities fixed now; None, with
+        nothing opened, when ``create`` returns None.  Their descriptors count against the
+        limit while ``create`` runs, as ``open``'s do."""
+        n = len(paths)
+        with self._lock:
+            if len(self._handles) + self._opening + n > self.capacity:
+                self._cleanup_locked(room=n)
+            self._opening += n
+        try:
+            opened = create()
+        finally:
+            with self._lock:
+                self._opening -= n
+        if opened is None:
+            return None
+        handles = []
+        with self._lock:
+            for path, (fd, identity) in zip(paths, opened, strict=True):
+                f = TrackedFile(self, str(path))
+                f.fd, f.identity, f.opens = fd, identity, 1
+                self._handles[id(f)] = f
+                handles.append(f)
+            self.peak_open = max(self.peak_open, len(self._handles))
+        return handles
+
     @property
     def open_count(self) -> int:
         with self._lock:
@@ -257,9 +287,10 @@ class TrackedFileHandleFactory:
                 fd, f.fd = f.fd, None
                 _close_quietly(self.fs, fd)
 
-    def _cleanup_locked(self, exclude: TrackedFile | None = None) -> int:
-        """Drop closed handles, then close least-recently-opened descriptors until usage is under
-        90% of capacity.  Handles busy this instant (locked or pinned) are passed over."""
+    def _cleanup_locked(self, exclude: TrackedFile | None = None, room: int = 0) -> int:
+        """Drop closed handles, then close least-recently-opened descriptors until usage, with
+        ``room`` more about to be opened, is under 90% of capacity.  Handles busy this instant
+        (locked or pinned) are passed over."""
         self.cleanups += 1
         for key, h in list(self._handles.items()):
             if h.fd is None:
@@ -267,7 +298,7 @@ class TrackedFileHandleFactory:
         target = int(self.capacity * TARGET_FRACTION)
         closed = 0
         for key, h in list(self._handles.items()):
-            if len(self._handles) + self._opening < target:
+            if len(self._handles) + self._opening + room < target:
                 break
             if h is exclude or not h.lock.acquire(blocking=False):
                 continue

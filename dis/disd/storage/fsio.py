@@ -12,6 +12,13 @@ crashing or failing disk under a real engine (tests/faults) and nothing can slip
 extra Python frame.  ``MeteredFileSystem`` wraps any file system and counts its failures in
 ``dis_io_errors_total{op, errno}``; the engine always wraps, so injected and real errors are
 counted alike.
+
+One compound operation may be done by the file system itself: ``create_location``, a new
+location's directories, ``table.size`` and column files.  ``OsFileSystem`` does it in C
+(``disd.storage._newlocation``), the same calls in the same order in one call that gives up the
+interpreter's lock once instead of some thirty times (docs/benchmarks.md, "new locations in one
+call"); any other file system (the tests' recording and failing disks) gets the composition of
+its own operations below, so every call still passes through it.
 """
 
 from __future__ import annotations
@@ -22,9 +29,20 @@ from typing import Protocol
 
 from disd.storage import metrics
 
+try:  # built by setup.py when a C compiler is there; without it, the composed operation below
+    from disd.storage import _newlocation
+except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
+    _newlocation = None
+
+#: a new location's column files, opened: (descriptor, (st_dev, st_ino)) each, in the order asked
+Opened = list[tuple[int, tuple[int, int]]]
+
 
 class FileSystem(Protocol):
-    """What the storage engine asks of a file system: descriptors, positional I/O, names."""
+    """What the storage engine asks of a file system: descriptors, positional I/O, names.
+
+    A file system may also offer ``create_location`` (the signature of the function of that
+    name below) to make a new location in one operation of its own; ``OsFileSystem`` does."""
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> int: ...
 
@@ -81,6 +99,25 @@ class OsFileSystem:
     @staticmethod
     def mkdir(path: str) -> None:
         os.mkdir(path, 0o755)
+
+    @property
+    def create_location(self):  # noqa: ANN201
+        """``create_location`` in C when built, for the plain OS file system only: a subclass
+        (a test's disk overriding some operations) must see every call, so it gets None and
+        with it the composed operation."""
+        return _native_create_location if _newlocation is not None and type(self) is OsFileSystem else None
+
+
+def _native_create_location(path: str, temp_name: str, record_name: str, record: bytes,
+                            file_names: list[str]) -> Opened | None:
+    """``create_location`` in one call outside the interpreter's lock (``_newlocation``)."""
+    fresh, out = _newlocation.create(path, temp_name, record_name, record, file_names)
+    if fresh is None:
+        op, code, where = out
+        e = OSError(code, os.strerror(code), where)  # the errno's subclass, as ``os`` raises
+        e.storage_op = op  # type: ignore[attr-defined]
+        raise e
+    return [(fd, (dev, ino)) for fd, dev, ino in out] if fresh else None
 
 
 #: Failures that are answers, not errors: "is there a table.size?", "does this directory exist?".
@@ -197,6 +234,22 @@ class MeteredFileSystem:
             self._failed("fsync_dir", e)
             raise
 
+    @property
+    def create_location(self):  # noqa: ANN201 - the inner file system's, metered; None without
+        inner = getattr(self.inner, "create_location", None)
+        if inner is None:
+            return None
+
+        def create_location(path: str, temp_name: str, record_name: str, record: bytes,
+                            file_names: list[str]) -> Opened | None:
+            try:
+                return inner(path, temp_name, record_name, record, file_names)
+            except OSError as e:
+                self._failed(failed_op(e) or "create_location", e)
+                raise
+
+        return create_location
+
 
 OS = OsFileSystem()
 
@@ -274,3 +327,43 @@ def make_dirs(fs: FileSystem, path: str) -> bool:
             pass  # made meanwhile by another location of the same table
         fs.fsync_dir(os.path.dirname(d))
     return created
+
+
+def create_location(fs: FileSystem, path: str, temp_name: str, record_name: str, record: bytes,
+                    file_names: list[str]) -> Opened | None:
+    """A new location: ``path`` and its missing parents (``make_dirs``), its first record
+    (``record`` written to ``temp_name``, fsynced, renamed to ``record_name``, the directory
+    fsynced) and its column files, created and opened.  None, with nothing but missing parents
+    made, when ``path`` already exists: the caller opens it as an existing location.  On a
+    failure every descriptor opened is closed again and the OSError raised.
+
+    The order is what makes creation crash-safe: the record is durable before any column file
+    exists, so a location whose files hold data without a record is damage, never a crash
+    (docs/storage-format.md)."""
+    native = getattr(fs, "create_location", None)
+    if native is not None:
+        return native(os.path.abspath(path), temp_name, record_name, record, list(file_names))
+    if not make_dirs(fs, path):
+        return None
+    tmp = os.path.join(path, temp_name)
+    write_file(fs, tmp, record)
+    fs.rename(tmp, os.path.join(path, record_name))
+    fs.fsync_dir(path)
+    opened: Opened = []
+    try:
+        for name in file_names:
+            fd = fs.open(os.path.join(path, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                st = fs.fstat(fd)
+            except BaseException:
+                fs.close(fd)
+                raise
+            opened.append((fd, (st.st_dev, st.st_ino)))
+    except BaseException:
+        for fd, _ in opened:
+            try:
+                fs.close(fd)
+            except OSError:
+                pass
+        raise
+    return opened

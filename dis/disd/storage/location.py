@@ -56,6 +56,8 @@ from disd.schema import ColumnType, TableSchema
 from disd.storage import columns as colfmt
 from disd.storage import fsio
 from disd.storage.checkpoint import (
+    FILE_NAME,
+    TEMP_NAME,
     CheckpointError,
     CheckpointRecord,
     SourcePosition,
@@ -203,10 +205,10 @@ class Location:
         """Read ``table.size`` and cut every column file back to it; reset every count to it.
         Raises _Damaged for what needs an operator, OSError for what the OS refused."""
         fs, path = self.fs, str(self.path)
-        # A directory made just now is empty: no temp file, record or column file to look for.
-        # (A new location is otherwise some forty-five file-system calls, each of which gives up
-        # the interpreter's lock and waits to take it back: a dozen fewer is a burst's gain.)
-        fresh = fsio.make_dirs(fs, path)
+        # A new location is made in one operation of the file system (``_create``); otherwise a
+        # directory made just now is empty: no temp file, record or column file to look for.
+        created, new_files = self._create() if not self.writers else (None, None)
+        fresh = created is not None or fsio.make_dirs(fs, path)
         if not fresh and remove_stale_temp(path, fs):
             log.info("removed a table.size.tmp left by an interrupted checkpoint", location=str(self.key))
         try:
@@ -222,7 +224,9 @@ class Location:
         else:
             self._use_version(self.table.at_version(self._create_version))
         names = self._file_names
-        if record is None:
+        if created is not None:
+            record = created
+        elif record is None:
             with_data = [] if fresh else sorted(n for n in names if fsio.size_or_zero(fs, os.path.join(path, n)) > 0)
             if with_data:
                 raise _Damaged(
@@ -243,7 +247,9 @@ class Location:
         for name in names:
             fpath = os.path.join(path, name)
             w = self.writers.get(name)
-            if w is None:
+            if new_files is not None:
+                handle = new_files[name]
+            elif w is None:
                 if sizes[name] > 0 and not fsio.exists(fs, fpath):
                     raise _Damaged(f"column file {name} is missing but the checkpoint records {sizes[name]} bytes")
                 handle = self._files.open(fpath, create=True)
@@ -273,6 +279,29 @@ class Location:
             self.lastby.recover(path, fs, record.lastby, rows,
                                 lambda a, b: colfmt.read_rows(self.schema, None, a, b, committed), str(self.key))
 
+    def _create(self) -> tuple[CheckpointRecord, dict[str, TrackedFile]] | tuple[None, None]:
+        """Make this location if its directory does not exist yet: directories, its first record
+        (no rows) and its column files, in the file system's one operation
+        (``fsio.create_location``), which the real one does in C outside the interpreter's lock:
+        made from Python, each of its thirty-odd calls gave up the lock and waited to take it
+        back behind the threads decoding chunks.  The record and the column files' handles by
+        name; (None, None) when the directory exists, or the descriptor limit is too small to
+        hold a location's files at once: the caller then opens it the usual way."""
+        schema = self.table.at_version(self._create_version)
+        names = [n for c in schema.columns for n in colfmt.file_names(c)]
+        if len(names) * 4 > self._files.capacity:
+            return None, None
+        path = str(self.path)
+        record = self._record(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), schema)
+        data = record.to_bytes()
+        handles = self._files.open_created(
+            [os.path.join(path, n) for n in names],
+            lambda: fsio.create_location(self.fs, path, TEMP_NAME, FILE_NAME, data, names))
+        if handles is None:
+            return None, None
+        self._use_version(schema)
+        return record, dict(zip(names, handles))
+
     def _use_version(self, schema: TableSchema) -> None:
         """Open the location in ``schema`` (a version of its table): its column files are that
         version's.  A reopen finds the same version (table.size never changes it)."""
@@ -283,10 +312,13 @@ class Location:
         self.schema_version = schema.version
         self._file_names = [n for c in schema.columns for n in colfmt.file_names(c)]
 
-    def _record(self, rows: int, files: dict[str, int], source: SourcePosition) -> CheckpointRecord:
-        """The checkpoint record of this location's state, in its schema version."""
-        return CheckpointRecord(rows, files, source, self.schema.fingerprint, dict(self.import_state),
-                                schema_version=self.schema.version,
+    def _record(self, rows: int, files: dict[str, int], source: SourcePosition,
+                schema: TableSchema | None = None) -> CheckpointRecord:
+        """The checkpoint record of this location's state, in its schema version (``schema``,
+        for a location not yet opened in one)."""
+        schema = schema or self.schema
+        return CheckpointRecord(rows, files, source, schema.fingerprint, dict(self.import_state),
+                                schema_version=schema.version,
                                 lastby=self.lastby.durable_ref if self.lastby is not None else None)
 
     def reopen(self) -> bool:
