@@ -1,0 +1,167 @@
+"""A new location in one operation of the file system (``fsio.create_location``).
+
+The real file system makes a new location's directories, first record and column files in C
+(``disd.storage._newlocation``), giving up the interpreter's lock once instead of some thirty
+times; every other file system (the tests' recording and failing disks) gets the composition of
+its own operations.  These tests hold the two to the same result, on success and on failure,
+and check that the product's build has the C one (a build without a compiler would fall back
+quietly)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+
+import pytest
+
+from disd.storage import StorageEngine, fsio
+from disd.storage.checkpoint import FILE_NAME, TEMP_NAME, read_record
+from disd.storage.fsio import MeteredFileSystem, OsFileSystem
+from disd.storage.metrics import IO_ERRORS
+
+from .util import KEY, SCHEMAS
+
+NAMES = ["Timestamp.dat", "Sym.off", "Sym.dat", "Price.dat", "Size.dat"]
+RECORD = b"any bytes: create_location does not read its record\n"
+
+
+class Composed(OsFileSystem):
+    """The real calls, but a subclass: it gets the composed operation."""
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def tree(root: str) -> list[tuple[str, str, int]]:
+    out = []
+    for d, dirs, files in os.walk(root):
+        for name in dirs:
+            out.append((os.path.relpath(os.path.join(d, name), root), "dir", 0))
+        for name in files:
+            p = os.path.join(d, name)
+            out.append((os.path.relpath(p, root), "file", os.path.getsize(p)))
+    return sorted(out)
+
+
+def test_the_build_has_the_c_operation():
+    assert fsio.OS.create_location is not None, "disd.storage._newlocation was not built (no C compiler?)"
+    assert MeteredFileSystem(fsio.OS).create_location is not None
+    assert Composed().create_location is None
+    assert MeteredFileSystem(Composed()).create_location is None
+
+
+@pytest.mark.parametrize("fs", [fsio.OS, Composed()], ids=["c", "composed"])
+def test_a_new_location_is_made_with_its_parents_record_and_files(tmp_path, fs):
+    path = str(tmp_path / "db" / "Intraday" / "Market" / "Trade" / "ip1" / "2026-11-22" / "Trade")
+    before = open_fds()
+    opened = fsio.create_location(fs, path, TEMP_NAME, FILE_NAME, RECORD, NAMES)
+    assert opened is not None and len(opened) == len(NAMES)
+    try:
+        for name, (fd, identity) in zip(NAMES, opened):
+            st = os.stat(os.path.join(path, name))
+            assert identity == (st.st_dev, st.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+            assert os.fstat(fd).st_size == 0
+            assert os.get_blocking(fd) and os.get_inheritable(fd) is False  # O_CLOEXEC
+            assert os.pwrite(fd, b"x", 0) == 1  # opened for writing
+        with open(os.path.join(path, FILE_NAME), "rb") as f:
+            assert f.read() == RECORD
+        assert sorted(os.listdir(path)) == sorted(NAMES + [FILE_NAME])  # the temp record renamed
+    finally:
+        for fd, _ in opened:
+            os.close(fd)
+    assert open_fds() == before
+
+
+def test_both_operations_leave_the_same_tree(tmp_path):
+    made = []
+    for fs, root in ((fsio.OS, tmp_path / "c"), (Composed(), tmp_path / "composed")):
+        for ip in ("ip1", "ip2"):
+            for day in ("2026-11-21", "2026-11-22"):
+                p = str(root / "Intraday" / "Market" / "Trade" / ip / day / "Trade")
+                for fd, _ in fsio.create_location(fs, p, TEMP_NAME, FILE_NAME, RECORD, NAMES):
+                    os.close(fd)
+        made.append(tree(str(root)))
+    assert made[0] == made[1] and len(made[0]) == 3 + 2 + 4 * 2 + 4 * (len(NAMES) + 1)
+
+
+@pytest.mark.parametrize("fs", [fsio.OS, Composed()], ids=["c", "composed"])
+def test_an_existing_directory_is_left_to_the_caller(tmp_path, fs):
+    path = tmp_path / "loc"
+    path.mkdir()
+    before = open_fds()
+    assert fsio.create_location(fs, str(path), TEMP_NAME, FILE_NAME, RECORD, NAMES) is None
+    assert list(path.iterdir()) == [] and open_fds() == before
+
+
+@pytest.mark.parametrize("fs", [fsio.OS, Composed()], ids=["c", "composed"])
+def test_a_failure_names_the_call_and_file_and_closes_what_was_opened(tmp_path, fs):
+    path = str(tmp_path / "loc")
+    metered = MeteredFileSystem(fs)
+    counted = IO_ERRORS.labels("open", "ENOTDIR")
+    n0 = counted._value.get()
+    before = open_fds()
+    # the second "file" lies under the first, a regular file: its open fails with ENOTDIR
+    with pytest.raises(NotADirectoryError) as e:
+        fsio.create_location(metered, path, TEMP_NAME, FILE_NAME, RECORD, ["a.dat", "a.dat/b.dat"])
+    assert e.value.errno == errno.ENOTDIR and e.value.filename == os.path.join(path, "a.dat/b.dat")
+    assert fsio.failed_op(e.value) == "open"
+    assert counted._value.get() == n0 + 1
+    assert open_fds() == before
+
+
+@pytest.mark.parametrize("fs", [fsio.OS, Composed()], ids=["c", "composed"])
+def test_a_path_under_a_file_is_refused(tmp_path, fs):
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(NotADirectoryError):
+        fsio.create_location(fs, str(tmp_path / "file" / "loc"), TEMP_NAME, FILE_NAME, RECORD, NAMES)
+
+
+def test_the_engine_makes_new_locations_in_one_call_and_reopens_them(tmp_path):
+    """A location made by the C operation is a location like any other: the record is the
+    engine's, and reopening it from disk finds it."""
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS)
+    opens = eng.file_handles.peak_open
+    loc = eng.location(KEY)
+    files = loc.column_files()
+    assert eng.file_handles.peak_open == opens + len(files)  # the descriptors were adopted
+    record = read_record(str(loc.path))
+    assert record.rows == 0 and record.files == {n: 0 for n in files}
+    assert record.schema_version == loc.schema_version == loc.schema.version
+    assert sorted(os.listdir(loc.path)) == sorted([*files, FILE_NAME])
+    eng.close()
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS)
+    again = eng.location(KEY, create=False)
+    assert not again.in_error and again.committed_rows == 0
+    eng.close()
+
+
+def test_a_busy_interpreter_does_not_hold_up_new_locations(tmp_path):
+    """What the C operation is for: made from Python, each of a new location's calls waited for
+    the interpreter's lock behind a thread running Python (up to a switch interval each time)."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    def make(fs, root) -> float:  # noqa: ANN001
+        t0 = time.perf_counter()
+        for i in range(20):
+            p = str(root / f"ip{i}" / "d" / "T")
+            for fd, _ in fsio.create_location(fs, p, TEMP_NAME, FILE_NAME, RECORD, NAMES):
+                os.close(fd)
+        return time.perf_counter() - t0
+
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    try:
+        composed = make(Composed(), tmp_path / "composed")
+        native = make(fsio.OS, tmp_path / "c")
+    finally:
+        stop.set()
+        t.join()
+    assert native < composed / 2, (native, composed)
