@@ -5,7 +5,7 @@
   the generated modules are never edited by hand nor committed.
 * The JVM Spark reader's jar is built from ``jvm/`` into ``disd/spark/jars/`` by ``jvm/build.py``
   when a JDK and PySpark are present (optional here; ``make jar`` and ``make test`` require it).
-* ``disd.storage._newlocation`` (C, no dependency but the C library) creates a new location's
+* ``disd.storage.newlocation`` (C, no dependency but the C library) creates a new location's
   directories, record and column files in one call outside the interpreter's lock.  It is
   optional: without a C compiler the build goes on and the DIS makes them from Python
   (``disd.storage.fsio.create_location``), which the tests check against it.
@@ -65,5 +65,5 @@ setup(
     packages=packages,
     package_dir={"": "dis", "disd.tailer": "tailer"},
     cmdclass={"build_py": BuildPyWithProtos},
-    ext_modules=[Extension("disd.storage._newlocation", ["dis/disd/storage/_newlocation.c"], optional=True)],
+    ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=True)],
 )

@@ -1,7 +1,7 @@
 """A new location in one operation of the file system (``fsio.create_location``).
 
 The real file system makes a new location's directories, first record and column files in C
-(``disd.storage._newlocation``), giving up the interpreter's lock once instead of some thirty
+(``disd.storage.newlocation``), giving up the interpreter's lock once instead of some thirty
 times; every other file system (the tests' recording and failing disks) gets the composition of
 its own operations.  These tests hold the two to the same result, on success and on failure,
 and check that the product's build has the C one (a build without a compiler would fall back
@@ -47,7 +47,7 @@ def tree(root: str) -> list[tuple[str, str, int]]:
 
 
 def test_the_build_has_the_c_operation():
-    assert fsio.OS.create_location is not None, "disd.storage._newlocation was not built (no C compiler?)"
+    assert fsio.OS.create_location is not None, "disd.storage.newlocation was not built (no C compiler?)"
     assert MeteredFileSystem(fsio.OS).create_location is not None
     assert Composed().create_location is None
     assert MeteredFileSystem(Composed()).create_location is None

@@ -15,7 +15,7 @@ counted alike.
 
 One compound operation may be done by the file system itself: ``create_location``, a new
 location's directories, ``table.size`` and column files.  ``OsFileSystem`` does it in C
-(``disd.storage._newlocation``), the same calls in the same order in one call that gives up the
+(``disd.storage.newlocation``), the same calls in the same order in one call that gives up the
 interpreter's lock once instead of some thirty times (docs/benchmarks.md, "new locations in one
 call"); any other file system (the tests' recording and failing disks) gets the composition of
 its own operations below, so every call still passes through it.
@@ -30,9 +30,9 @@ from typing import Protocol
 from disd.storage import metrics
 
 try:  # built by setup.py when a C compiler is there; without it, the composed operation below
-    from disd.storage import _newlocation
+    from disd.storage import newlocation
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
-    _newlocation = None
+    newlocation = None
 
 #: a new location's column files, opened: (descriptor, (st_dev, st_ino)) each, in the order asked
 Opened = list[tuple[int, tuple[int, int]]]
@@ -105,13 +105,13 @@ class OsFileSystem:
         """``create_location`` in C when built, for the plain OS file system only: a subclass
         (a test's disk overriding some operations) must see every call, so it gets None and
         with it the composed operation."""
-        return _native_create_location if _newlocation is not None and type(self) is OsFileSystem else None
+        return _native_create_location if newlocation is not None and type(self) is OsFileSystem else None
 
 
 def _native_create_location(path: str, temp_name: str, record_name: str, record: bytes,
                             file_names: list[str]) -> Opened | None:
-    """``create_location`` in one call outside the interpreter's lock (``_newlocation``)."""
-    fresh, out = _newlocation.create(path, temp_name, record_name, record, file_names)
+    """``create_location`` in one call outside the interpreter's lock (``newlocation``)."""
+    fresh, out = newlocation.create(path, temp_name, record_name, record, file_names)
     if fresh is None:
         op, code, where = out
         e = OSError(code, os.strerror(code), where)  # the errno's subclass, as ``os`` raises

@@ -1,4 +1,4 @@
-/* disd.storage._newlocation: a new location's directory, checkpoint record and column files in
+/* disd.storage.newlocation: a new location's directory, checkpoint record and column files in
  * one call that holds the interpreter's lock only while it reads its arguments and builds its
  * answer.
  *
@@ -291,9 +291,9 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_newlocation",
+    PyModuleDef_HEAD_INIT, "newlocation",
     "A new location's directories, checkpoint record and column files in one call (see the source).", -1,
     methods,
 };
 
-PyMODINIT_FUNC PyInit__newlocation(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_newlocation(void) { return PyModule_Create(&module); }
