@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -165,3 +170,54 @@ def test_a_busy_interpreter_does_not_hold_up_new_locations(tmp_path):
         stop.set()
         t.join()
     assert native < composed / 2, (native, composed)
+
+
+_TRACED = "mkdir,openat,fsync,rename,pwrite64,close,newfstatat,fstat"
+_CALL = re.compile(r"^\d+\s+(\w+)\((.*)\)\s+=\s+(-?\d+)")
+
+
+def traced_calls(kind: str, root: pathlib.Path) -> list[tuple[str, ...]]:
+    """The file-system calls ``create_location`` makes under ``root`` (``strace -y``: each
+    descriptor with its path), as (call, paths...) with ``root`` replaced by ``ROOT``."""
+    script = ("import sys\nfrom disd.storage import fsio\nfrom disd.storage.fsio import OsFileSystem\n"
+              "class Composed(OsFileSystem): pass\n"
+              "fs = fsio.OS if sys.argv[1] == 'c' else Composed()\n"
+              "assert (fs.create_location is not None) == (sys.argv[1] == 'c')\n"
+              "out = fsio.create_location(fs, sys.argv[2], 'table.size.tmp', 'table.size', b'rec\\n', ['A.dat', 'B.dat'])\n"
+              "[__import__('os').close(fd) for fd, _ in out]\n")
+    root.mkdir()
+    trace = root.parent / f"{root.name}.strace"
+    r = subprocess.run(["strace", "-f", "-y", "-e", f"trace={_TRACED}", "-o", str(trace), sys.executable, "-c", script,
+                        kind, str(root / "x" / "y" / "T")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    calls = []
+    for line in trace.read_text().splitlines():
+        m = _CALL.match(line)
+        if m is None or str(root) not in line:
+            continue
+        paths = [a or b for a, b in re.findall(r'"([^"]*)"|<([^>]*)>', m.group(2))]
+        calls.append((m.group(1), *[p.replace(str(root), "ROOT") for p in paths if str(root) in p]))
+    return calls
+
+
+def test_the_c_operation_makes_the_composed_ones_calls_in_their_order(tmp_path):
+    """Crash safety rests on the order (docs/storage-format.md, "A new location"): each new
+    directory's parent fsynced, the record durable and renamed before any column file exists.
+    The tests' failing and recording disks check that order on the composed operation; strace
+    checks that the C one makes the very same calls."""
+    assert shutil.which("strace"), "strace is needed (apt-get install strace; .ci/run installs it)"
+    c = traced_calls("c", tmp_path / "c")
+    composed = traced_calls("composed", tmp_path / "composed")
+    tmp, rec, loc = "ROOT/x/y/T/table.size.tmp", "ROOT/x/y/T/table.size", "ROOT/x/y/T"
+    assert composed == [
+        ("newfstatat", loc), ("newfstatat", "ROOT/x/y"), ("newfstatat", "ROOT/x"), ("newfstatat", "ROOT"),
+        ("mkdir", "ROOT/x"), ("openat", "ROOT"), ("fsync", "ROOT"), ("close", "ROOT"),
+        ("mkdir", "ROOT/x/y"), ("openat", "ROOT/x"), ("fsync", "ROOT/x"), ("close", "ROOT/x"),
+        ("mkdir", loc), ("openat", "ROOT/x/y"), ("fsync", "ROOT/x/y"), ("close", "ROOT/x/y"),
+        ("openat", tmp), ("pwrite64", tmp), ("fsync", tmp), ("close", tmp), ("rename", tmp, rec),
+        ("openat", loc), ("fsync", loc), ("close", loc),
+        ("openat", f"{loc}/A.dat"), ("newfstatat", f"{loc}/A.dat"),
+        ("openat", f"{loc}/B.dat"), ("newfstatat", f"{loc}/B.dat"),
+        ("close", f"{loc}/A.dat"), ("close", f"{loc}/B.dat"),
+    ], composed
+    assert c == composed
