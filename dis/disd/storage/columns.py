@@ -38,6 +38,11 @@ def file_names(col: Column) -> list[str]:
     return [f"{col.name}.dat"]
 
 
+def schema_file_names(schema: TableSchema) -> list[str]:
+    """Every column file of a location written in ``schema``, in column order."""
+    return [n for c in schema.columns for n in file_names(c)]
+
+
 def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
     """An Arrow bitmap (least significant bit first) as a bool array of ``n`` entries."""
     first, last = offset // 8, (offset + n + 7) // 8

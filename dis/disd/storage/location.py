@@ -188,7 +188,7 @@ class Location:
         self.txn_open = False
         self._last_checkpoint: tuple | None = None
         self.lastby: LastBy | None = None  # the last-by state, when the table declares keys (docs/lastby.md)
-        self._file_names = [n for c in self.schema.columns for n in colfmt.file_names(c)]
+        self._file_names = colfmt.schema_file_names(self.schema)
         self._recover()
 
     # -- recovery ------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ class Location:
         name; (None, None) when the directory exists, or the descriptor limit is too small to
         hold a location's files at once: the caller then opens it the usual way."""
         schema = self.table.at_version(self._create_version)
-        names = [n for c in schema.columns for n in colfmt.file_names(c)]
+        names = colfmt.schema_file_names(schema)
         if len(names) * 4 > self._files.capacity:
             return None, None
         path = str(self.path)
@@ -310,7 +310,7 @@ class Location:
                            f"version {self.schema_version}")
         self.schema = schema
         self.schema_version = schema.version
-        self._file_names = [n for c in schema.columns for n in colfmt.file_names(c)]
+        self._file_names = colfmt.schema_file_names(schema)
 
     def _record(self, rows: int, files: dict[str, int], source: SourcePosition,
                 schema: TableSchema | None = None) -> CheckpointRecord:
