@@ -65,5 +65,6 @@ setup(
     packages=packages,
     package_dir={"": "dis", "disd.tailer": "tailer"},
     cmdclass={"build_py": BuildPyWithProtos},
-    ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=True)],
+    ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=True),
+                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=True)],
 )

@@ -37,8 +37,9 @@ def test_import_from_installed_copy(tmp_path):
         names = z.namelist()
         has_jar = "disd/spark/jars/dis-spark.jar" in names
     assert has_jar == (ROOT / "dis" / "disd" / "spark" / "jars" / "dis-spark.jar").is_file()
-    # and so does the storage engine's C module, built for this platform (the wheel says so)
-    assert any(n.startswith("disd/storage/newlocation.") and n.endswith(".so") for n in names), names
+    # and so do the storage engine's C modules, built for this platform (the wheel says so)
+    for module in ("newlocation", "batchwrite"):
+        assert any(n.startswith(f"disd/storage/{module}.") and n.endswith(".so") for n in names), names
     assert "-py3-none-any" not in wheels[0].name
     target = tmp_path / "site"
     r = subprocess.run(
@@ -48,7 +49,7 @@ def test_import_from_installed_copy(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     code = (
         "import sys; sys.path.insert(0, %r); import inspect, disd, disd.binlog, disd.tailer;"
-        "from disd.storage import fsio; assert fsio.OS.create_location is not None;"
+        "from disd.storage import fsio; assert None not in (fsio.OS.create_location, fsio.OS.pwrite_all);"
         "assert disd.__file__.startswith(%r), disd.__file__; print('ok')" % (str(target), str(target))
     )
     r = run_py(code, tmp_path)

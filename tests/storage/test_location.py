@@ -55,16 +55,22 @@ def sizes_col(loc) -> list[int]:
 
 
 def test_writes_are_at_most_one_block_and_aligned(engine, tmp_path, monkeypatch):
+    from disd.storage import columnwriter
     from disd.storage.filehandles import TrackedFile
 
     writes: list[tuple[str, int, int]] = []
-    orig = TrackedFile.pwrite
+    orig, orig_all = TrackedFile.pwrite, columnwriter.pwrite_files
 
     def spy(self, data, off):
         writes.append((os.path.basename(self.path), off, len(memoryview(data).cast("B"))))
         return orig(self, data, off)
 
+    def spy_all(batch):  # a flush: every column file's write in one call
+        writes.extend((os.path.basename(h.path), off, len(memoryview(data).cast("B"))) for h, data, off in batch)
+        return orig_all(batch)
+
     monkeypatch.setattr(TrackedFile, "pwrite", spy)
+    monkeypatch.setattr(columnwriter, "pwrite_files", spy_all)
     count0 = sample(scrape(), "dis_write_size_bytes_count")
     le_block0 = sample(scrape(), "dis_write_size_bytes_bucket", le="65536.0")
     write_log(tmp_path / LOG, TRADE, trade_rows(0, 50000), [3] * 50000)
@@ -700,23 +706,29 @@ def test_one_location_in_error_others_keep_ingesting(tmp_path):
     assert eng.in_error_count() == before
 
 
-def test_a_failing_flush_puts_only_that_location_in_error(engine, tmp_path):
+def test_a_failing_flush_puts_only_that_location_in_error(tmp_path):
+    from faults.disk import FaultyDisk
+
+    disk = FaultyDisk(record=False)
+    engine = StorageEngine(str(tmp_path / "db"), SCHEMAS, fs=disk)
     p1, p2 = tmp_path / LOG, tmp_path / LOG2
     write_log(p1, TRADE, trade_rows(0, 100), [3] * 100)
     write_log(p2, TRADE, trade_rows(0, 100), [3] * 100)
     bad, good = engine.location(KEY), engine.location(KEY2)
     ingest_file(bad, p1)
     ingest_file(good, p2)
-
-    def enospc(*a, **k):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    bad.writers["Sym.dat"].handle.pwrite = enospc
+    # the flush's third write (of five, one per column file) fails
+    disk.inject("pwrite", errno.ENOSPC, path_contains=str(bad.path / "Sym.dat"))
     bad.flush()
     good.flush()
-    assert bad.in_error and "flush failed" in bad.error and "No space" in bad.error
+    assert bad.in_error and "flush failed" in bad.error and "No space" in bad.error and "Sym.dat" in bad.error
     assert bad.published_rows == 0 and not bad.checkpoint()
     assert good.published_rows == 100 and good.checkpoint()
+    # the writes before the failed one were made, the failed one's bytes dropped, the rest kept
+    sizes = {name: w.disk_size for name, w in bad.writers.items()}
+    assert [bool(sizes[n]) for n in bad.writers] == [True, True, False, False, False], sizes
+    assert [bool(w.buf) for w in bad.writers.values()] == [False, False, False, True, True]
+    engine.close()
 
 
 def test_a_closed_location_refuses_work(engine, tmp_path):

@@ -7,8 +7,10 @@ writer decides *how* the bytes reach the file.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from disd.storage import metrics
-from disd.storage.filehandles import TrackedFile
+from disd.storage.filehandles import TrackedFile, pwrite_files
 
 
 class ColumnFileWriter:
@@ -67,3 +69,30 @@ class ColumnFileWriter:
             self.handle.truncate(size)
             self.disk_size = size
             self.buf = bytearray()
+
+
+def flush_all(writers: Sequence[ColumnFileWriter]) -> None:
+    """``flush`` each writer, with one operation of the file system for all of their writes
+    (``filehandles.pwrite_files``): a location's flush gives up the interpreter's lock once, not
+    once per column file.  After a failed write the writers are as flushing them one by one
+    would leave them: those before it flushed, its own buffer taken, the rest untouched; the
+    OSError is raised (and the location that flushed fails, ``Location._flush_locked``)."""
+    todo = [w for w in writers if w.buf]
+    if not todo:
+        return
+    data = [w.buf for w in todo]
+    done = 0
+    try:
+        pwrite_files([(w.handle, d, w.disk_size) for w, d in zip(todo, data)])
+        done = len(todo)
+    except OSError as e:
+        written = getattr(e, "writes_done", None)  # None: no write was made (a descriptor's reopen failed)
+        if written is not None:
+            done = written
+            todo[done].buf = bytearray()
+        raise
+    finally:
+        for w, d in zip(todo[:done], data):
+            w.buf = bytearray()
+            w.disk_size += len(d)
+            metrics.WRITE_SIZE.observe(len(d))

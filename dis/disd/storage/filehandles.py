@@ -36,13 +36,13 @@ import collections
 import os
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import structlog
 
 from disd.errors import DisError
 from disd.storage import metrics
-from disd.storage.fsio import OS, FileSystem
+from disd.storage.fsio import OS, FileSystem, pwrite_all
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +111,19 @@ class TrackedFile:
                 raise
             return total
 
+    def _pin(self) -> int:
+        """The descriptor, kept open until ``_unpin`` without holding the lock (see fsync)."""
+        with self.lock:
+            fd = self._fd()
+            self.pins += 1
+            return fd
+
+    def _unpin(self) -> None:
+        with self.lock:
+            self.pins -= 1
+            if self.pins == 0 and self.closed and self.fd is not None:
+                self.factory._release(self)
+
     def pread(self, size: int, offset: int) -> bytes:
         with self.lock:
             fd = self._fd()
@@ -141,19 +154,14 @@ class TrackedFile:
 
     def fsync(self) -> None:
         """fsync without holding the handle's lock, so appends to the file go on meanwhile."""
-        with self.lock:
-            fd = self._fd()
-            self.pins += 1
+        fd = self._pin()
         try:
             self.fs.fsync(fd)
         except OSError as e:
             self._named(e)
             raise
         finally:
-            with self.lock:
-                self.pins -= 1
-                if self.pins == 0 and self.closed and self.fd is not None:
-                    self.factory._release(self)
+            self._unpin()
 
     def close(self) -> None:
         with self.lock:
@@ -163,6 +171,44 @@ class TrackedFile:
 
     def __repr__(self) -> str:
         return f"TrackedFile({self.path!r}, fd={self.fd})"
+
+
+def pwrite_files(writes: Sequence[tuple[TrackedFile, object, int]]) -> None:
+    """Write each ``(handle, data, offset)`` whole, in order, in one operation of the handles'
+    file system (``fsio.pwrite_all``): a location's flush, a write per column file, gives up
+    the interpreter's lock once instead of once per file (docs/benchmarks.md, "a location's
+    flush in one call").  The handles must share one factory.
+
+    Each descriptor is pinned, as ``fsync`` pins it, from when it is looked up until the writes
+    are done: looking up the next one may reopen a descriptor and so run cleanup, which passes
+    over pinned handles, so no descriptor of the call is closed (and its number reused) under
+    it.  One handle's lock at a time is held, never several.  A call that would pin more than a
+    quarter of ``max_open_files`` (a limit set that low) is made a write at a time instead, as
+    ``Location._create`` does.  A failure is raised as the OSError of the write that failed,
+    naming its file, with ``writes_done`` (the writes before it were completed)."""
+    if len(writes) == 1 or len(writes) * 4 > writes[0][0].factory.capacity:
+        for done, (h, data, offset) in enumerate(writes):
+            try:
+                h.pwrite(data, offset)
+            except OSError as e:
+                e.writes_done = done  # type: ignore[attr-defined]
+                raise
+        return
+    pinned: list[TrackedFile] = []
+    try:
+        fds = []
+        for h, _, _ in writes:
+            fds.append(h._pin())
+            pinned.append(h)
+        fs = writes[0][0].fs
+        try:
+            pwrite_all(fs, [(fd, data, offset) for fd, (_, data, offset) in zip(fds, writes)])
+        except OSError as e:
+            writes[getattr(e, "writes_done", 0)][0]._named(e)
+            raise
+    finally:
+        for h in pinned:
+            h._unpin()
 
 
 class TrackedFileHandleFactory:

@@ -18,14 +18,16 @@ location's directories, ``table.size`` and column files.  ``OsFileSystem`` does 
 (``disd.storage.newlocation``), the same calls in the same order in one call that gives up the
 interpreter's lock once instead of some thirty times (docs/benchmarks.md, "new locations in one
 call"); any other file system (the tests' recording and failing disks) gets the composition of
-its own operations below, so every call still passes through it.
+its own operations below, so every call still passes through it.  ``pwrite_all``, several
+positional writes (a location's flush: a write per column file), is offered the same way: in C
+(``disd.storage.batchwrite``) by ``OsFileSystem`` alone, composed of ``pwrite`` for any other.
 """
 
 from __future__ import annotations
 
 import errno as errno_mod
 import os
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from disd.storage import metrics
 
@@ -33,16 +35,23 @@ try:  # built by setup.py when a C compiler is there; without it, the composed o
     from disd.storage import newlocation
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
     newlocation = None
+try:  # the same: without it, pwrite_all's composition of pwrite
+    from disd.storage import batchwrite
+except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
+    batchwrite = None
 
 #: a new location's column files, opened: (descriptor, (st_dev, st_ino)) each, in the order asked
 Opened = list[tuple[int, tuple[int, int]]]
+#: one positional write of ``pwrite_all``: (descriptor, bytes, offset)
+Write = tuple[int, "memoryview | bytes | bytearray", int]
 
 
 class FileSystem(Protocol):
     """What the storage engine asks of a file system: descriptors, positional I/O, names.
 
-    A file system may also offer ``create_location`` (the signature of the function of that
-    name below) to make a new location in one operation of its own; ``OsFileSystem`` does."""
+    A file system may also offer ``create_location`` and ``pwrite_all`` (the signatures of the
+    functions of those names below, without ``fs``) to do them in one operation of its own;
+    ``OsFileSystem`` does."""
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> int: ...
 
@@ -107,6 +116,12 @@ class OsFileSystem:
         with it the composed operation."""
         return _native_create_location if newlocation is not None and type(self) is OsFileSystem else None
 
+    @property
+    def pwrite_all(self):  # noqa: ANN201
+        """``pwrite_all`` in C when built, for the plain OS file system only (as
+        ``create_location``)."""
+        return _native_pwrite_all if batchwrite is not None and type(self) is OsFileSystem else None
+
 
 def _native_create_location(path: str, temp_name: str, record_name: str, record: bytes,
                             file_names: list[str]) -> Opened | None:
@@ -118,6 +133,15 @@ def _native_create_location(path: str, temp_name: str, record_name: str, record:
         e.storage_op = op  # type: ignore[attr-defined]
         raise e
     return [(fd, (dev, ino)) for fd, dev, ino in out] if fresh else None
+
+
+def _native_pwrite_all(writes: Sequence[Write]) -> None:
+    """``pwrite_all`` in one call outside the interpreter's lock (``batchwrite``)."""
+    done, code = batchwrite.pwrite_all(writes)
+    if code:
+        e = OSError(code, os.strerror(code))
+        e.writes_done = done  # type: ignore[attr-defined]
+        raise e
 
 
 #: Failures that are answers, not errors: "is there a table.size?", "does this directory exist?".
@@ -250,6 +274,21 @@ class MeteredFileSystem:
 
         return create_location
 
+    @property
+    def pwrite_all(self):  # noqa: ANN201 - the inner file system's, metered; None without
+        inner = getattr(self.inner, "pwrite_all", None)
+        if inner is None:
+            return None
+
+        def pwrite_all(writes: Sequence[Write]) -> None:
+            try:
+                inner(writes)
+            except OSError as e:
+                self._failed("pwrite", e)
+                raise
+
+        return pwrite_all
+
 
 OS = OsFileSystem()
 
@@ -269,6 +308,27 @@ def write_file(fs: FileSystem, path: str, data: bytes) -> None:
         fs.fsync(fd)
     finally:
         fs.close(fd)
+
+
+def pwrite_all(fs: FileSystem, writes: Sequence[Write]) -> None:
+    """Write each ``(fd, data, offset)`` whole, in order: ``pwrite`` until every byte is written,
+    and nothing after a write that failed.  The OSError of a failed write carries
+    ``writes_done``, how many writes before it were completed.  ``fs.pwrite_all`` does it when
+    the file system offers one (the same calls in one operation), else ``fs.pwrite`` each."""
+    native = getattr(fs, "pwrite_all", None)
+    if native is not None:
+        native(writes)
+        return
+    for done, (fd, data, offset) in enumerate(writes):
+        view = memoryview(data).cast("B")
+        try:
+            while view:
+                n = fs.pwrite(fd, view, offset)
+                view = view[n:]
+                offset += n
+        except OSError as e:
+            e.writes_done = done  # type: ignore[attr-defined]
+            raise
 
 
 def read_file(fs: FileSystem, path: str, limit: int) -> bytes | None:

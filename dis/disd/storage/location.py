@@ -65,7 +65,7 @@ from disd.storage.checkpoint import (
     remove_stale_temp,
     write_record,
 )
-from disd.storage.columnwriter import ColumnFileWriter
+from disd.storage.columnwriter import ColumnFileWriter, flush_all
 from disd.storage.lastby import LastBy, Snapshot
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
 from disd.storage.transactions import plan_transactions
@@ -617,8 +617,7 @@ class Location:
     def _flush_locked(self) -> bool:
         self.dirty_since = None
         try:
-            for w in self.writers.values():
-                w.flush()
+            flush_all(list(self.writers.values()))
         except Exception as e:  # noqa: BLE001
             self._fail(describe_failure("flush", e), e)
             return False
