@@ -5,10 +5,11 @@
   the generated modules are never edited by hand nor committed.
 * The JVM Spark reader's jar is built from ``jvm/`` into ``disd/spark/jars/`` by ``jvm/build.py``
   when a JDK and PySpark are present (optional here; ``make jar`` and ``make test`` require it).
-* ``disd.storage.newlocation`` (C, no dependency but the C library) creates a new location's
-  directories, record and column files in one call outside the interpreter's lock.  It is
-  optional: without a C compiler the build goes on and the DIS makes them from Python
-  (``disd.storage.fsio.create_location``), which the tests check against it.
+* ``disd.storage.newlocation`` and ``disd.storage.batchwrite`` (C, no dependency but the C
+  library) create a new location's directories, record and column files, and write a location's
+  flush, each in one call outside the interpreter's lock.  They are optional: without a C
+  compiler the build goes on and the DIS does both from Python (``disd.storage.fsio``'s
+  ``create_location`` and ``pwrite_all``), which the tests check against them.
 """
 
 from __future__ import annotations
