@@ -19,8 +19,9 @@ class ColumnFileWriter:
     The buffer holds the bytes between the file's on-disk end and the next multiple of the block
     size, so every full write is one aligned block: ``[k*B, (k+1)*B)``.  Appends fill the buffer
     and write it when it reaches the boundary; a run of appended bytes that covers whole blocks
-    is written from the caller's memory, a block per call.  ``flush`` writes a partial buffer (a
-    write may be 1 byte); the next write then completes that block.  No write exceeds the block
+    is written from the caller's memory, a block per call.  A flush (``flush_all``, for all of a
+    location's writers at once) writes a partial buffer (a write may be 1 byte); the next write
+    then completes that block.  No write exceeds the block
     size, and each write's size is recorded in ``dis_write_size_bytes``."""
 
     def __init__(self, handle: TrackedFile, disk_size: int, block_size: int) -> None:
@@ -54,13 +55,6 @@ class ColumnFileWriter:
                 full, self.buf = self.buf, bytearray()
                 self._write(full)
 
-    def flush(self) -> bool:
-        if not self.buf:
-            return False
-        data, self.buf = self.buf, bytearray()
-        self._write(data)
-        return True
-
     def truncate_to(self, size: int) -> None:
         """Cut the file (buffer included) back to ``size`` bytes."""
         if size >= self.disk_size:
@@ -72,7 +66,7 @@ class ColumnFileWriter:
 
 
 def flush_all(writers: Sequence[ColumnFileWriter]) -> None:
-    """``flush`` each writer, with one operation of the file system for all of their writes
+    """Write each writer's buffer, with one operation of the file system for all of them
     (``filehandles.pwrite_files``): a location's flush gives up the interpreter's lock once, not
     once per column file.  After a failed write the writers are as flushing them one by one
     would leave them: those before it flushed, its own buffer taken, the rest untouched; the

@@ -42,7 +42,7 @@ import structlog
 
 from disd.errors import DisError
 from disd.storage import metrics
-from disd.storage.fsio import OS, FileSystem, pwrite_all
+from disd.storage.fsio import OS, FileSystem, pwrite_all, pwrite_whole
 
 log = structlog.get_logger(__name__)
 
@@ -98,18 +98,11 @@ class TrackedFile:
         """Write all of ``data`` at ``offset``; one ``pwrite`` call unless the kernel writes short."""
         with self.lock:
             fd = self._fd()
-            pwrite = self.fs.pwrite
-            view = memoryview(data).cast("B")
-            total = len(view)
             try:
-                while view:
-                    n = pwrite(fd, view, offset)
-                    view = view[n:]
-                    offset += n
+                return pwrite_whole(self.fs, fd, data, offset)
             except OSError as e:
                 self._named(e)
                 raise
-            return total
 
     def _pin(self) -> int:
         """The descriptor, kept open until ``_unpin`` without holding the lock (see fsync)."""
@@ -182,11 +175,11 @@ def pwrite_files(writes: Sequence[tuple[TrackedFile, object, int]]) -> None:
     Each descriptor is pinned, as ``fsync`` pins it, from when it is looked up until the writes
     are done: looking up the next one may reopen a descriptor and so run cleanup, which passes
     over pinned handles, so no descriptor of the call is closed (and its number reused) under
-    it.  One handle's lock at a time is held, never several.  A call that would pin more than a
-    quarter of ``max_open_files`` (a limit set that low) is made a write at a time instead, as
-    ``Location._create`` does.  A failure is raised as the OSError of the write that failed,
+    it.  One handle's lock at a time is held, never several.  A call that would pin more than
+    the factory lets one operation hold (``holds_at_once``) is made a write at a time instead.
+    A failure is raised as the OSError of the write that failed,
     naming its file, with ``writes_done`` (the writes before it were completed)."""
-    if len(writes) == 1 or len(writes) * 4 > writes[0][0].factory.capacity:
+    if len(writes) == 1 or not writes[0][0].factory.holds_at_once(len(writes)):
         for done, (h, data, offset) in enumerate(writes):
             try:
                 h.pwrite(data, offset)
@@ -267,6 +260,12 @@ class TrackedFileHandleFactory:
                 handles.append(f)
             self.peak_open = max(self.peak_open, len(self._handles))
         return handles
+
+    def holds_at_once(self, n: int) -> bool:
+        """Whether one operation may hold ``n`` descriptors at once (a new location's files, a
+        flush's): up to a quarter of the limit.  With a limit set lower, such an operation is
+        made a file at a time, so the limit still holds with several of them under way."""
+        return n * 4 <= self.capacity
 
     @property
     def open_count(self) -> int:

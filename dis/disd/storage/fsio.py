@@ -258,36 +258,29 @@ class MeteredFileSystem:
             self._failed("fsync_dir", e)
             raise
 
-    @property
-    def create_location(self):  # noqa: ANN201 - the inner file system's, metered; None without
-        inner = getattr(self.inner, "create_location", None)
+    def _compound(self, name: str, op: str):  # noqa: ANN202
+        """The inner file system's compound operation ``name``, metered (a failure counted as
+        the call that failed, else as ``op``); None when it offers none."""
+        inner = getattr(self.inner, name, None)
         if inner is None:
             return None
 
-        def create_location(path: str, temp_name: str, record_name: str, record: bytes,
-                            file_names: list[str]) -> Opened | None:
+        def metered(*args):  # noqa: ANN002, ANN202
             try:
-                return inner(path, temp_name, record_name, record, file_names)
+                return inner(*args)
             except OSError as e:
-                self._failed(failed_op(e) or "create_location", e)
+                self._failed(failed_op(e) or op, e)
                 raise
 
-        return create_location
+        return metered
 
     @property
-    def pwrite_all(self):  # noqa: ANN201 - the inner file system's, metered; None without
-        inner = getattr(self.inner, "pwrite_all", None)
-        if inner is None:
-            return None
+    def create_location(self):  # noqa: ANN201
+        return self._compound("create_location", "create_location")
 
-        def pwrite_all(writes: Sequence[Write]) -> None:
-            try:
-                inner(writes)
-            except OSError as e:
-                self._failed("pwrite", e)
-                raise
-
-        return pwrite_all
+    @property
+    def pwrite_all(self):  # noqa: ANN201
+        return self._compound("pwrite_all", "pwrite")
 
 
 OS = OsFileSystem()
@@ -301,13 +294,22 @@ def write_file(fs: FileSystem, path: str, data: bytes) -> None:
     caller's business: a rename and a directory fsync follow)."""
     fd = fs.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        offset = 0
-        while offset < len(view):
-            offset += fs.pwrite(fd, view[offset:], offset)
+        pwrite_whole(fs, fd, data, 0)
         fs.fsync(fd)
     finally:
         fs.close(fd)
+
+
+def pwrite_whole(fs: FileSystem, fd: int, data: memoryview | bytes | bytearray, offset: int) -> int:
+    """Write all of ``data`` at ``offset``: ``pwrite`` until every byte is written (the kernel
+    may write short).  Returns the bytes written."""
+    view = memoryview(data).cast("B")
+    total = len(view)
+    while view:
+        n = fs.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+    return total
 
 
 def pwrite_all(fs: FileSystem, writes: Sequence[Write]) -> None:
@@ -320,12 +322,8 @@ def pwrite_all(fs: FileSystem, writes: Sequence[Write]) -> None:
         native(writes)
         return
     for done, (fd, data, offset) in enumerate(writes):
-        view = memoryview(data).cast("B")
         try:
-            while view:
-                n = fs.pwrite(fd, view, offset)
-                view = view[n:]
-                offset += n
+            pwrite_whole(fs, fd, data, offset)
         except OSError as e:
             e.writes_done = done  # type: ignore[attr-defined]
             raise

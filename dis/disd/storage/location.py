@@ -289,7 +289,7 @@ class Location:
         hold a location's files at once: the caller then opens it the usual way."""
         schema = self.table.at_version(self._create_version)
         names = colfmt.schema_file_names(schema)
-        if len(names) * 4 > self._files.capacity:
+        if not self._files.holds_at_once(len(names)):
             return None, None
         path = str(self.path)
         record = self._record(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), schema)
