@@ -24,7 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from disd.allocator import DIS as DIS_MALLOC
-from disd.allocator import tune_malloc
+from disd.allocator import HeapTrimmer, tune_malloc
 from disd.config import DisConfig
 from disd.notify import Notifier, watchdog_interval_s
 from disd.rpc.channel import MAX_MESSAGE_BYTES
@@ -35,6 +35,7 @@ from disd.server.blockcache import BlockCache
 from disd.server.ingest import IngestService
 from disd.server.ingestsessions import SessionRegistry
 from disd.server.ingestmux import add_ingest_service
+from disd.server.metrics import HEAP_TRIMS
 from disd.server.tabledata import TableDataService
 from disd.storage import StorageEngine
 from disd.storage.dblock import DatabaseLock, lock_database
@@ -249,12 +250,13 @@ def serve_metrics(host: str, port: int, collector, *more):  # noqa: ANN001, ANN0
     return srv
 
 
-def run_until_signalled(start: Callable[[], tuple[Any, str]]) -> int:
+def run_until_signalled(start: Callable[[], tuple[Any, str]],
+                        every_turn: Callable[[], None] | None = None) -> int:
     """The life of a daemon under systemd: SIGTERM/SIGINT handlers first (a signal during the
     start still stops it), then ``start()`` (the started server, which has ``status_line()`` and
     ``stop()``, and the READY=1 status text); READY=1, the watchdog pinged from this loop (a hung
-    daemon is restarted), STATUS= kept current, until a signal; then STOPPING=1 and
-    ``server.stop()``.  Exit code 0."""
+    daemon is restarted), STATUS= kept current and ``every_turn()`` called (at most a second
+    apart), until a signal; then STOPPING=1 and ``server.stop()``.  Exit code 0."""
     notifier = Notifier()
     stop = threading.Event()
     received: list[int] = []
@@ -277,6 +279,8 @@ def run_until_signalled(start: Callable[[], tuple[Any, str]]) -> int:
             if text != shown:
                 notifier.status(text)  # what `systemctl status` shows
                 shown = text
+        if every_turn is not None:
+            every_turn()
     log.info("shutting down", signal=signal.Signals(received[0]).name if received else None)
     notifier.stopping()
     server.stop()
@@ -285,10 +289,19 @@ def run_until_signalled(start: Callable[[], tuple[Any, str]]) -> int:
 
 def serve(config: DisConfig) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
+    trimmer = HeapTrimmer()
+
     def start() -> tuple[DisServer, str]:
         tune_malloc(DIS_MALLOC)  # large messages leave, the buffers under them are reused (disd.allocator)
+        trimmer.tick()  # the size before any message: the first bar a burst's growth is measured against
         server = DisServer(config)
         server.start()
         return server, f"serving on {config.host}:{server.port}"
 
-    return run_until_signalled(start)
+    def trim_heaps() -> None:
+        """Free memory a burst of large messages left between the heaps' blocks goes back to the
+        system (disd.allocator.HeapTrimmer)."""
+        if trimmer.tick():
+            HEAP_TRIMS.inc()
+
+    return run_until_signalled(start, every_turn=trim_heaps)

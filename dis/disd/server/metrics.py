@@ -33,6 +33,9 @@ INGEST_REJECTIONS = Counter(
 )
 BLOCK_READS = Counter("dis_block_reads_total", "ReadBlock calls served")
 BLOCK_CACHE_HITS = Counter("dis_block_cache_hits_total", "ReadBlock calls served from the block cache")
+HEAP_TRIMS = Counter(
+    "dis_heap_trims_total", "Times free malloc heap memory was handed back to the system (disd.allocator.HeapTrimmer)"
+)
 
 #: Every series a ServerCollector produces, for the documentation and the drift tests.
 SERVER_SERIES = (
