@@ -1,0 +1,242 @@
+"""What one location costs the DIS's own Python, in process: no gRPC, no other threads' turns.
+
+The many-locations targets (``bench/load.py``) are bound by CPU per location across the
+processes; this bench isolates the DIS's share that no serving change can remove: the ingest
+path a stream's messages run (``disd.server.ingest.LocationStream``: open, then a chunk and its
+ack; a caught-up chunk is flushed at once, as the tailer marks the last chunk of a location).
+
+Two phases over ``--locations`` new locations of Market.Trade (internal partitions x 5 dates,
+as in ``bench/load.py``), on a started ``StorageEngine`` with ``max_open_files`` as that bench
+gives the DIS (512 by default: 1,000 column files cycle through them, as they do there):
+
+* *new*: each location's stream opened (the location created: directories, first record,
+  five column files, each fsynced as in production) and its first chunk, the log's header and
+  10 rows, ingested and flushed; then the streams stay open;
+* *live*: ``--rounds`` rounds of one 1-row chunk per location, each flushed (a row per location
+  per write, the live phase of ``bench/load.py`` at one write per location).
+
+CPU is the process's user + system time over each phase (the engine's own threads included;
+the new phase's user time is printed too: the system time of creating files varies several-fold
+from run to run on a shared disk, the interpreter's work does not);
+the logs are built and read before timing.  The ingest path logs as ``dis serve`` does (JSON
+lines, here to a file).
+
+Baselines, same run, same disk, the file-system work alone with plain ``os`` calls: for a new
+location, its directories (each ``mkdir`` that creates one, then an fsync of its parent), a record written to
+a temporary file, fsynced, renamed over ``table.size`` and the directory fsynced, and five column
+files created; for a live write, the five column files' ``pwrite``s of the same sizes on open
+descriptors.  ``ratio`` = the live write's CPU over its baseline's.
+
+The last JSON line adds ``writes_per_core_s``: location writes one interpreter can make per
+second at this path's cost, however cheap the serving around it (``bench/load.py``'s live
+phase at 10,000 locations asks 10,000 a second of one DIS).
+
+    .venv/bin/python bench/location_path.py [--locations 200] [--rounds 10] [--max-open-files 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+from _common import TRADE_SCHEMA, emit, trade_table  # noqa: E402
+from disd.binlog import BinlogWriter, RowFlag, decode_header, normalize_columns, scan_frames  # noqa: E402
+from disd.binlog.filename import LogFileName  # noqa: E402
+from disd.logconfig import configure_logging  # noqa: E402
+from disd.names import LocationKey  # noqa: E402
+from disd.rpc.keys import key_to_proto  # noqa: E402
+from disd.rpc.v1 import dis_pb2  # noqa: E402
+from disd.schema import SchemaRegistry, load_schema  # noqa: E402
+from disd.server.ingest import IngestService, LocationStream  # noqa: E402
+from disd.server.ingestsessions import SessionRegistry  # noqa: E402
+from disd.storage import StorageEngine  # noqa: E402
+from disd.config import StorageConfig  # noqa: E402
+
+DATES = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
+FIRST_ROWS = 10
+COLUMN_FILES = 5
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def user_s() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_utime
+
+
+def write_logs(log_dir: str, keys: list[LocationKey], rounds: int) -> list[tuple[str, bytes, list[int]]]:
+    """Each location's log file: the header and a 10-row frame, then one 1-row frame per round.
+    Returns (file name, bytes, the end offset of the header and first frame, then of each round's
+    frame)."""
+    schema = load_schema(TRADE_SCHEMA)
+    out = []
+    for k in keys:
+        name = f"Market.Trade.System.{k.internal_partition}.{k.column_partition}.bin.{k.column_partition}.000000.000+0000"
+        path = os.path.join(log_dir, name)
+        with BinlogWriter(path, schema) as w:
+            for n in [FIRST_ROWS] + [1] * rounds:
+                t = trade_table(n)
+                w.write_rows(normalize_columns(schema, t), np.full(n, RowFlag.SINGLE_ROW, np.uint8))
+        with open(path, "rb") as f:
+            data = f.read()
+        run = scan_frames(data, 0, schema, start=decode_header(data, name).size)
+        assert len(run.ends) == rounds + 1 and LogFileName.parse(name).location == k, name
+        out.append((name, data, list(run.ends)))
+    return out
+
+
+def chunk(name: str, data: bytes, start: int, end: int) -> dis_pb2.IngestRequest:
+    return dis_pb2.IngestRequest(chunk=dis_pb2.LogChunk(file_name=name, offset=start, data=data[start:end],
+                                                        caught_up=True))
+
+
+def dis_path(work: str, keys: list[LocationKey], logs: list, rounds: int,
+             max_open_files: int) -> tuple[float, float, list[float]]:
+    """CPU seconds of the new phase (all, and user), and of each live round."""
+    schema = load_schema(TRADE_SCHEMA)
+    engine = StorageEngine(os.path.join(work, "db"), SchemaRegistry([schema]), StorageConfig(max_open_files=max_open_files))
+    engine.start()
+    service = IngestService(engine, SessionRegistry(600.0), lambda namespace, table: True)
+    opens = [dis_pb2.IngestRequest(open=dis_pb2.IngestOpen(location=key_to_proto(k), tailer_id="bench",
+                                                            schema_fingerprint=decode_header(data, name).fingerprint))
+             for k, (name, data, _) in zip(keys, logs)]
+    firsts = [chunk(name, data, 0, ends[0]) for name, data, ends in logs]
+    streams = []
+    try:
+        c0, u0 = cpu_s(), user_s()
+        for o, c in zip(opens, firsts):
+            s = LocationStream(service, "bench", lambda code, details: None)
+            s.open(o)
+            ack = s.handle(c)
+            assert ack is not None and ack.ack.committed_rows == FIRST_ROWS, ack
+            streams.append(s)
+        new_s, new_user_s = cpu_s() - c0, user_s() - u0
+        live = []
+        for r in range(rounds):
+            reqs = [chunk(name, data, ends[r], ends[r + 1]) for name, data, ends in logs]
+            c0 = cpu_s()
+            for s, c in zip(streams, reqs):
+                s.handle(c)
+            live.append(cpu_s() - c0)
+        published = sum(loc.published_rows for loc in engine.locations())
+        assert published == len(keys) * (FIRST_ROWS + rounds), published
+    finally:
+        for s in streams:
+            s.close()
+        engine.close()
+    return new_s, new_user_s, live
+
+
+def bare_new(root: str, keys: list[LocationKey]) -> float:
+    """CPU seconds of the file-system work of creating the locations, plain ``os`` calls."""
+    c0 = cpu_s()
+    for k in keys:
+        parent = root
+        for part in (k.internal_partition, k.column_partition, k.table):
+            d = os.path.join(parent, part)
+            if not os.path.isdir(d):  # an internal partition's directory holds its five dates
+                os.mkdir(d)
+                fd = os.open(parent, os.O_RDONLY)
+                os.fsync(fd)
+                os.close(fd)
+            parent = d
+        tmp = os.path.join(parent, "table.size.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, b"\0" * 64)
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(tmp, os.path.join(parent, "table.size"))
+        fd = os.open(parent, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        for i in range(COLUMN_FILES):
+            fd = os.open(os.path.join(parent, f"c{i}"), os.O_RDWR | os.O_CREAT, 0o644)
+            os.fstat(fd)
+            os.close(fd)
+    return cpu_s() - c0
+
+
+def bare_live(root: str, keys: list[LocationKey], rounds: int, sizes: list[int]) -> list[float]:
+    """CPU seconds of each round's column writes (five ``pwrite``s a location), plain ``os``
+    calls on descriptors opened before timing."""
+    fds = [[os.open(os.path.join(root, k.internal_partition, k.column_partition, k.table, f"c{i}"), os.O_RDWR)
+            for i in range(COLUMN_FILES)] for k in keys]
+    pieces = [b"\1" * n for n in sizes]
+    out = []
+    try:
+        for r in range(rounds):
+            c0 = cpu_s()
+            for files in fds:
+                for fd, piece in zip(files, pieces):
+                    os.pwrite(fd, piece, r * len(piece))
+            out.append(cpu_s() - c0)
+    finally:
+        for files in fds:
+            for fd in files:
+                os.close(fd)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--locations", type=int, default=200, help="internal partitions x 5 dates")
+    ap.add_argument("--rounds", type=int, default=10, help="live rounds (a 1-row chunk per location each)")
+    ap.add_argument("--max-open-files", type=int, default=512)
+    args = ap.parse_args()
+    if args.locations % len(DATES):
+        raise SystemExit(f"--locations must be a multiple of {len(DATES)}")
+    keys = [LocationKey("Market", "Trade", f"feed{i:03d}", d)
+            for i in range(args.locations // len(DATES)) for d in DATES]
+    work = tempfile.mkdtemp(prefix="dis-locpath-")
+    log_file = os.path.join(work, "dis.log")
+    try:
+        os.mkdir(os.path.join(work, "logs"))
+        logs = write_logs(os.path.join(work, "logs"), keys, args.rounds)
+        with open(log_file, "w") as sink:
+            stderr = os.dup(2)
+            os.dup2(sink.fileno(), 2)  # the path's JSON log lines, as dis serve writes them
+            try:
+                configure_logging(json=True)
+                new_s, new_user_s, live = dis_path(work, keys, logs, args.rounds, args.max_open_files)
+            finally:
+                os.dup2(stderr, 2)
+                os.close(stderr)
+        bare_root = os.path.join(work, "bare")
+        os.mkdir(bare_root)
+        base_new = bare_new(bare_root, keys)
+        # Market.Trade's five column files for one row: Timestamp 8, Sym's offset 8 and its bytes
+        # (a few), Price 8, Size 4
+        base_live = bare_live(bare_root, keys, args.rounds, [8, 8, 4, 8, 4])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    n = len(keys)
+    new_ms, new_user_ms, base_new_ms = new_s * 1e3 / n, new_user_s * 1e3 / n, base_new * 1e3 / n
+    live_us = statistics.median(live) * 1e6 / n
+    base_live_us = statistics.median(base_live) * 1e6 / n
+    per_core = 1e6 / live_us
+    print(f"{n} locations, max_open_files {args.max_open_files}, {args.rounds} live rounds (medians)")
+    print(f"new location (open + 10-row chunk): {new_ms:.3f} ms CPU, of which user {new_user_ms:.3f} ms; "
+          f"its file-system work alone {base_new_ms:.3f} ms (ratio {new_ms / base_new_ms:.2f})")
+    print(f"live location write (1-row chunk, flushed): {live_us:.0f} us CPU "
+          f"(rounds {min(live) * 1e6 / n:.0f}-{max(live) * 1e6 / n:.0f}); five pwrites alone {base_live_us:.1f} us "
+          f"(ratio {live_us / base_live_us:.1f})")
+    print(f"one interpreter at this cost: at most {per_core:,.0f} location writes/s, however cheap the serving")
+    emit("location_path", live_us, "us/location write", base_live_us, locations=n, rounds=args.rounds,
+         max_open_files=args.max_open_files, live_write_us=live_us, live_write_bare_us=base_live_us,
+         new_location_ms=new_ms, new_location_user_ms=new_user_ms, new_location_bare_ms=base_new_ms, writes_per_core_s=per_core)
+
+
+if __name__ == "__main__":
+    main()
