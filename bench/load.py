@@ -605,7 +605,9 @@ class CpuLimits:
     A phase cannot end sooner than its processes' CPU seconds spread perfectly over every core,
     so ``ratio_cpu_ceiling`` (the baseline's seconds over that shortest burst) bounds the ratio
     from above: a ratio near it says the burst was bound by CPU, not by waiting, and only less
-    CPU per location can raise it.  Likewise the live phase's CPU per location write, over all
+    CPU per location can raise it.  The DIS, whose interpreter runs one thread at a time, bounds
+    both phases: ``dis_cpu_ms_per_location_at_0_8`` is the most DIS CPU a location may add to the
+    baseline's if the burst is to reach 0.8 with the DIS on one core.  Likewise the live phase's CPU per location write, over all
     processes, sets the most location writes per second these cores carry
     (``live_writes_per_s_ceiling``), and the DIS's share alone the most it could take with every
     core to itself (``dis_live_writes_per_s_ceiling``).  That CPU covers the live phase and its
@@ -623,6 +625,8 @@ class CpuLimits:
     asked_writes_per_s: float
     live_cpu_ms_per_write: float
     dis_live_cpu_ms_per_write: float
+    dis_baseline_cpu_s: float = 0.0
+    locations: int = 1
 
     @property
     def ratio_ceiling(self) -> float:
@@ -632,13 +636,22 @@ class CpuLimits:
         """The CPU seconds a burst may use to reach ``ratio`` on these cores."""
         return self.cores * self.baseline_s / ratio
 
+    def dis_ms_per_location_allowed(self, ratio: float) -> float:
+        """The most DIS CPU per location a burst can spend and reach ``ratio`` while the DIS runs
+        on one core: its interpreter runs one thread at a time, and both phases are bound by it
+        (docs/benchmarks.md, the note "the floor").  Compare the floor's DIS CPU per location, and
+        ``bench/location_path.py``'s ingest path alone.  Negative: even no locations could not."""
+        return 1000 * (self.baseline_s / ratio - self.dis_baseline_cpu_s) / self.locations
+
     def writes_ceiling(self, ms_per_write: float) -> float:
         return self.cores * 1000 / ms_per_write if ms_per_write > 0 else math.inf
 
     def line(self, live: bool) -> str:
         text = (f"limits on {self.cores} cores: the burst's processes used {self.burst_cpu_s:.2f} CPU s (the "
                 f"baseline's {self.baseline_cpu_s:.2f}), so the ratio cannot exceed {self.ratio_ceiling:.2f} at that "
-                f"CPU; 0.8 needs the burst to use at most {self.cpu_allowed(0.8):.2f} CPU s")
+                f"CPU; 0.8 needs the burst to use at most {self.cpu_allowed(0.8):.2f} CPU s, and the DIS, on one core, "
+                f"at most {self.dis_ms_per_location_allowed(0.8):.2f} ms per location beyond the baseline's "
+                f"{self.dis_baseline_cpu_s:.2f} s")
         if live:
             text += (f"; live: {self.live_cpu_ms_per_write:.3f} ms of CPU per location write over all processes "
                      f"carries at most {self.writes_ceiling(self.live_cpu_ms_per_write):.0f} location writes/s "
@@ -653,6 +666,7 @@ class CpuLimits:
         live = self.live_writes > 0
         figures = {"cpu_s_burst": self.burst_cpu_s, "cpu_s_baseline": self.baseline_cpu_s,
                    "ratio_cpu_ceiling": self.ratio_ceiling,
+                   "dis_cpu_ms_per_location_at_0_8": self.dis_ms_per_location_allowed(0.8),
                    "cpu_ms_per_write": self.live_cpu_ms_per_write if live else None,
                    "live_writes_per_s_asked": self.asked_writes_per_s if live else None,
                    "live_writes_per_s": self.live_writes / self.live_s if live and self.live_s > 0 else None,
@@ -664,7 +678,7 @@ class CpuLimits:
 
 
 def cpu_limits(cpu0: dict, cpu1: dict, cpu2: dict, bcpu0: dict, bcpu1: dict, baseline_s: float, live_writes: int,
-               live_s: float, drain_s: float, asked_writes_per_s: float, cores: int) -> CpuLimits:
+               live_s: float, drain_s: float, asked_writes_per_s: float, cores: int, locations: int) -> CpuLimits:
     """The run's CPU (``cpu_seconds`` before and after the burst, after the live phase's drain,
     before and after the baseline) as ``CpuLimits``."""
     def spent(a: dict, b: dict, key: str | None = None) -> float:
@@ -675,7 +689,8 @@ def cpu_limits(cpu0: dict, cpu1: dict, cpu2: dict, bcpu0: dict, bcpu1: dict, bas
                      baseline_s=baseline_s, live_writes=live_writes, live_s=live_s,
                      cpu_window_s=live_s + drain_s, asked_writes_per_s=asked_writes_per_s,
                      live_cpu_ms_per_write=spent(cpu1, cpu2) * per_write,
-                     dis_live_cpu_ms_per_write=spent(cpu1, cpu2, "dis") * per_write)
+                     dis_live_cpu_ms_per_write=spent(cpu1, cpu2, "dis") * per_write,
+                     dis_baseline_cpu_s=spent(bcpu0, bcpu1, "dis"), locations=locations)
 
 
 @dataclass
@@ -928,7 +943,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     # drain) per such write
     tailer_ms_per_write = (cpu2["tailers"] - cpu1["tailers"]) * 1000 / max(1, ticks * streams)
     limits = cpu_limits(cpu0, cpu1, cpu2, bcpu0, bcpu1, base_s, ticks * streams, live_s, drain_s,
-                        streams / args.tick, os.cpu_count() or 1)
+                        streams / args.tick, os.cpu_count() or 1, streams)
     dis_ms_per_write = limits.dis_live_cpu_ms_per_write
 
     def cpu_line(a: dict, b: dict, secs: float) -> str:

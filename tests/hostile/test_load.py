@@ -42,6 +42,10 @@ def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_pat
     assert result["ratio_cpu_ceiling"] > 0 and result["live_writes_per_s_asked"] == 20 / 1.0, human
     assert result["live_writes_per_s_ceiling"] >= 0.95 * result["live_writes_published_per_s"], human
     assert result["dis_live_writes_per_s_ceiling"] > result["live_writes_per_s_ceiling"], human
+    # the DIS's CPU a location may add at 0.8, the DIS on one core: the baseline's seconds at
+    # that ratio, less its DIS CPU, over the locations
+    allowed = 1000 * (result["rows"] / result["baseline"] / 0.8 - result["dis_cpu_s_baseline"]) / 20
+    assert result["dis_cpu_ms_per_location_at_0_8"] == pytest.approx(allowed, rel=0.02, abs=0.01), human
     # the floor: the same 20 locations with 10 rows each, on fresh processes; its seconds bound
     # the burst's ratio, and its CPU per location counts every process (the DIS's is part of it)
     assert result["floor_rows"] == 20 * 10, human
