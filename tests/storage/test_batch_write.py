@@ -173,16 +173,23 @@ def test_the_engines_flush_is_one_call(tmp_path, monkeypatch):
 
 def test_a_busy_interpreter_does_not_hold_up_a_flush(tmp_path):
     """What the C operation is for: made from Python, each of a flush's writes waited for the
-    interpreter's lock behind a thread running Python (up to a switch interval each time)."""
-    stop = threading.Event()
+    interpreter's lock behind a thread running Python (up to a switch interval each time).
+
+    The writes are synchronous (``O_DSYNC``, a quarter of a millisecond each here): a thread
+    waiting for the lock takes it only when it is given up for longer than that thread takes to
+    wake.  Page-cache writes of a block (20 us here) are over sooner, so whether the spinning
+    thread took the lock at them depended on its happening to be awake (one CI run: the Python
+    writes 1.9 ms in all, never contended, the C call's 93 ms)."""
+    stop, spinning = threading.Event(), threading.Event()
 
     def spin() -> None:
         x = 0
+        spinning.set()
         while not stop.is_set():
             x += 1
 
-    fds = open_files(tmp_path, 5)
-    block = b"x" * 65536  # a block: a write long enough for the spinning thread to take the lock
+    fds = [os.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_DSYNC, 0o644) for i in range(5)]
+    block = b"x" * 65536  # a block
 
     def flushes(fs) -> float:  # noqa: ANN001
         t0 = time.perf_counter()
@@ -193,6 +200,7 @@ def test_a_busy_interpreter_does_not_hold_up_a_flush(tmp_path):
     t = threading.Thread(target=spin, daemon=True)
     t.start()
     try:
+        assert spinning.wait(5)
         composed = flushes(Composed())
         native = flushes(fsio.OS)
     finally:
