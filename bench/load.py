@@ -607,8 +607,8 @@ class CpuLimits:
     from above: a ratio near it says the burst was bound by CPU, not by waiting, and only less
     CPU per location can raise it.  The DIS, whose interpreter runs one thread at a time, bounds
     both phases: ``dis_cpu_ms_per_location_at_0_8`` is the most DIS CPU a location may add to the
-    baseline's if the burst is to reach 0.8 with the DIS on one core.  Likewise the live phase's CPU per location write, over all
-    processes, sets the most location writes per second these cores carry
+    baseline's if the burst is to reach 0.8 with the DIS on one core.  Likewise the live phase's
+    CPU per location write, over all processes, sets the most location writes per second these cores carry
     (``live_writes_per_s_ceiling``), and the DIS's share alone the most it could take with every
     core to itself (``dis_live_writes_per_s_ceiling``).  That CPU covers the live phase and its
     drain, idle work included (clocks, the sampler, the follower's waiting), so well below the
@@ -625,8 +625,8 @@ class CpuLimits:
     asked_writes_per_s: float
     live_cpu_ms_per_write: float
     dis_live_cpu_ms_per_write: float
-    dis_baseline_cpu_s: float = 0.0
-    locations: int = 1
+    dis_baseline_cpu_s: float
+    locations: int
 
     @property
     def ratio_ceiling(self) -> float:

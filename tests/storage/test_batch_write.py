@@ -40,8 +40,8 @@ class ShortWrites(Composed):
         return os.pwrite(fd, memoryview(data)[:3], offset)
 
 
-def open_files(tmp_path, n: int) -> list[int]:
-    return [os.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644) for i in range(n)]
+def open_files(tmp_path, n: int, flags: int = 0) -> list[int]:
+    return [os.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | flags, 0o644) for i in range(n)]
 
 
 def test_the_build_has_the_c_operation():
@@ -188,7 +188,7 @@ def test_a_busy_interpreter_does_not_hold_up_a_flush(tmp_path):
         while not stop.is_set():
             x += 1
 
-    fds = [os.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_DSYNC, 0o644) for i in range(5)]
+    fds = open_files(tmp_path, 5, os.O_DSYNC)
     block = b"x" * 65536  # a block
 
     def flushes(fs) -> float:  # noqa: ANN001
