@@ -30,6 +30,8 @@ class Piece:
     tail: int = 0
     #: ``end`` is the end of the file as it was read: nothing more to send from it for now
     at_end: bool = False
+    #: the file's size when it was read (-1: not known)
+    file_size: int = -1
 
     @property
     def complete(self) -> bool:
@@ -63,13 +65,13 @@ class FrameReader:
         header = self.header()
         size = self.size()
         if header is None:
-            return Piece(b"", offset, offset, size - offset)
+            return Piece(b"", offset, offset, size - offset, file_size=size)
         start = header.size if offset == 0 else offset
         if start > size:
             # a file shorter than the resume point (replaced?): nothing to send from here
-            return Piece(b"", offset, offset, 0)
+            return Piece(b"", offset, offset, 0, file_size=size)
         if start == size:
-            return Piece(b"", offset, offset, 0)
+            return Piece(b"", offset, offset, 0, file_size=size)
         head = start - offset  # bytes of header leading the chunk
         want = min(max(max_bytes, head + FRAME_HEADER_SIZE), size - offset)
         data = os.pread(self._fd, want, offset)
@@ -89,9 +91,10 @@ class FrameReader:
                 data = os.pread(self._fd, need, offset)
                 run = scan_frames(data, offset, header.schema, start=head, path=self.path, max_frames=1)
         if not run.starts:
-            return Piece(b"", offset, offset, size - start)
+            return Piece(b"", offset, offset, size - start, file_size=size)
         n = run.end_offset - offset
-        return Piece(data if n == len(data) else data[:n], offset, run.end_offset, at_end=run.end_offset == size)
+        return Piece(data if n == len(data) else data[:n], offset, run.end_offset, at_end=run.end_offset == size,
+                     file_size=size)
 
     def close(self) -> None:
         if self._fd >= 0:

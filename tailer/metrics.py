@@ -16,6 +16,9 @@ once however many streams found them):
   ``fields`` when parts are missing) or ``csv_not_configured``
 - ``dis_tailer_locations``: locations with workers (one per replica of the location's entry)
 - ``dis_tailer_bytes_behind``: log bytes of the location not yet acknowledged by the DIS
+- ``dis_tailer_stranded_bytes``: bytes in files of the location that its stream had already
+  passed when they appeared (a second writer on the location: ``disd.tailer.passed``); they can
+  never be ingested into it.  Alert ``DisTailerStrandedBytes``.
 - ``dis_tailer_acked_bytes_total``: bytes the DIS acknowledged
 - ``dis_tailer_corrupt_frames_total``: corrupt frames found (each one counted once)
 - ``dis_tailer_reconnects_total``: failed streams, reconnected with backoff
@@ -50,6 +53,7 @@ SERIES = (
     "dis_tailer_files_skipped",
     "dis_tailer_locations",
     "dis_tailer_bytes_behind",
+    "dis_tailer_stranded_bytes",
     "dis_tailer_acked_bytes_total",
     "dis_tailer_corrupt_frames_total",
     "dis_tailer_reconnects_total",
@@ -80,6 +84,9 @@ class TailerCollector:
         lbl = ["table", "location"]
         behind = GaugeMetricFamily("dis_tailer_bytes_behind",
                                    "Log bytes of the location not yet acknowledged by the DIS", labels=lbl)
+        stranded = GaugeMetricFamily("dis_tailer_stranded_bytes",
+                                     "Bytes in files of the location its stream had passed when they appeared: "
+                                     "never ingested into it (two writers on one location?)", labels=lbl)
         acked = CounterMetricFamily("dis_tailer_acked_bytes_total", "Log bytes the DIS acknowledged", labels=lbl)
         corrupt = CounterMetricFamily("dis_tailer_corrupt_frames_total",
                                       "Corrupt frames found in the location's logs (each counted once)", labels=lbl)
@@ -101,7 +108,7 @@ class TailerCollector:
             ws = self.tailer.workers_of(key)
             lf = self.tailer.files_of(key)
             labels = [key.table_key, str(key)]
-            most = 0
+            most = most_stranded = 0
             acked_n = reconnects_n = 0
             seen: set = set()
             codes: collections.Counter[str] = collections.Counter()
@@ -109,6 +116,7 @@ class TailerCollector:
                 b = w.bytes_behind(lf)
                 most = max(most, b)
                 c = w.counters()
+                most_stranded = max(most_stranded, c["stranded_bytes"])
                 acked_n += c["acked_bytes"]
                 reconnects_n += c["reconnects"]
                 seen |= c["corrupt_seen"]
@@ -118,6 +126,7 @@ class TailerCollector:
                     r[0] += b
                     r[1].append(w.reachable)
             behind.add_metric(labels, most)
+            stranded.add_metric(labels, most_stranded)
             acked.add_metric(labels, acked_n)
             corrupt.add_metric(labels, len(seen))
             reconnects.add_metric(labels, reconnects_n)
@@ -129,7 +138,7 @@ class TailerCollector:
         locations = GaugeMetricFamily("dis_tailer_locations", "Locations the tailer streams (one worker per replica "
                                       "each)")
         locations.add_metric([], len(keys))
-        yield from (locations, behind, acked, corrupt, reconnects, refusals, r_connected, r_behind)
+        yield from (locations, behind, stranded, acked, corrupt, reconnects, refusals, r_connected, r_behind)
 
 
 def tailer_registry(tailer: "Tailer") -> CollectorRegistry:

@@ -14,6 +14,9 @@ A file of a location is *covered* by a checkpoint at ``(F, offset, skip_rows)`` 
 * it is ``F`` itself, ``offset`` is at (or past) its end and ``skip_rows`` is 0,
 
 and in both cases it is not the location's newest file, the one a logger may still be writing.
+A file before ``F`` must also be exactly as long as it was when every stream of the location moved
+past it (``disd.tailer.passed``): bytes appended to it afterwards (a second writer on the location)
+were never sent, so no checkpoint covers them, and the file is kept (and reported as stranded).
 Nothing is removed while the DIS is unreachable, reports no checkpoint for the location, or
 while the location is in error.
 
@@ -75,16 +78,21 @@ def oldest_checkpoint(ckpts: Iterable[Checkpoint | None]) -> Checkpoint | None:
     return out
 
 
-def covered_files(files: list[LogFile], ckpt: Checkpoint | None,
-                  size_of: Callable[[str], int]) -> list[LogFile]:
-    """The files of one location (oldest first) that the checkpoint covers (module docstring)."""
+def covered_files(files: list[LogFile], ckpt: Checkpoint | None, size_of: Callable[[str], int],
+                  passed_ends: Callable[[str], list[int | None]]) -> list[LogFile]:
+    """The files of one location (oldest first) that the checkpoint covers (module docstring);
+    ``passed_ends(name)``: the size each stream of the location passed file ``name`` at (None: a
+    stream has not passed it)."""
     if ckpt is None or not ckpt.file_name or len(files) < 2:
         return []
     at = order_of(ckpt.file_name)
     out = []
     for f in files[:-1]:  # never the newest: a logger may still append to it
         if f.order < at:
-            out.append(f)
+            ends = passed_ends(f.name)
+            known = [e for e in ends if e is not None]
+            if ends and len(known) == len(ends) and size_of(f.path) <= min(known):
+                out.append(f)
         elif f.name == ckpt.file_name and ckpt.skip_rows == 0 and ckpt.offset >= size_of(f.path):
             out.append(f)
     return out
@@ -154,7 +162,8 @@ class LogRetention(threading.Thread):
                 continue
             files = [f for f in self.tailer.files_of(key).files
                      if os.path.realpath(os.path.dirname(f.path)) in self.log_dirs]
-            for f in covered_files(files, ckpt, _size):
+            workers = self.tailer.workers_of(key)
+            for f in covered_files(files, ckpt, _size, lambda n: [w.passed_files.end_of(n) for w in workers]):
                 if self.halt.is_set():
                     return removed
                 if self._remove(f, key, ckpt):

@@ -65,6 +65,7 @@ from disd.schema import TableSchema
 from disd.schemaversions import SchemaChangeError, check_change
 from disd.tailer.frames import FrameReader, Piece
 from disd.tailer.muxsession import MultiplexUnsupported
+from disd.tailer.passed import PassedFiles, Stranded
 from disd.tailer.session import RefusedByDis, StreamBroken, classify
 from disd.tailer.watch import LocationFiles, LogFile, order_of
 
@@ -172,6 +173,12 @@ class LocationWorker(threading.Thread):
         # files the worker moved past: their end of complete frames (bytes after it are never sent)
         self._passed: dict[str, int] = {}
         self._header_sizes: dict[str, tuple[int, int]] = {}  # path -> (inode, header bytes)
+        # every file before the stream's position, as long as it was when passed; bytes that
+        # appear in them afterwards are stranded (disd.tailer.passed)
+        self.passed_files = PassedFiles()
+        self._stranded: list[Stranded] = []
+        self._stranded_seen: tuple[LocationFiles, str] | None = None  # (scan, file) last checked
+        self._stranded_logged: set[tuple[str, int]] = set()
         self._has_turn = False  # holds one of the tailer's ``turns`` (disd.tailer.core)
         # counters for the metrics (disd.tailer.metrics)
         self.reconnects = 0
@@ -189,11 +196,11 @@ class LocationWorker(threading.Thread):
 
     def counters(self) -> dict:
         """acked_bytes, corrupt_frames, corrupt_seen (the (path, offset) of each), reconnects,
-        refusals (by gRPC status): for the metrics."""
+        refusals (by gRPC status), stranded_bytes (in files the stream passed): for the metrics."""
         with self._lock:
             return {"acked_bytes": self.acked_bytes, "corrupt_frames": self.corrupt_frames,
                     "corrupt_seen": set(self._corrupt_seen), "reconnects": self.reconnects,
-                    "refusals": dict(self.refusals)}
+                    "refusals": dict(self.refusals), "stranded_bytes": sum(x.nbytes for x in self._stranded)}
 
     def _set(self, **kw: object) -> None:
         with self._lock:
@@ -440,6 +447,9 @@ class LocationWorker(threading.Thread):
         parts = [self._corrupt_problem] if self._corrupt_problem else []
         with self._lock:
             parts += [x[1] for x in (self._schema_stop, self._refused) if x is not None]  # type: ignore[index]
+            parts += [x.describe() for x in self._stranded[:3]]
+            if len(self._stranded) > 3:
+                parts.append(f"and {len(self._stranded) - 3} more files with bytes the stream passed")
         skipped = self.tailer.skipped_for(self.key)
         parts += [f"file {sk.name} is not streamed: {sk.problem}" for sk in skipped[:3]]
         if len(skipped) > 3:
@@ -548,6 +558,8 @@ class LocationWorker(threading.Thread):
         else:
             cur = lf.files[0]
             name, offset = cur.name, 0
+        self.passed_files.resumed(lf, resume.file_name or None)
+        self._stranded_seen = None
         self._set(state="streaming", error=None, file=name, sent_offset=offset, acked_file=name or None,
                   acked_offset=offset, in_flight_bytes=0)
         self.log.info("ingest stream open", dis=self._status.dis, resume_file=resume.file_name or None,
@@ -560,6 +572,7 @@ class LocationWorker(threading.Thread):
         try:
             while not self._halt.is_set():
                 s.check()
+                self._check_stranded(name)
                 self._past_corruption(name, offset)
                 self._sync_problem(s, accepts, told)
                 piece: Piece | None = None
@@ -624,6 +637,8 @@ class LocationWorker(threading.Thread):
                     if reader is not None:
                         reader.close()
                         reader = None
+                    if piece is not None:
+                        self.passed_files.passed(name, piece.file_size if piece.file_size >= 0 else offset)
                     with self._lock:
                         self._passed[name] = offset
                     cur = newer[0]
@@ -636,6 +651,25 @@ class LocationWorker(threading.Thread):
         finally:
             if reader is not None:
                 reader.close()
+
+    def _check_stranded(self, current: str) -> None:
+        """Look for bytes in the files before ``current`` that the stream passed without them
+        (``disd.tailer.passed``), once per directory scan and file: each new one is logged at
+        warning and becomes part of the location's problem."""
+        lf = self.files()
+        seen = self._stranded_seen
+        if seen is not None and seen[0] is lf and seen[1] == current:
+            return
+        self._stranded_seen = (lf, current)
+        found = self.passed_files.stranded(lf, current)
+        for x in found:
+            if (x.name, x.size) not in self._stranded_logged:
+                self._stranded_logged.add((x.name, x.size))
+                self.log.warning("bytes in a log file the stream has passed: they cannot be ingested",
+                                 file=x.name, passed_at=x.passed_at, size=x.size, stranded_bytes=x.nbytes,
+                                 problem=x.describe())
+        with self._lock:
+            self._stranded = found
 
     # -- how far behind ----------------------------------------------------------------------
 

@@ -481,7 +481,7 @@ def test_fixed_name_mode_one_file_per_partition_and_appends_across_restarts(tmp_
             log.log(Sym="B", Size=i * 10 + h)
             log.flush()
         log.close()
-    files = sorted((tmp_path / "logs").iterdir())
+    files = sorted(f for f in (tmp_path / "logs").iterdir() if not f.name.startswith("."))  # not lock files
     assert [f.name for f in files] == [f"Market.Trade.System.ip1.{p}.bin.2026-11-22.000000.000+0000" for p in "AB"]
     for f in files:
         assert read_file(f).table.column("Size").to_pylist() == [9, 15, 23, 19, 25, 33]
@@ -503,7 +503,8 @@ def test_new_files_sort_after_existing_files_of_the_location(tmp_path):
     log2 = builder(TRADE, tmp_path).set_clock(earlier).build()
     log2.log(Size=2)
     log2.close()
-    files = sorted((tmp_path / "logs").iterdir(), key=lambda p: LogFileName.parse(p.name).sort_key)
+    files = sorted((f for f in (tmp_path / "logs").iterdir() if not f.name.startswith(".")),
+                   key=lambda p: LogFileName.parse(p.name).sort_key)
     assert [read_file(f).table.column("Size").to_pylist() for f in files] == [[1], [2]]
     assert files[1].name.endswith("120000.001+0000")
 
@@ -886,7 +887,8 @@ def test_logger_refuses_a_narrowing_against_the_newest_log_in_its_directory(tmp_
     from disd.logger import LoggerError, LoggerSchemaError
 
     _one_row(Q1, tmp_path, "feed-1", Sym="A", Size=1)
-    before = sorted(os.listdir(tmp_path / "logs"))
+    listed = sorted(os.listdir(tmp_path / "logs"))
+    before = [f for f in listed if not f.startswith(".")]  # the log, not its lock file
     narrowed = quote(2, size="short")
     with pytest.raises(LoggerSchemaError) as ei:
         builder(narrowed, tmp_path).set_internal_partition("feed-2").build()
@@ -894,7 +896,7 @@ def test_logger_refuses_a_narrowing_against_the_newest_log_in_its_directory(tmp_
     assert isinstance(ei.value, LoggerError) and isinstance(ei.value, ValueError)
     assert "Market.Quote version 1 -> 2" in msg and "'Size'" in msg and "narrows" in msg, msg
     assert before[0] in msg, msg  # the file it compared with
-    assert sorted(os.listdir(tmp_path / "logs")) == before  # nothing written
+    assert sorted(os.listdir(tmp_path / "logs")) == listed  # nothing written, not even a lock file
     # an older build refused the other way round: the directory's newest file is version 2
     other = tmp_path / "other"
     _one_row(Q2, other, "feed-2", Sym="A", Size=1)
@@ -945,7 +947,7 @@ def test_loggers_of_two_versions_write_one_directory_at_the_same_time(tmp_path):
         t.join(60)
     for lg in logs:
         lg.close()
-    files = sorted(os.listdir(tmp_path / "logs"))
+    files = sorted(f for f in os.listdir(tmp_path / "logs") if not f.startswith("."))
     by_ip = {LogFileName.parse(f).internal_partition: read_file(tmp_path / "logs" / f) for f in files}
     assert sorted(by_ip) == ["feed-1", "feed-2", "plain1", "plain2"], files
     for ip, contents in by_ip.items():
@@ -956,3 +958,44 @@ def test_loggers_of_two_versions_write_one_directory_at_the_same_time(tmp_path):
     # a logger built afterwards, of either version, still builds against the mixed directory
     for s in (Q1, Q2):
         builder(s, tmp_path).set_internal_partition("later").build().close()
+
+
+def test_one_logger_per_location_the_second_is_refused_naming_the_first(tmp_path):
+    from disd.logger import LocationInUseError
+
+    schema = TRADE
+    first = builder(schema, tmp_path).set_internal_partition("ip1").build()
+    try:
+        with pytest.raises(LocationInUseError) as ei:
+            builder(schema, tmp_path, partition="2026-11-23").set_internal_partition("ip1").build()
+        msg = str(ei.value)
+        assert f"Market.Trade internal partition 'ip1' in {tmp_path / 'logs'}" in msg, msg
+        assert f"(pid {os.getpid()} on host {socket.gethostname()}, since " in msg, msg
+        assert "set_process_name" in msg and "set_on_location_in_use('new_partition')" in msg, msg
+        # another internal partition, or another table, is another location
+        other = builder(schema, tmp_path).set_internal_partition("ip2").build()
+        quotes = builder(Q1, tmp_path).set_internal_partition("ip1").build()
+        other.close()
+        quotes.close()
+    finally:
+        first.close()
+    again = builder(schema, tmp_path).set_internal_partition("ip1").build()  # closed: free again
+    again.close()
+
+
+def test_new_partition_takes_the_first_free_numbered_internal_partition(tmp_path):
+    schema = quote(3)
+    b = builder(schema, tmp_path).set_suffix_internal_partition_with_log_format().set_on_location_in_use("new_partition")
+    base = b.internal_partition()
+    logs = [b.build() for _ in range(3)]
+    try:
+        assert [lg.internal_partition for lg in logs] == [base, base.replace("-3", "_2-3"), base.replace("-3", "_3-3")]
+        for i, lg in enumerate(logs):
+            lg.log(Sym="A", Size=i)
+            lg.flush()
+            assert LogFileName.parse(lg.files[0].name).internal_partition == lg.internal_partition
+    finally:
+        for lg in logs:
+            lg.close()
+    with pytest.raises(ValueError, match="'refuse' or 'new_partition'"):
+        builder(schema, tmp_path).set_on_location_in_use("steal")

@@ -27,6 +27,12 @@ def _files(*names_sizes: tuple[str, int]):
     return files, sizes.__getitem__
 
 
+def _passed_whole(*names_sizes: tuple[str, int], replicas: int = 1):
+    """Every stream passed each file at its full size."""
+    ends = dict(names_sizes)
+    return lambda name: [ends[name]] * replicas
+
+
 @pytest.mark.parametrize("ckpt, expected", [
     (None, []),
     (Checkpoint("", 0), []),
@@ -39,13 +45,27 @@ def _files(*names_sizes: tuple[str, int]):
     (Checkpoint(log_name("ip1", hhmmss="120000"), 0), [A, B]),
 ])
 def test_covered_files(ckpt, expected):
-    files, size_of = _files((A, 100), (B, 200), (C, 300))
-    assert [f.name for f in covered_files(files, ckpt, size_of)] == expected
+    listed = ((A, 100), (B, 200), (C, 300))
+    files, size_of = _files(*listed)
+    assert [f.name for f in covered_files(files, ckpt, size_of, _passed_whole(*listed))] == expected
 
 
 def test_a_single_file_is_never_covered():
     files, size_of = _files((A, 100))
-    assert covered_files(files, Checkpoint(A, 100), size_of) == []
+    assert covered_files(files, Checkpoint(A, 100), size_of, _passed_whole((A, 100))) == []
+
+
+@pytest.mark.parametrize("ends, expected", [
+    ({A: [100], B: [200]}, [A, B]),
+    ({A: [90], B: [200]}, [B]),           # 10 bytes appended to A after its stream passed it
+    ({A: [None], B: [200]}, [B]),         # a file the stream never passed (appeared behind it)
+    ({A: [100, 90], B: [200, 200]}, [B]),  # one replica's stream passed A before its last bytes
+    ({A: [], B: [200]}, [B]),             # no stream of the location
+])
+def test_a_file_longer_than_its_streams_passed_it_is_not_covered(ends, expected):
+    """Bytes a stream never sent are in no checkpoint, whatever file the checkpoint is at."""
+    files, size_of = _files((A, 100), (B, 200), (C, 300))
+    assert [f.name for f in covered_files(files, Checkpoint(C, 300), size_of, ends.__getitem__)] == expected
 
 
 @pytest.mark.parametrize("retention, problem", [

@@ -64,6 +64,24 @@ Internal partition
     and loggers of two versions of a table, running at once or one after the other, then never
     write into the same location.
 
+One writer per location
+    A location (table, internal partition, column partition) takes one logger at a time.  Two
+    logger processes on one location (two instances of one script with one process name, web
+    workers on the default host-name partition, an overlapping restart) would each write files
+    of it, and the tailer, which streams a location's files in order and only goes forward,
+    could never send what one of them appended to a file older than the other's.  So
+    ``build()`` takes an exclusive lock on ``<log_dir>/.<Ns>.<Table>.<Internal>.lock``
+    (``flock``, freed by the kernel when the process dies, ``kill -9`` included) and the logger
+    holds it until ``close()``; it covers every column partition of the internal partition.
+    When another live logger holds it, ``build()`` raises ``LocationInUseError`` naming that
+    process (host, pid, since, command) and the remedy: a distinct process name or internal
+    partition.  That refusal is the default because the internal partition is the name people
+    see for a process's rows: taking another one silently would scatter them over new locations
+    at every overlapping restart and hide a configuration mistake.  With
+    ``set_on_location_in_use("new_partition")`` (a pool of identical workers), the builder takes
+    the first free of ``<name>_2``, ``<name>_3``, ... instead (before any ``-<version>``
+    suffix); the built logger's ``internal_partition`` says which.  (docs/logger.md)
+
 Schema versions
     A logger writes the version of its schema (``version:`` in the YAML) into every file's
     header.  When it is built, it reads the header of the newest log of its table already in the
@@ -104,6 +122,7 @@ Modules (each imports only those listed after it, never another's private names)
     ``writer``     the writer thread: batches queued items, sets row flags, writes
     ``files``      which file rows go to (rollover), file names, open files; the clock
     ``versions``   the logger's schema version against the newest log already in its directory
+    ``ownership``  one writer per location: the lock ``build()`` takes, ``LocationInUseError``
     ``config``     LoggerConfig (what ``build()`` hands the logger), Rollover
     ``partition``  column partition functions, per row and per batch
     ``rowqueue``   work items and the queue bounded in rows
@@ -115,10 +134,12 @@ from disd.logger.api import IntradayLogger
 from disd.logger.builder import IntradayLoggerBuilder
 from disd.logger.config import Rollover
 from disd.logger.errors import LoggerClosedError, LoggerError, LoggerSchemaError, LoggerWriterError
+from disd.logger.ownership import LocationInUseError
 
 __all__ = [
     "IntradayLogger",
     "IntradayLoggerBuilder",
+    "LocationInUseError",
     "LoggerClosedError",
     "LoggerError",
     "LoggerSchemaError",

@@ -20,8 +20,8 @@ from disd.logger.convert import RowSizeCheck, owned, rows_to_columns, value_norm
 from disd.logger.errors import LoggerClosedError, LoggerError, LoggerValueError, LoggerWriterError
 from disd.logger.files import LogFiles, MonotonicClock
 from disd.logger.rowqueue import BREAK, STOP, Flush, Item, RowQueue
-from disd.logger.versions import check_log_dir
 from disd.logger.writer import LogWriter
+from disd.ownerlock import HeldLock
 from disd.schema import TableSchema
 
 #: A transaction collected on the caller is compacted to Arrow columns every this many rows.
@@ -51,17 +51,18 @@ def _close_all_at_exit() -> None:
 
 
 class IntradayLogger:
-    """Writes rows of one table to binary logs; see ``disd.logger``.  Thread-safe."""
+    """Writes rows of one table to binary logs; see ``disd.logger``.  Thread-safe.  Built by
+    ``IntradayLoggerBuilder.build``, which hands it the lock of its location
+    (``disd.logger.ownership``), released by ``close()``."""
 
-    def __init__(self, config: LoggerConfig) -> None:
+    def __init__(self, config: LoggerConfig, lock: HeldLock) -> None:
+        self._location_lock = lock
         self.schema: TableSchema = config.schema
         self.process_name = config.process_name
         self.namespace_set = config.namespace_set
         self.internal_partition: str = config.internal_partition
         self.rollover: Rollover = config.rollover
         self.log_dir = config.log_dir
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        check_log_dir(self.log_dir, self.schema)  # before any file is created
         self._partition_value = config.partition_value
         self._partition_fn = config.partition_fn
         clock = MonotonicClock(config.clock)
@@ -215,6 +216,7 @@ class IntradayLogger:
                     self._queue.put(STOP, internal=True)
             if self._writer.thread is not threading.current_thread():
                 self._writer.thread.join()
+                self._location_lock.release()  # the files are closed: another logger may take it
         _LIVE.discard(self)
         self._check_error()
 

@@ -13,6 +13,8 @@ from disd.logger.errors import LoggerValueError, LoggerTypeError
 from disd.binlog import NamespaceSet
 from disd.logger.api import IntradayLogger
 from disd.logger.config import LoggerConfig, Rollover
+from disd.logger.versions import check_log_dir
+from disd.logger.ownership import OnLocationInUse, claim_location
 from disd.logger.partition import PartitionFunction
 from disd.names import NameKind, legalize, validate_name
 from disd.schema import TableSchema, coerce_schema
@@ -48,6 +50,7 @@ class IntradayLoggerBuilder:
         self._linger = _DEFAULT_WRITE_DELAY
         self._clock: Callable[[], dt.datetime] = _system_clock
         self._host_name: Callable[[], str] = socket.gethostname
+        self._on_in_use = OnLocationInUse.REFUSE
 
     def set_process_name(self, name: str) -> "IntradayLoggerBuilder":
         """Names the writing process; prefixes an internal partition taken from the host name."""
@@ -152,6 +155,17 @@ class IntradayLoggerBuilder:
         self._max_open = int(n)
         return self
 
+    def set_on_location_in_use(self, mode: OnLocationInUse | str) -> "IntradayLoggerBuilder":
+        """What ``build()`` does when another live logger writes this table's internal partition in
+        the log directory: ``"refuse"`` (default: raise ``LocationInUseError`` naming it) or
+        ``"new_partition"`` (take the first free of ``<name>_2``, ``<name>_3``, ...; for pools of
+        identical worker processes).  Why refusing is the default: ``disd.logger.ownership``."""
+        try:
+            self._on_in_use = OnLocationInUse(mode)
+        except ValueError:
+            raise LoggerValueError(f"on location in use must be 'refuse' or 'new_partition', not {mode!r}") from None
+        return self
+
     def set_clock(self, clock: Callable[[], dt.datetime]) -> "IntradayLoggerBuilder":
         """The source of "now" (a datetime; naive means UTC), read by the writer thread; for
         tests of rollover and partitions."""
@@ -161,7 +175,14 @@ class IntradayLoggerBuilder:
         return self
 
     def internal_partition(self) -> str:
-        """The internal partition this configuration writes to."""
+        """The internal partition this configuration writes to (with ``new_partition``, the one
+        it writes to unless another logger holds it: the built logger's ``internal_partition``
+        says which it took)."""
+        return self._internal_partition_name(1)
+
+    def _internal_partition_name(self, instance: int) -> str:
+        """The internal partition of the ``instance``-th logger of this configuration (1: the
+        configured name; n > 1: ``_<n>`` after every suffix but the version's)."""
         if self._internal_partition is not None:
             base = self._internal_partition
         else:
@@ -169,18 +190,34 @@ class IntradayLoggerBuilder:
             if self._process_name:
                 base = legalize(f"{self._process_name}_{base}")
         parts = [base] + [p for p in (self._suffix, self._format_suffix) if p]
+        if instance > 1:
+            parts.append(str(instance))
         name = "_".join(parts)
         if self._version_suffix:
             name = f"{name}-{self._schema.version}"
         return validate_name(NameKind.INTERNAL_PARTITION, name)
 
     def build(self) -> IntradayLogger:
-        return IntradayLogger(LoggerConfig(
+        """Start the logger.  It holds its location (``disd.logger.ownership``) until ``close()``:
+        ``LocationInUseError`` when another live logger holds it (unless ``new_partition``)."""
+        self._internal_partition_name(1)  # a bad name is refused before anything is created
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        check_log_dir(self._log_dir, self._schema)  # a refused version creates nothing, not even a lock
+        internal_partition, lock = claim_location(self._log_dir, self._schema, self._internal_partition_name,
+                                                  self._on_in_use, self._process_name)
+        try:
+            return IntradayLogger(self._config(internal_partition), lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    def _config(self, internal_partition: str) -> LoggerConfig:
+        return LoggerConfig(
             schema=self._schema,
             process_name=self._process_name,
             log_dir=self._log_dir,
             namespace_set=self._namespace_set,
-            internal_partition=self.internal_partition(),
+            internal_partition=internal_partition,
             partition_value=self._partition_value,
             partition_fn=None if self._partition_value is not None else self._partition_fn,
             tz=self._tz,
@@ -190,4 +227,4 @@ class IntradayLoggerBuilder:
             max_open_files=self._max_open,
             write_delay=self._linger,
             clock=self._clock,
-        ))
+        )
