@@ -75,7 +75,7 @@ def test_a_table_or_column_no_schema_declares_stops_the_start_naming_the_key(tmp
     assert not (tmp_path / "db").exists()  # refused before the database root is touched
 
 
-def test_declared_tables_and_columns_start():
+def test_declared_tables_and_columns_pass_the_check():
     cfg = parse_dis_config(_with_tables("unused", {"Market.Trade": {"last_by": ["Sym", "Size"]},
                                                    "Market.Quote": {"flush_interval_ms": 10}}), "dis.yaml")
     from disd.schema import SchemaRegistry
