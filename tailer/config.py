@@ -15,7 +15,7 @@ Every error names the file and the key, and unknown keys are errors (see ``disd.
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from disd.binlog.format import MAX_FRAME_PAYLOAD
@@ -69,12 +69,19 @@ class TailerConfig:
     source: str = "<config>"
 
 
+#: The keys of the file, checked before any value: a key a ``TailerConfig`` field holds as it is,
+#: and those read into another field (``dis`` into ``routing``, ``tls`` and ``token_file`` into
+#: ``security``).  Any other key is an error (``ConfigReader.finish`` catches the rest).
+KEYS = frozenset({f.name for f in fields(TailerConfig)} - {"security", "source"} | {"dis", "tls", "token_file"})
+
+
 def _positive(v: int) -> str | None:
     return None if v > 0 else "must be > 0"
 
 
 def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
     r = ConfigReader(source, data)
+    r.refuse_unknown(KEYS)  # a misspelt key first, not the required key it leaves missing
     address = r.get("dis", str, None)
     routing_file = r.get("routing", str, None)
     if bool(address) == bool(routing_file):

@@ -331,13 +331,15 @@ def _age(v: float | None) -> str:
 
 def verify_sources(args: argparse.Namespace) -> tuple[str, str]:
     """The database root and schemas directory ``dis verify`` checks: the flags, else the DIS's
-    configuration (``--config``, by default ``config/dis.yaml`` when it exists).  Raises
-    ``VerifyUsageError`` naming what is missing or wrong: never a traceback for a user's slip."""
+    configuration (``--config``, by default ``config/dis.yaml`` when it exists).  A configuration
+    it reads is checked as ``dis serve`` checks it at start, the tables and columns it names
+    against the schemas included.  Raises ``VerifyUsageError`` naming what is missing or wrong:
+    never a traceback for a user's slip."""
     from disd.config import ConfigError, load_dis_config
 
     cfg = None
-    if args.db_root is None or args.schemas is None:
-        explicit = args.config is not None
+    explicit = args.config is not None
+    if explicit or args.db_root is None or args.schemas is None:
         path = args.config or "config/dis.yaml"
         if explicit or os.path.exists(path):
             try:
@@ -354,6 +356,16 @@ def verify_sources(args: argparse.Namespace) -> tuple[str, str]:
         raise VerifyUsageError(f"database root {db_root} does not exist (or is not a directory)")
     if not os.path.isdir(schemas):
         raise VerifyUsageError(f"schemas directory {schemas} does not exist (or is not a directory)")
+    if cfg is not None:
+        import dataclasses
+
+        from disd.schema import SchemaRegistry
+        from disd.server.daemon import check_config
+
+        try:  # against the schemas verified (--schemas, or the configuration's own)
+            check_config(dataclasses.replace(cfg, schemas=schemas), SchemaRegistry.load_dir(schemas))
+        except ConfigError as e:
+            raise VerifyUsageError(str(e)) from None
     return db_root, schemas
 
 

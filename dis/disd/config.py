@@ -6,17 +6,24 @@ tailer's and the routing file's loaders read their YAML with the same ``ConfigRe
 
 Every error names the file and the key (``config/dis.yaml: storage.max_open_files: must be an
 integer >= 16``), and unknown keys are errors too: a typo must not silently fall back to a default.
+So are the tables and columns a file names that no schema declares (``declared_table``,
+``declared_column``: the one check of a name against the schemas, with the closest name offered).
 """
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import pathlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import yaml
 
 from disd.errors import DisError
+
+if TYPE_CHECKING:
+    from disd.schema import SchemaRegistry, TableSchema
 
 
 #: Bytes per block of a column file: the unit of the storage engine's buffers and of block reads.
@@ -64,9 +71,54 @@ class ConfigReader:
         return ConfigReader(self.source, self.data.get(name), f"{self.prefix}{name}.")
 
     def finish(self) -> None:
-        unknown = sorted(set(self.data) - self.used, key=str)
+        """Refuse a key no ``get`` or ``sub`` asked for (the last step of reading a section)."""
+        self.refuse_unknown(self.used)
+
+    def refuse_unknown(self, known: Iterable[str]) -> None:
+        """Refuse a key that is not one of ``known``, offering the closest known key.  A section
+        with required keys calls it first, with every key it knows: ``log_dir:`` is then reported
+        as the misspelling it is, not as the ``log_dirs`` it leaves missing."""
+        known = sorted(set(known), key=str)
+        unknown = sorted(set(self.data) - set(known), key=str)
         if unknown:
-            raise ConfigError(self.source, self.key(str(unknown[0])), "unknown key")
+            name = str(unknown[0])
+            close = closest(name, known)
+            hint = f"did you mean {close}?" if close else f"known keys: {', '.join(known)}"
+            raise ConfigError(self.source, self.key(name), f"unknown key ({hint})")
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The one of ``known`` that ``name`` most likely misspells, if any is close (difflib)."""
+    match = difflib.get_close_matches(name, [str(k) for k in known], n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def declared_table(schemas: "SchemaRegistry", name: str, source: str, key: str,
+                   schemas_dir: str | None = None) -> "TableSchema":
+    """The schema of ``name`` (``<Namespace>.<Table>``), which the configuration ``source`` names
+    at ``key``; a ``ConfigError`` naming the key, the closest declared table and the schemas
+    there are when no schema declares it: a setting for a table that does not exist would be
+    silently ignored."""
+    namespace, _, table = name.partition(".")
+    schema = schemas.get(namespace, table)
+    if schema is None:
+        tables = [s.key for s in schemas]
+        close = closest(name, tables)
+        where = f"schemas in {schemas_dir}" if schemas_dir else "schemas"
+        raise ConfigError(source, key, f"no schema declares table {name}" + (f"; did you mean {close}?" if close else "")
+                          + (f" ({where}: {', '.join(tables)})" if tables else f" (no {where})"))
+    return schema
+
+
+def declared_column(schema: "TableSchema", column: Any, source: str, key: str) -> str:
+    """``column``, when the table declares it; else a ``ConfigError`` naming the key, the closest
+    column and the table's columns."""
+    if not isinstance(column, str) or column not in schema.column_names:
+        close = closest(str(column), schema.column_names)
+        raise ConfigError(source, key, f"{schema.key} has no column {column!r}"
+                          + (f"; did you mean {close}?" if close else "")
+                          + f" (columns: {', '.join(schema.column_names)})")
+    return column
 
 
 def _min(n: int) -> Callable[[Any], str | None]:
@@ -119,6 +171,8 @@ class DisConfig:
     host: str = "127.0.0.1"
     port: int = 22021
     metrics_port: int | None = 9464
+    #: where the Prometheus endpoint listens; None: ``host`` (the endpoint asks for no TLS or token)
+    metrics_host: str | None = None
     #: the block endpoint of the JVM Spark reader (disd.server.blockhttp); None: off.  Absent from
     #: the file it is ``port + 1`` (any free port when ``port`` is 0).
     http_port: int | None = 22022
@@ -139,6 +193,11 @@ class DisConfig:
         if not self.token_file:
             return None
         return read_token(self.token_file, self.source)
+
+    def routes(self, namespace: str, table: str) -> bool:
+        """Whether this DIS takes the table (``server.tables``; all when absent)."""
+        pats = self.routed_tables
+        return pats is None or any(fnmatch.fnmatchcase(f"{namespace}.{table}", p) for p in pats)
 
 
 def read_token(path: str, source: str) -> str:
@@ -184,6 +243,7 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
     cfg.host = srv.get("host", str, cfg.host)
     cfg.port = srv.get("port", int, cfg.port, port_problem)
     cfg.metrics_port = srv.get("metrics_port", int, cfg.metrics_port, port_problem)
+    cfg.metrics_host = srv.get("metrics_host", str, None, lambda v: None if v.strip() else "must not be empty")
     http_port = srv.get("http_port", (int, bool), None)
     if http_port is True or (http_port is not None and http_port is not False and port_problem(http_port)):
         raise ConfigError(source, "server.http_port", "must be a port number 0..65535, or false (off)")
@@ -240,6 +300,19 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
                 if v and not pathlib.Path(v).is_absolute():
                     setattr(cfg.tls, attr, str(base_dir / v))
     return cfg
+
+
+def check_import_tables(cfg: DisConfig, schemas: "SchemaRegistry") -> None:
+    """Every table of ``import.tables`` is declared by a schema, and every ``last_by`` column by
+    its table, once: a typo stops the start naming the key, instead of a setting silently
+    ignored or every location of the table in error later."""
+    for name, settings in cfg.import_tables.items():
+        key = f"import.tables.{name}"
+        schema = declared_table(schemas, name, cfg.source, key, cfg.schemas)
+        for i, column in enumerate(settings.last_by):
+            declared_column(schema, column, cfg.source, f"{key}.last_by[{i}]")
+            if column in settings.last_by[:i]:
+                raise ConfigError(cfg.source, f"{key}.last_by[{i}]", f"names column {column} twice")
 
 
 def load_yaml(path: str | pathlib.Path) -> Any:

@@ -12,16 +12,18 @@ Spark source, which reads historical tables.  docs/historical.md describes the j
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from typing import Sequence
 
+from disd.config import ConfigError, DisConfig, load_dis_config
 from disd.historical.liveness import DEFAULT_QUIET_S, LivePartitionError
 from disd.historical.merge import IntradaySource, MergeError, MergeRequest, MergeSettings, Step, merge, preflight
 from disd.historical.parquet import ParquetSettings
 from disd.names import InvalidNameError
-from disd.security import add_security_arguments, security_from_args
+from disd.security import ClientSecurity, add_security_arguments, security_from_args
 
 #: Exit status of ``dis merge`` when the partition is still being written (see liveness).
 EXIT_LIVE = 3
@@ -61,8 +63,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def request_from_args(args: argparse.Namespace) -> MergeRequest:
     cfg = None
     if args.db_root is None or (args.schemas is None and not (args.address or args.routing)):
-        from disd.config import ConfigError, load_dis_config
-
         if args.config and os.path.exists(args.config):
             try:
                 cfg = load_dis_config(args.config)
@@ -73,8 +73,9 @@ def request_from_args(args: argparse.Namespace) -> MergeRequest:
         raise MergeError("give --db-root (or --config with db_root)")
     via_dis = bool(args.address or args.routing)
     address = args.address
-    if not via_dis and args.db_root is None:
-        address = "127.0.0.1:22021"  # no DIS option and no --db-root: the local DIS
+    security = None
+    if not via_dis and args.db_root is None:  # no DIS option and no --db-root: the DIS --config serves
+        address, security = config_dis(cfg or DisConfig(), args)
     schemas = args.schemas or (cfg.schemas if cfg else None)
     sort_by = tuple(c.strip() for c in args.sort_by.split(",") if c.strip()) if args.sort_by is not None else None
     try:
@@ -82,10 +83,7 @@ def request_from_args(args: argparse.Namespace) -> MergeRequest:
     except ValueError as e:
         raise MergeError(str(e)) from None
     settings = MergeSettings(sort_by, parquet)
-    security = None
-    if address or args.routing:
-        from disd.config import ConfigError
-
+    if (address or args.routing) and security is None:
         try:
             security = security_from_args(args).client_security()
         except ConfigError as e:
@@ -96,6 +94,32 @@ def request_from_args(args: argparse.Namespace) -> MergeRequest:
                             args.writable_partition, args.force, args.quiet_seconds)
     except InvalidNameError as e:
         raise MergeError(str(e)) from None
+
+
+def config_dis(cfg: DisConfig, args: argparse.Namespace) -> tuple[str, ClientSecurity | None]:
+    """The DIS ``cfg`` (``--config``) serves, as a client on its host reaches it: its
+    ``server.host`` (loopback for an address of every interface) and ``server.port``, its token
+    (``server.token_file``) unless ``--token-file`` is given.  A DIS serving TLS needs ``--ca``
+    (the configuration holds the server's certificate, not the CA a client trusts), and ``--cert``
+    and ``--key`` when it asks for client certificates: a ``MergeError`` says so rather than a
+    handshake failing a minute later."""
+    host = cfg.host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    address = f"[{host}]:{cfg.port}" if ":" in host else f"{host}:{cfg.port}"
+    if cfg.tls is not None and not args.ca:
+        raise MergeError(f"{cfg.source}: server.tls: the DIS serves TLS: give --ca (the CA that signed its "
+                         "certificate), or --address and the security flags")
+    if cfg.tls is not None and cfg.tls.client_ca and not (args.cert and args.key):
+        raise MergeError(f"{cfg.source}: server.tls.client_ca: the DIS asks for a client certificate: give --cert "
+                         "and --key")
+    try:
+        security = security_from_args(args)
+        if security.token is None and cfg.token_file:
+            security = dataclasses.replace(security, token=cfg.token())
+    except ConfigError as e:
+        raise MergeError(f"{e} (or give --token-file)") from None
+    return address, security.client_security()
 
 
 def job_session(master: str | None = None):  # noqa: ANN201

@@ -10,12 +10,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from disd.config import ConfigError, parse_dis_config
+from disd.config import ConfigError, ImportConfig, parse_dis_config
 from disd.names import LocationKey
+from disd.schema import SchemaRegistry
 from disd.server.daemon import DisServer
+from disd.storage import StorageEngine
 from disd.storage.checkpoint import read_record
 from disd.storage.lastby import LastByError, combine, last_by
-from support import Feeder, dis_settings
+from support import SCHEMAS, Feeder, dis_settings
 
 from .support_lastby import random_updates, with_last_by
 
@@ -98,12 +100,16 @@ def test_more_keys_than_the_limit_stop_the_location_with_a_clear_error(tmp_path)
 
 
 def test_misdeclared_keys_are_refused_naming_the_table_and_column(tmp_path):
-    srv = _server(tmp_path / "db", keys=("Symbol",))
-    try:
-        loc = srv.engine.location(KEY)
+    with pytest.raises(ConfigError, match=r"import.tables.Market.Trade.last_by\[0\]: Market.Trade has no column "
+                                          r"'Symbol'; did you mean Sym\?"):
+        _server(tmp_path / "db", keys=("Symbol",))  # dis.yaml: refused at start
+    engine = StorageEngine(str(tmp_path / "db"), SchemaRegistry.load_dir(SCHEMAS),
+                           import_tables={"Market.Trade": ImportConfig(last_by=("Symbol",))})
+    try:  # the engine given such keys another way: the location stops, naming them
+        loc = engine.location(KEY)
         assert loc.in_error and "Market.Trade" in loc.error and "'Symbol'" in loc.error
     finally:
-        srv.stop(0.5)
+        engine.close()
     bad = dis_settings(tmp_path / "db2")
     bad["import"]["default"]["last_by"] = ["Sym"]
     with pytest.raises(ConfigError, match="import.default.last_by"):

@@ -90,3 +90,33 @@ def test_bad_routing_file_is_named(tmp_path):
     with pytest.raises(ConfigError) as ei:
         parse_tailer_config({"routing": str(tmp_path / "routing.yaml"), "log_dirs": ["x"]}, "tailer.yaml")
     assert "routing.yaml: instances" in str(ei.value)
+
+
+@pytest.mark.parametrize("data, key, hint", [
+    ({"dis": "a:1", "log_dir": ["x"]}, "log_dir", "did you mean log_dirs?"),
+    ({"Dis": "a:1", "log_dirs": ["x"]}, "Dis", "did you mean dis?"),
+    ({"dis": "a:1", "log_dirs": ["x"], "token-file": "t"}, "token-file", "did you mean token_file?"),
+    ({"dis": "a:1", "log_dirs": ["x"], "chunk_byte": 0}, "chunk_byte", "did you mean chunk_bytes?"),
+    ({"dis": "a:1", "log_dirs": ["x"], "retention": {"mod": "delete"}}, "retention.mod", "did you mean mode?"),
+    ({"dis": "a:1", "log_dirs": ["x"], "zzz": 1}, "zzz", "known keys: chunk_bytes, csv_tables, dis, log_dirs"),
+])
+def test_an_unknown_key_is_named_first_with_the_close_known_key(data, key, hint):
+    """A misspelt key is what is wrong, not the required key it leaves missing (``log_dir:``
+    reported as ``log_dirs: must be a non-empty list`` sends the user looking in the wrong place)."""
+    with pytest.raises(ConfigError) as ei:
+        parse_tailer_config(data, "tailer.yaml")
+    assert ei.value.key == key and str(ei.value).startswith(f"tailer.yaml: {key}: unknown key"), str(ei.value)
+    assert hint in ei.value.problem, str(ei.value)
+
+
+def test_dis_tailer_names_the_misspelt_key_and_exits_2(tmp_path):
+    import subprocess
+
+    from support import BIN
+
+    path = tmp_path / "tailer.yaml"
+    path.write_text("dis: 127.0.0.1:22021\nlog_dir: [var/logs]\n")
+    r = subprocess.run([str(BIN / "dis-tailer"), "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"dis-tailer: {path}: log_dir: unknown key (did you mean log_dirs?)" in r.stderr, r.stderr
+    assert "log_dirs: must be" not in r.stderr and "Traceback" not in r.stderr

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from disd.config import ConfigError, ConfigReader
+from disd.config import ConfigError, ConfigReader, declared_column, declared_table
 from disd.names import InvalidNameError, NameKind, validate_name
 from disd.schema import ColumnType, SchemaRegistry, TableSchema
 
@@ -96,8 +96,10 @@ RESERVED = ("enable.auto.commit", "enable.auto.offset.store", "enable.partition.
 
 
 def parse_kafka_config(data: Any, source: str, schemas: SchemaRegistry,
-                       routed=lambda namespace, table: True) -> KafkaConfig | None:  # noqa: ANN001
-    """``import.kafka`` (already YAML) checked against ``schemas``; None when absent."""
+                       routed=lambda namespace, table: True,  # noqa: ANN001
+                       schemas_dir: str | None = None) -> KafkaConfig | None:
+    """``import.kafka`` (already YAML) checked against ``schemas`` (read from ``schemas_dir``, which
+    errors name); None when absent."""
     if data is None:
         return None
     r = ConfigReader(source, data, "import.kafka.")
@@ -119,7 +121,7 @@ def parse_kafka_config(data: Any, source: str, schemas: SchemaRegistry,
         raise ConfigError(source, "import.kafka.sources", "required: at least one source")
     sources, topics = [], set()
     for name in srcs.data:
-        s = _source(srcs.sub(str(name)), str(name), schemas, routed)
+        s = _source(srcs.sub(str(name)), str(name), schemas, routed, schemas_dir)
         if s.topic in topics:
             raise ConfigError(source, f"import.kafka.sources.{name}.topic", f"topic {s.topic} is consumed by another source")
         topics.add(s.topic)
@@ -129,7 +131,8 @@ def parse_kafka_config(data: Any, source: str, schemas: SchemaRegistry,
     return KafkaConfig(servers, group, cfg_props, commit, tuple(sources), stall)
 
 
-def _source(r: ConfigReader, name: str, schemas: SchemaRegistry, routed) -> SourceConfig:  # noqa: ANN001
+def _source(r: ConfigReader, name: str, schemas: SchemaRegistry, routed,  # noqa: ANN001
+            schemas_dir: str | None) -> SourceConfig:
     src = r.source
     try:
         validate_name(NameKind.COLUMN, name)
@@ -141,9 +144,7 @@ def _source(r: ConfigReader, name: str, schemas: SchemaRegistry, routed) -> Sour
     table_name = r.get("table", str, None)
     if table_name is None or table_name.count(".") != 1:
         raise ConfigError(src, r.key("table"), "required: <Namespace>.<Table>")
-    schema = schemas.get(*table_name.split("."))
-    if schema is None:
-        raise ConfigError(src, r.key("table"), f"no schema for {table_name} in the schemas directory")
+    schema = declared_table(schemas, table_name, src, r.key("table"), schemas_dir)
     if not routed(schema.namespace, schema.table):
         raise ConfigError(src, r.key("table"), f"{table_name} is not routed to this DIS (server.tables)")
     fmt = r.get("format", str, "json", lambda v: None if v in FORMATS else f"must be one of {', '.join(FORMATS)}")
@@ -174,8 +175,7 @@ def _columns(r: ConfigReader, schema: TableSchema, fmt: str) -> tuple[ColumnSour
     out = []
     for col, spec in data.items():
         key = r.key(f"columns.{col}")
-        if not isinstance(col, str) or col not in schema.column_names:
-            raise ConfigError(r.source, key, f"{schema.key} has no column {col!r}")
+        declared_column(schema, col, r.source, key)
         ctype = schema.column(col).type
         unit = None
         if isinstance(spec, dict):
@@ -233,8 +233,9 @@ def _column_partition(r: ConfigReader, schema: TableSchema) -> tuple[str | None,
     sr = ConfigReader(r.source, v, key + ".")
     col = sr.get("column", str, None)
     sr.finish()
-    if col is None or col not in schema.column_names:
-        raise ConfigError(r.source, key + ".column", f"{schema.key} has no column {col!r}")
+    if col is None:
+        raise ConfigError(r.source, key + ".column", "required: a timestamp column of the table")
+    declared_column(schema, col, r.source, key + ".column")
     if schema.column(col).type is not ColumnType.TIMESTAMP:
         raise ConfigError(r.source, key + ".column", f"{col} is {schema.column(col).type.value}, not a timestamp")
     return col, None

@@ -44,6 +44,8 @@ class ProxyConfig:
     #: the block endpoint for the JVM Spark reader; None: off.  Absent: ``port + 1``.
     http_port: int | None = DEFAULT_PORT + 1
     metrics_port: int | None = 9105
+    #: where the Prometheus endpoint listens; None: ``host``
+    metrics_host: str | None = None
     cache_bytes: int = DEFAULT_CACHE_BYTES
     tls: TlsConfig | None = None
     token_file: str | None = None
@@ -99,6 +101,7 @@ def parse_proxy_config(data: Any, source: str = "<config>") -> ProxyConfig:
             raise ConfigError(source, "proxy.http_port", f"defaults to proxy.port + 1 ({http_port}): give one")
     cfg.http_port = http_port or None  # 0: off
     cfg.metrics_port = p.get("metrics_port", int, cfg.metrics_port, port_problem) or None  # 0: off
+    cfg.metrics_host = p.get("metrics_host", str, None, lambda v: None if v.strip() else "must not be empty")
     cfg.cache_bytes = p.get("cache_bytes", int, cfg.cache_bytes, lambda v: None if v >= 0 else "must be >= 0")
     cfg.tls = _tls(p.sub("tls"))
     token_file = p.get("token_file", str, None)

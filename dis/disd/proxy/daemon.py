@@ -31,6 +31,7 @@ from disd.server.daemon import (
     set_serving,
     stop_front,
     stop_metrics,
+    warn_of_exposure,
 )
 
 log = structlog.get_logger(__name__)
@@ -80,9 +81,11 @@ class ProxyServer:
                                                  key="proxy.http_port")
             self.http_port = self._http_server.server_address[1]
         if cfg.metrics_port is not None:
-            self._metrics_server = serve_metrics(cfg.host, cfg.metrics_port, ProxyCollector(self))
+            self._metrics_server = serve_metrics(cfg.metrics_host or cfg.host, cfg.metrics_port, ProxyCollector(self))
             self.metrics_port = self._metrics_server.server_address[1]
         set_serving(self.health, SERVICE_NAMES)
+        warn_of_exposure("proxy", cfg.host, self.port, cfg.tls is not None, token is not None, self.metrics_port,
+                         cfg.metrics_host)
         log.info("dis proxy serving", name=cfg.name, address=f"{cfg.host}:{self.port}", http_port=self.http_port,
                  metrics_port=self.metrics_port, upstream=self.upstream.routing.addresses,
                  cache_bytes=cfg.cache_bytes, tls=bool(cfg.tls), token=bool(token))

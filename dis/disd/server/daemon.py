@@ -1,17 +1,20 @@
 """``dis serve``: the daemon's life cycle.
 
-Start: load schemas, open the storage engine (which declares each schema to the database's
+Start: load schemas, check what the configuration names against them (``check_config``: a table
+or column no schema declares exits 2 naming the key, before the database root is touched), open
+the storage engine (which declares each schema to the database's
 record of the table's versions, refusing a change the rules do not allow: ``dis serve`` then
 exits 2 naming the table, the versions and the column; then it recovers every location, each in
 its own schema version, from its checkpoint),
 start the flush/checkpoint scheduler, the gRPC server (Ingest, TableData, health, reflection),
-the Prometheus endpoint, then tell systemd READY=1.  Stop (SIGTERM/SIGINT): STOPPING=1, stop
+the Prometheus endpoint, warn of what an address other than loopback exposes
+(``network_exposure``), then tell systemd READY=1.  Stop (SIGTERM/SIGINT): STOPPING=1, stop
 accepting and end the streams, then flush and checkpoint every location, exit 0.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import ipaddress
 import signal
 import threading
 import time
@@ -25,7 +28,7 @@ from grpc_reflection.v1alpha import reflection
 
 from disd.allocator import DIS as DIS_MALLOC
 from disd.allocator import HeapTrimmer, tune_malloc
-from disd.config import DisConfig
+from disd.config import DisConfig, check_import_tables
 from disd.notify import Notifier, watchdog_interval_s
 from disd.rpc.channel import MAX_MESSAGE_BYTES
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
@@ -67,25 +70,20 @@ class DisServer:
         self.started = time.time()
 
     def routed(self, namespace: str, table: str) -> bool:
-        pats = self.config.routed_tables
-        return pats is None or any(fnmatch.fnmatchcase(f"{namespace}.{table}", p) for p in pats)
+        return self.config.routes(namespace, table)
 
     def start(self) -> int:
+        kafka_config = check_config(self.config, self.schemas)  # a mistake stops us before anything opens
         # Before anything touches the column files: a second DIS on this root is refused here.
         self.db_lock = lock_database(self.config.db_root, "dis serve")
         try:
-            return self._start()
+            return self._start(kafka_config)
         except BaseException:
             self.stop(0)  # checkpoint what was opened, release the lock
             raise
 
-    def _start(self) -> int:
+    def _start(self, kafka_config) -> int:  # noqa: ANN001 - disd.kafka.KafkaConfig or None
         cfg = self.config
-        kafka_config = None
-        if cfg.import_kafka is not None:  # checked against the schemas before anything opens
-            from disd.kafka import parse_kafka_config
-
-            kafka_config = parse_kafka_config(cfg.import_kafka, cfg.source, self.schemas, self.routed)
         self.engine = StorageEngine(
             cfg.db_root,
             self.schemas,
@@ -127,11 +125,13 @@ class DisServer:
 
                 extra.append(KafkaCollector(self.kafka))
             self._metrics_server = serve_metrics(
-                cfg.host, cfg.metrics_port, ServerCollector(self.engine, self.sessions, cfg.db_root, self.tabledata),
+                cfg.metrics_host or cfg.host, cfg.metrics_port, ServerCollector(self.engine, self.sessions, cfg.db_root, self.tabledata),
                 *extra)
             self.metrics_port = self._metrics_server.server_address[1]
         if self.kafka is not None:
             self.kafka.start()
+        warn_of_exposure("server", cfg.host, self.port, cfg.tls is not None, token is not None, self.metrics_port,
+                         cfg.metrics_host)
         log.info("dis serving", address=f"{cfg.host}:{self.port}", metrics_port=self.metrics_port, http_port=self.http_port,
                  db_root=cfg.db_root, tables=len(self.schemas), tls=bool(cfg.tls), token=bool(token))
         return self.port
@@ -163,6 +163,61 @@ class DisServer:
             self.db_lock.release()  # last: the column files are checkpointed and closed
             self.db_lock = None
         log.info("dis stopped")
+
+
+def check_config(cfg: DisConfig, schemas: SchemaRegistry):  # noqa: ANN201 - disd.kafka.KafkaConfig or None
+    """Every table and column ``dis.yaml`` names, checked against the schemas: ``import.tables``
+    (``disd.config.check_import_tables``) and ``import.kafka`` (parsed by ``disd.kafka``, whose
+    parsed form is returned; None without one).  ``dis serve`` runs it before anything opens and
+    ``dis verify --config`` runs it too; a ``ConfigError`` names the file and the key."""
+    check_import_tables(cfg, schemas)
+    if cfg.import_kafka is None:
+        return None
+    from disd.kafka import parse_kafka_config
+
+    return parse_kafka_config(cfg.import_kafka, cfg.source, schemas, cfg.routes, cfg.schemas)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a listening address) is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def network_exposure(section: str, host: str, *, tls: bool, token: bool, metrics_port: int | None,
+                     metrics_host: str | None) -> list[str]:
+    """What a daemon listening on ``host`` gives away to whoever reaches it, one sentence each
+    (``section``: the configuration section, ``server`` or ``proxy``): a bearer token without TLS
+    (it travels in clear text, and whoever sees it can use it), and the Prometheus endpoint when it
+    follows a network ``host`` without ``metrics_host`` saying so (it asks for neither TLS nor the
+    token).  Empty on loopback.  A network address without a token is the README's business
+    ("Configure": serving other hosts takes TLS and a token), and not warned of here: the shipped
+    container serves a private network that way."""
+    risks = []
+    if is_loopback(host):
+        return risks
+    if token and not tls:
+        risks.append(f"{section}.token_file is set but {section}.tls is not: on {host} the bearer token travels in "
+                     f"clear text (gRPC and the block endpoint), and whoever sees the traffic can read it and use "
+                     f"it; set {section}.tls")
+    if metrics_port is not None and metrics_host is None:
+        risks.append(f"the Prometheus endpoint ({section}.metrics_port {metrics_port}) listens on {host} too, "
+                     f"without TLS or a token: whoever reaches it reads the names of tables and locations, row "
+                     f"counts and errors; set {section}.metrics_host (127.0.0.1 to keep it on this host, or "
+                     f"{host} to serve it on purpose)")
+    return risks
+
+
+def warn_of_exposure(section: str, host: str, port: int | None, tls: bool, token: bool, metrics_port: int | None,
+                     metrics_host: str | None) -> None:
+    """Log ``network_exposure``'s risks as warnings at start (the daemon runs as configured)."""
+    for risk in network_exposure(section, host, tls=tls, token=token, metrics_port=metrics_port,
+                                 metrics_host=metrics_host):
+        log.warning("exposed on the network", address=f"{host}:{port}", risk=risk)
 
 
 def stop_front(http_server, server: grpc.Server | None, health, grace_s: float) -> None:  # noqa: ANN001
