@@ -1,7 +1,7 @@
 """A ``char`` column reads as a one-character string from every Python read path (docs/storage-format.md,
-"What a char reads as"): ``Client.read_table``, ``read_location``, ``last_by``, ``subscribe_last_by``,
-``table_from_blocks`` over the column files, and the Spark source's batches — as the JVM reader and
-merged Parquet give it.  A null char (the sentinel 0xFFFF) is null; half of a surrogate pair, which
+"What a char reads as"): ``Client.read_table``, ``read_location``, ``last_by``, ``subscribe_last_by``
+and ``table_from_blocks`` over the column files, as Spark and merged Parquet give it (compared in
+tests/merge/test_chars.py).  A null char (the sentinel 0xFFFF) is null; half of a surrogate pair, which
 no one-character string can hold, reads as U+FFFD."""
 
 from __future__ import annotations
