@@ -8,7 +8,8 @@
 
 Reads go through the block seam (``disd.blocks``): a ``Client`` is the gRPC ``BlockSource``,
 fetching raw 64 KiB blocks of the column files (many in one stream) that ``disd.storage.columns``
-rebuilds into Arrow arrays; only the rows published when the location was listed are read, so a
+rebuilds into Arrow arrays (a char column as one-character strings: ``disd.values.char_strings``,
+as Spark and merged Parquet read it); only the rows published when the location was listed are read, so a
 read is repeatable however far ingestion has moved on.  With a routing entry of hot replicas, every
 call goes to a replica that answers and a read continues on another replica when its own goes down
 (``disd.blocks.GrpcBlocks``); with an entry that lists proxies (``dis proxy``), every read call goes
@@ -40,10 +41,11 @@ from disd.names import LocationKey
 from disd.routing import Routing, resolve
 from disd.rpc.keys import key_from_proto, key_to_proto
 from disd.rpc.v1 import dis_pb2
-from disd.schema import TableSchema
+from disd.schema import ColumnType, TableSchema
 from disd.security import ClientSecurity
+from disd.values import char_strings
 
-__all__ = ["Client", "DisClientError", "LocationSnapshot", "connect", "table_from_blocks"]
+__all__ = ["Client", "DisClientError", "LocationSnapshot", "as_read", "connect", "table_from_blocks"]
 
 #: locations whose string data ends a client remembers (least recently read forgotten first)
 ENDS_LOCATIONS = 100_000
@@ -167,7 +169,7 @@ class Client(GrpcBlocks):
         parts = [(key_from_proto(m.key), state_table(schema, m)) for m in states
                  if wanted is None or m.key.column_partition in wanted]
         keys = list(states[0].keys) if states else []
-        return combine(parts, keys, schema.partition_column, schema.arrow_schema())
+        return combine(parts, keys, schema.partition_column, schema.read_arrow_schema())
 
     def subscribe_last_by(self, namespace: str, table: str, location=None) -> Iterator[tuple[dis_pb2.LastByState, pa.Table]]:  # noqa: ANN001
         """Every matching location's full state, then per publish the latest rows of the keys
@@ -192,8 +194,8 @@ class Client(GrpcBlocks):
         A read to the snapshot's end is one call to the DIS (``ReadRanges``), and so is the next
         read from where it stopped (a follower's): the client remembers where each location's
         string data ended (``disd.storage.columns.DataEnds``)."""
-        return read_location(self, self.schema(snap.key.namespace, snap.key.table), snap, columns, start, stop,
-                             self._location_ends(snap.key))
+        schema = self.schema(snap.key.namespace, snap.key.table)
+        return as_read(schema, read_location(self, schema, snap, columns, start, stop, self._location_ends(snap.key)))
 
     def _location_ends(self, key: LocationKey) -> "_LocationEnds":
         ends = self._ends.get(key)
@@ -213,16 +215,28 @@ class Client(GrpcBlocks):
 
 
 def state_table(schema: TableSchema, m: dis_pb2.LastByState) -> pa.Table:
-    """A LastByState's rows in ``schema``'s version (projected from the location's own)."""
+    """A LastByState's rows in ``schema``'s version (projected from the location's own), as
+    readers get them (``as_read``: the DIS sends its state in the types it holds)."""
     from disd.blocks import version_projection
     from disd.storage.lastby import from_ipc
 
     t = from_ipc(m.arrow_ipc)
     version = m.schema_version or schema.version
-    if version == schema.version:
-        return t
-    proj = version_projection(schema, version, None, f"location {key_from_proto(m.key)}")
-    return proj.apply(t.select(proj.stored_columns))
+    if version != schema.version:
+        proj = version_projection(schema, version, None, f"location {key_from_proto(m.key)}")
+        t = proj.apply(t.select(proj.stored_columns))
+    return as_read(schema, t)
+
+
+def as_read(schema: TableSchema, table: pa.Table) -> pa.Table:
+    """``table`` (columns of ``schema`` decoded as held: ``TableSchema.arrow_schema``) as a reader
+    gets it (``TableSchema.read_arrow_schema``): each char column as one-character strings
+    (``disd.values.char_strings``); nothing else changes, and a table without chars is returned as is."""
+    chars = [i for i, name in enumerate(table.column_names)
+             if name in schema.column_names and schema.column(name).type is ColumnType.CHAR]
+    for i in chars:
+        table = table.set_column(i, pa.field(table.column_names[i], pa.string()), char_strings(table.column(i)))
+    return table
 
 
 def table_info_schema(info: dis_pb2.TableInfo, address: str) -> TableSchema:
@@ -238,7 +252,7 @@ def table_from_blocks(source: BlockSource, schema: TableSchema, columns: Sequenc
     """The rows of every location ``source`` lists for ``schema``'s table (or for some column
     partitions), with the partition column appended as a string column (``Client.read_table``).
     Rows are presented in ``schema``'s version: each location is decoded in its own version and
-    projected (``disd.blocks.read_location``)."""
+    projected (``disd.blocks.read_location``), in the types readers get (``as_read``)."""
     if isinstance(source, LocalColumnFiles):
         schema = source.schema(schema)  # the versions stored beside the column files
     if columns is not None:
@@ -249,11 +263,11 @@ def table_from_blocks(source: BlockSource, schema: TableSchema, columns: Sequenc
     wanted = set(partitions) if partitions is not None else None
     parts = []
     for snap in source.locations(schema.namespace, schema.table, None if wanted is None else wanted.__contains__):
-        t = read_location(source, schema, snap, data_cols)
+        t = as_read(schema, read_location(source, schema, snap, data_cols))
         t = t.append_column(pa.field(schema.partition_column, pa.string()),
                             pa.array([snap.key.column_partition] * t.num_rows, pa.string()))
         parts.append(t)
-    out_schema = pa.schema([schema.arrow_schema().field(c) for c in data_cols]
+    out_schema = pa.schema([schema.read_arrow_schema().field(c) for c in data_cols]
                            + [pa.field(schema.partition_column, pa.string())])
     if not parts:
         return out_schema.empty_table()

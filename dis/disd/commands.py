@@ -135,7 +135,13 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     """One screen for an operator: per DIS its disk, per table a summary, per location its schema
     version, rows, flush and checkpoint age, the checkpoint's source record, the connected
-    tailer, errors and the last problem its tailer reported."""
+    tailer, errors and the last problem its tailer reported.
+
+    Exit status (README, "Tools"), as ``dis verify``'s: 0 every DIS answered and no location is
+    in error; 1 a location is in error (its ERROR column: the DIS's error, or its Kafka source
+    stopped) or a DIS does not answer; 2 the routing file or the security options cannot be
+    used.  A tailer's problem is shown and counted in ERRORS but leaves the exit status alone:
+    the location itself is fine, and its rows wait in the logs."""
     from disd.client import DisClientError
     from disd.config import ConfigError
 
@@ -154,33 +160,36 @@ def _cmd_status(args: argparse.Namespace) -> int:
                         down.append((a, str(e)))
             else:
                 replies = [(a, c.status(a)) for a in routing.addresses]
-    except (DisClientError, ConfigError, OSError) as e:
+    except DisClientError as e:
         print(f"dis status: {e}", file=sys.stderr)
         return 1
+    except (ConfigError, OSError) as e:  # the routing file, a certificate or token file
+        print(f"dis status: {e}", file=sys.stderr)
+        return 2
     report = status_report(replies)
     if args.routing:
         report["unreachable"] = [{"dis": a, "error": err} for a, err in down]
         report["replicas"] = replica_report(routing, replies, dict(down))
+    report["ok"] = not down and not any(_location_error(r) for r in report["locations"])
     if args.json:
         print(json.dumps(report))
     else:
         print(format_status(report))
-    return 1 if down else 0
+    return 0 if report["ok"] else 1
 
 
 def replica_report(routing, replies: list, down: dict[str, str]) -> dict:  # noqa: ANN001 - Routing
-    """``dis status --routing``'s view of replica sets: per routing entry its replicas and whether
-    each answered, and per table location one row per replica of its entry with the rows that
-    replica has published and its lag (rows behind the most advanced replica of the location).
-    An unreachable replica's rows are unknown (None); a reachable one without the location has 0."""
+    """``dis status --routing``'s view of replica sets: per routing entry its replicas, whether
+    each answered and how many of its locations are in error, and per table location one row per
+    replica of its entry with the rows that replica has published, its lag (rows behind the most
+    advanced replica of the location) and its health: ``ok``, ``unreachable``, or ``error`` with
+    the location's error at that replica.  An unreachable replica's rows are unknown (None); a
+    reachable one without the location has 0."""
     by_address = dict(replies)
     entries, rows = [], []
     for inst in routing.instances:
         members = inst.members
-        entries.append({"entry": inst.name, "tables": list(inst.tables), "replicas": [
-            {"replica": r.name, "dis": r.address, "reachable": r.address in by_address, "error": down.get(r.address)}
-            for r in members]})
-        published: dict[tuple, dict[str, int]] = {}
+        published: dict[tuple, dict[str, tuple[int, str | None]]] = {}
         for r in members:
             st = by_address.get(r.address)
             for l in st.locations if st is not None else ():
@@ -188,17 +197,36 @@ def replica_report(routing, replies: list, down: dict[str, str]) -> dict:  # noq
                 if routing.owner(k.namespace, k.table) != inst:
                     continue
                 key = (k.namespace, k.table, k.internal_partition, k.column_partition)
-                published.setdefault(key, {})[r.address] = int(l.rows)
+                published.setdefault(key, {})[r.address] = (int(l.rows), _proto_location_error(l))
+        in_error = {r.address: sum(1 for have in published.values() if (have.get(r.address) or (0, None))[1])
+                    for r in members}
+        entries.append({"entry": inst.name, "tables": list(inst.tables), "replicas": [
+            {"replica": r.name, "dis": r.address, "reachable": r.address in by_address, "error": down.get(r.address),
+             "locations_in_error": in_error[r.address] if r.address in by_address else None}
+            for r in members]})
         for key in sorted(published):
             have = published[key]
-            most = max(have.values())
+            most = max(n for n, _ in have.values())
             for r in members:
                 reachable = r.address in by_address
-                n = have.get(r.address, 0) if reachable else None
+                n, error = have.get(r.address, (0, None)) if reachable else (None, None)
+                health = "unreachable" if not reachable else "error" if error else "ok"
                 rows.append({"entry": inst.name, "namespace": key[0], "table": key[1], "internal_partition": key[2],
                              "column_partition": key[3], "replica": r.name, "dis": r.address,
-                             "reachable": reachable, "rows": n, "lag": None if n is None else most - n})
+                             "reachable": reachable, "rows": n, "lag": None if n is None else most - n,
+                             "health": health, "error": error})
     return {"entries": entries, "locations": rows}
+
+
+def _proto_location_error(l) -> str | None:  # noqa: ANN001 - dis_pb2.LocationStatus
+    """What puts a location of a Status reply in error: the DIS's error, or its Kafka source
+    stopped (the ERROR column of ``dis status``)."""
+    return l.error or (l.kafka.stopped if l.HasField("kafka") else "") or None
+
+
+def _location_error(r: dict) -> str | None:
+    """``_proto_location_error`` of a location of ``status_report``."""
+    return r["error"] or (r["kafka"] or {}).get("stopped") or None
 
 
 def _age_s(v: float) -> float | None:
@@ -206,7 +234,12 @@ def _age_s(v: float) -> float | None:
 
 
 def status_report(replies: list) -> dict:
-    """``dis status --json``: instances, tables (summed over locations) and locations."""
+    """``dis status --json``: instances, tables and locations (each location of each DIS).
+
+    A table's line counts each location once, however many replicas of a set (or DISes behind a
+    proxy) report it: its rows are the most advanced copy's, as ``dis ls --routing`` lists them;
+    it is tailed when every copy has its tailer connected, and counts as an error when any copy is
+    in error or has a tailer problem."""
     instances, locations = [], []
     for address, st in replies:
         instances.append({"dis": address, "version": st.version, "uptime_s": round(st.uptime_s, 1),
@@ -227,18 +260,20 @@ def status_report(replies: list) -> dict:
                                     "age_s": round(l.tailer_problem_age_s, 1)} if l.tailer_problem else None),
                 "kafka": _kafka(l.kafka) if l.HasField("kafka") else None,
             })
-    tables: dict[str, dict] = {}
+    copies: dict[tuple, list[dict]] = {}
     for r in locations:
-        t = tables.setdefault(f"{r['namespace']}.{r['table']}",
-                              {"table": f"{r['namespace']}.{r['table']}", "locations": 0, "rows": 0,
-                               "tailers": 0, "errors": 0, "tailer_problems": 0})
+        key = (r["namespace"], r["table"], r["internal_partition"], r["column_partition"])
+        copies.setdefault(key, []).append(r)
+    tables: dict[str, dict] = {}
+    for (ns, table, _, _), rs in copies.items():
+        t = tables.setdefault(f"{ns}.{table}", {"table": f"{ns}.{table}", "locations": 0, "rows": 0,
+                                                 "tailers": 0, "errors": 0, "tailer_problems": 0})
         t["locations"] += 1
-        t["rows"] += r["rows"]
-        t["tailers"] += r["tailer"] is not None
-        # a location counts once: in error in the DIS, or its tailer reports a problem
-        t["errors"] += (r["error"] is not None or r["tailer_problem"] is not None
-                        or bool(r["kafka"] and r["kafka"]["stopped"]))
-        t["tailer_problems"] += r["tailer_problem"] is not None
+        t["rows"] += max(r["rows"] for r in rs)
+        t["tailers"] += all(r["tailer"] is not None for r in rs)
+        # a location counts once: in error in a DIS, or its tailer reports a problem
+        t["errors"] += any(_location_error(r) is not None or r["tailer_problem"] is not None for r in rs)
+        t["tailer_problems"] += any(r["tailer_problem"] is not None for r in rs)
     return {"instances": instances, "tables": sorted(tables.values(), key=lambda t: t["table"]),
             "locations": locations}
 
@@ -265,14 +300,17 @@ def format_status(report: dict) -> str:
         [t["table"], str(t["locations"]), str(t["rows"]), f"{t['tailers']}/{t['locations']}", str(t["errors"])]
         for t in report["tables"]])
     lines.append("")
-    lines += _grid([["LOCATION", "VERSION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE", "CHECKPOINT AT", "TAILER", "ERROR",
-                     "TAILER PROBLEM"]] + [[
+    # with several DISes (replicas) a location is a line per DIS that holds it: say which
+    by_dis = len(report["instances"]) > 1
+    lines += _grid([["LOCATION", *(["DIS"] if by_dis else []), "VERSION", "ROWS", "CKPT ROWS", "FLUSH AGE", "CKPT AGE",
+                     "CHECKPOINT AT", "TAILER", "ERROR", "TAILER PROBLEM"]] + [[
         f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}",
+        *([r["dis"]] if by_dis else []),
         str(r["schema_version"]) if r.get("schema_version") else "-", str(r["rows"]),
         str(r["checkpointed_rows"]), _age(r["last_flush_age_s"]), _age(r["checkpoint_age_s"]),
         _checkpoint_at(r),
         f"{r['tailer']['id']} ({r['tailer']['peer']})" if r["tailer"] else _kafka_at(r.get("kafka")),
-        r["error"] or (r["kafka"] or {}).get("stopped") or "-",
+        _location_error(r) or "-",
         _tailer_problem(r["tailer_problem"]),
     ] for r in report["locations"]])
     if "replicas" in report:
@@ -282,18 +320,25 @@ def format_status(report: dict) -> str:
 
 def format_replicas(rep: dict) -> list[str]:
     """The replica sections of ``dis status --routing``: each entry's replicas and their health,
-    then per location and replica the rows and the lag behind the most advanced replica."""
+    then per location and replica the rows, the lag behind the most advanced replica and the
+    health (``ok``, ``UNREACHABLE``, or ``ERROR:`` and the location's error at that replica)."""
     lines = _grid([["ENTRY", "REPLICA", "DIS", "HEALTH"]] + [
-        [e["entry"], r["replica"], r["dis"], "ok" if r["reachable"] else "UNREACHABLE"]
-        for e in rep["entries"] for r in e["replicas"]])
+        [e["entry"], r["replica"], r["dis"], _replica_health(r)] for e in rep["entries"] for r in e["replicas"]])
     if rep["locations"]:
         lines.append("")
         lines += _grid([["LOCATION", "REPLICA", "DIS", "ROWS", "LAG", "HEALTH"]] + [[
             f"{r['namespace']}.{r['table']}/{r['internal_partition']}/{r['column_partition']}", r["replica"], r["dis"],
             "-" if r["rows"] is None else str(r["rows"]), "-" if r["lag"] is None else str(r["lag"]),
-            "ok" if r["reachable"] else "UNREACHABLE",
+            {"ok": "ok", "unreachable": "UNREACHABLE"}.get(r["health"]) or f"ERROR: {r['error']}",
         ] for r in rep["locations"]])
     return lines
+
+
+def _replica_health(r: dict) -> str:
+    if not r["reachable"]:
+        return "UNREACHABLE"
+    n = r["locations_in_error"]
+    return f"ERROR: {n} location{'s' if n > 1 else ''} in error" if n else "ok"
 
 
 def _kafka(k) -> dict:  # noqa: ANN001

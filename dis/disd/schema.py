@@ -61,7 +61,15 @@ class ColumnType(str, Enum):
 
     @property
     def arrow_type(self) -> pa.DataType:
+        """The Arrow type values are held in: what the logger, the binary log, the column files'
+        decoder and the DIS's own state use (a char: its uint16 code unit)."""
         return _ARROW[self]
+
+    @property
+    def read_arrow_type(self) -> pa.DataType:
+        """The Arrow type a reader gets (the client, Spark, merged Parquet): ``arrow_type``, but a
+        char as its one-character string (``disd.values.char_strings``)."""
+        return pa.string() if self is ColumnType.CHAR else _ARROW[self]
 
     @property
     def null_sentinel(self) -> Any:
@@ -167,8 +175,13 @@ class TableSchema:
         raise KeyError(f"{self.key} has no column {name!r}")
 
     def arrow_schema(self) -> pa.Schema:
-        """The Arrow schema of the table's data columns (no partition column)."""
+        """The Arrow schema of the table's data columns (no partition column), as held in memory
+        and decoded from column files (``ColumnType.arrow_type``)."""
         return pa.schema([pa.field(c.name, c.type.arrow_type, nullable=True) for c in self.columns])
+
+    def read_arrow_schema(self) -> pa.Schema:
+        """``arrow_schema`` as readers get it (``ColumnType.read_arrow_type``: chars as strings)."""
+        return pa.schema([pa.field(c.name, c.type.read_arrow_type, nullable=True) for c in self.columns])
 
     def canonical(self) -> dict[str, Any]:
         """The schema as JSON-able data: what a log header and the DIS's TableInfo carry (not the

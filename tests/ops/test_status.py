@@ -13,9 +13,9 @@ from support import append_rows, free_port, log_name, start_dis_server, wait_for
 BAD = "Market/Trade/bad/2026-11-22"
 
 
-def _status(capsys, port: int, *extra: str):
+def _status(capsys, port: int, *extra: str, exit_status: int = 0):
     capsys.readouterr()
-    assert main(["status", "--address", f"127.0.0.1:{port}", *extra]) == 0
+    assert main(["status", "--address", f"127.0.0.1:{port}", *extra]) == exit_status
     return capsys.readouterr().out
 
 
@@ -33,12 +33,13 @@ def test_status_shows_rows_ages_checkpoint_tailer_and_errors(tmp_path, capsys):
             assert tailer.wait_idle(30)
 
             def checkpointed():
-                rep = json.loads(_status(capsys, srv.port, "--json"))
+                # a location in error: exit status 1 (README, "Tools")
+                rep = json.loads(_status(capsys, srv.port, "--json", exit_status=1))
                 loc = next(l for l in rep["locations"] if l["internal_partition"] == "ip1")
                 return rep if loc["checkpointed_rows"] == 9 and loc["checkpoint"] else None
 
             rep = wait_for(checkpointed, 10, what="checkpoint of 9 rows")
-            text = _status(capsys, srv.port)
+            text = _status(capsys, srv.port, exit_status=1)
         locs = {f"{l['namespace']}/{l['table']}/{l['internal_partition']}/{l['column_partition']}": l
                 for l in rep["locations"]}
         assert set(locs) == {"Market/Trade/ip1/2026-11-22", BAD}
@@ -53,6 +54,7 @@ def test_status_shows_rows_ages_checkpoint_tailer_and_errors(tmp_path, capsys):
         assert "table.size" in locs[BAD]["error"]
         assert rep["tables"] == [{"table": "Market.Trade", "locations": 2, "rows": 9, "tailers": 1, "errors": 1,
                                   "tailer_problems": 0}]
+        assert rep["ok"] is False
         assert good["tailer_problem"] is None and locs[BAD]["tailer_problem"] is None
         inst = rep["instances"][0]
         assert inst["dis"] == f"127.0.0.1:{srv.port}" and inst["disk_total_bytes"] >= inst["disk_free_bytes"] > 0
@@ -65,7 +67,7 @@ def test_status_shows_rows_ages_checkpoint_tailer_and_errors(tmp_path, capsys):
         assert "table.size" in row
         # the tailer has gone: no tailer is reported any more
         rep = wait_for(lambda: (lambda r: r if all(l["tailer"] is None for l in r["locations"]) else None)(
-            json.loads(_status(capsys, srv.port, "--json"))), 10, what="tailer gone")
+            json.loads(_status(capsys, srv.port, "--json", exit_status=1))), 10, what="tailer gone")
         assert rep["tables"][0]["tailers"] == 0
     finally:
         srv.stop(0.5)
@@ -97,3 +99,28 @@ def test_status_filters(tmp_path):
 def test_unreachable_dis(capsys):
     assert main(["status", "--address", f"127.0.0.1:{free_port()}"]) == 1
     assert "unreachable" in capsys.readouterr().err
+
+
+def test_exit_status_0_when_every_location_is_ok(tmp_path, capsys):
+    srv = start_dis_server(tmp_path / "db", checkpoint_ms=100)
+    logs = tmp_path / "logs"
+    append_rows(logs / log_name("ip1"), 0, 3)
+    cfg = parse_tailer_config({"dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)], "poll_interval_ms": 50})
+    try:
+        with Tailer(cfg) as tailer:
+            assert tailer.wait_idle(30)
+        rep = json.loads(_status(capsys, srv.port, "--json"))
+        assert rep["ok"] is True and rep["tables"][0]["errors"] == 0
+    finally:
+        srv.stop(0.5)
+
+
+def test_an_unusable_routing_file_or_token_file_is_exit_status_2(tmp_path, capsys):
+    bad = tmp_path / "routing.yaml"
+    bad.write_text("instances: [")
+    assert main(["status", "--routing", str(bad)]) == 2
+    assert "routing.yaml" in capsys.readouterr().err
+    assert main(["status", "--routing", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+    assert main(["status", "--address", f"127.0.0.1:{free_port()}", "--token-file", str(tmp_path / "no-token")]) == 2
+    assert "no-token" in capsys.readouterr().err

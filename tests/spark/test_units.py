@@ -16,7 +16,8 @@ from disd.binlog import LocationKey
 from disd.blocks import LocationSnapshot
 from disd.schema import TableSchema
 from disd.security import ClientSecurity as Security
-from disd.spark.arrow import char_to_string, projection, spark_schema, to_batch
+from disd.spark.arrow import projection, spark_schema, to_batch
+from disd.values import char_strings
 from disd.spark.errors import DisSourceError
 from disd.spark.filters import PartitionFilter
 from disd.spark.options import parse_options
@@ -86,12 +87,12 @@ def test_spark_schema_matches_table_and_partition_column(trade_schema):
         spark_schema(trade_schema, ("Nope",))
 
 
-def test_char_to_string_is_utf8_of_each_code_unit():
+def test_char_strings_is_utf8_of_each_code_unit():
     vals = [65, 0xE9, 0x20AC, 0xD800, None, 0x7F, 0x80, 0x7FF, 0x800]
     arr = pa.array(vals, pa.uint16())
-    out = char_to_string(arr)
+    out = char_strings(arr)
     assert out.to_pylist() == ["A", "é", "€", "\ufffd", None, "\x7f", "\x80", "\u07ff", "\u0800"]
-    assert char_to_string(arr.slice(2, 3)).to_pylist() == ["€", "\ufffd", None]
+    assert char_strings(arr.slice(2, 3)).to_pylist() == ["€", "\ufffd", None]
 
 
 def all_types_table(n: int) -> pa.Table:

@@ -7,12 +7,14 @@ from .metrics import by_label, sample, scrape
 from .paths import BIN, ROOT, SCHEMAS, TESTS
 from .processes import (Proc, dis_healthy, free_port, free_port_pair, start_dis_process, start_tailer, subprocess_env,
                         write_tailer_config)
-from .rows import ALL_TYPES, START_NS, SYMS, TRADE, append_rows, log_name, trade_rows, write_log
+from .rows import (ALL_TYPES, CHAR_CODES, CHAR_STRINGS, START_NS, SYMS, TRADE, append_rows, log_name, quote_rows,
+                   trade_rows, write_log)
 from .waiting import wait_for
 
 __all__ = [
-    "ALL_TYPES", "BIN", "ROOT", "SCHEMAS", "START_NS", "SYMS", "TESTS", "TRADE", "append_rows", "by_label",
-    "dis_config", "dis_healthy", "dis_settings", "Feeder", "free_port", "free_port_pair", "loaded_dis", "log_name", "Proc",
-    "running_dis", "sample", "scrape", "start_dis_process", "start_dis_server", "start_tailer", "subprocess_env",
-    "trade_rows", "wait_for", "write_dis_config", "write_log", "write_tailer_config",
+    "ALL_TYPES", "BIN", "CHAR_CODES", "CHAR_STRINGS", "ROOT", "SCHEMAS", "START_NS", "SYMS", "TESTS", "TRADE",
+    "append_rows", "by_label", "dis_config", "dis_healthy", "dis_settings", "Feeder", "free_port", "free_port_pair",
+    "loaded_dis", "log_name", "Proc", "quote_rows", "running_dis", "sample", "scrape", "start_dis_process",
+    "start_dis_server", "start_tailer", "subprocess_env", "trade_rows", "wait_for", "write_dis_config", "write_log",
+    "write_tailer_config",
 ]

@@ -1,4 +1,4 @@
-"""Market.Trade rows with known values, and binary logs written from them."""
+"""Market.Trade (and Market.Quote) rows with known values, and binary logs written from them."""
 
 from __future__ import annotations
 
@@ -41,6 +41,25 @@ def trade_rows(start: int, n: int, *, nulls: bool = False, syms=SYMS) -> pa.Tabl
         "Sym": sym,
         "Price": price,
         "Size": pa.array(idx.astype(np.int32)),
+    })
+
+
+#: Market.Quote's Exchange (a char column): code units logged, and what each reads as everywhere
+#: (docs/storage-format.md, "What a char reads as"): null, half a surrogate pair as U+FFFD, and
+#: characters of one, two and three UTF-8 bytes.
+CHAR_CODES = [ord("A"), 0xE9, 0x263A, 0xD800, None, ord("Z"), 0xDFFF, 0x7F, 0x80, 0x7FF, 0x800, 0xFFFD]
+CHAR_STRINGS = ["A", "é", "☺", "\ufffd", None, "Z", "\ufffd", "\x7f", "\x80", "\u07ff", "\u0800", "\ufffd"]
+
+
+def quote_rows() -> pa.Table:
+    """Market.Quote rows, one per ``CHAR_CODES``: row i has Sym ``S<i>``, Bid i and Exchange
+    ``CHAR_CODES[i]``."""
+    n = len(CHAR_CODES)
+    return pa.table({
+        "Timestamp": pa.array(START_NS + np.arange(n, dtype=np.int64)).cast(pa.timestamp("ns", tz="UTC")),
+        "Sym": pa.array([f"S{i}" for i in range(n)]),
+        "Exchange": pa.array(CHAR_CODES, pa.uint16()),
+        "Bid": pa.array(np.arange(n, dtype=np.float64)),
     })
 
 

@@ -15,6 +15,7 @@ float      FloatType             none
 double     DoubleType            none
 char       StringType            the UTF-16 code unit as a one-character string (a lone
                                  surrogate becomes U+FFFD); null stays null
+                                 (``disd.values.char_strings``, as the client reads it)
 string     StringType            none
 timestamp  TimestampType         nanoseconds truncated to microseconds (Spark's precision)
 partition  StringType, non-null  the location's column partition, e.g. ``2026-11-22``
@@ -29,7 +30,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import (
     BooleanType,
@@ -48,6 +48,7 @@ from pyspark.sql.types import (
 
 from disd.schema import ColumnType, TableSchema
 from disd.spark.errors import DisSourceError
+from disd.values import char_strings
 
 SPARK_TYPES: dict[ColumnType, DataType] = {
     ColumnType.BOOL: BooleanType(),
@@ -183,42 +184,13 @@ def _check_cast(table: TableSchema, source: str, natural: DataType, wanted: Data
 
 
 # -- batches ------------------------------------------------------------------------------------
-def char_to_string(arr: pa.Array) -> pa.StringArray:
-    """uint16 UTF-16 code units -> one-character UTF-8 strings, vectorized."""
-    n = len(arr)
-    vals = np.frombuffer(arr.buffers()[1], dtype="<u2", count=arr.offset + n)[arr.offset:].astype(np.uint32)
-    surrogate = (vals >= 0xD800) & (vals <= 0xDFFF)
-    if surrogate.any():
-        vals = np.where(surrogate, np.uint32(0xFFFD), vals)
-    valid = np.asarray(arr.is_valid()) if arr.null_count else None
-    lens = np.where(vals < 0x80, 1, np.where(vals < 0x800, 2, 3)).astype(np.int32)
-    if valid is not None:
-        lens[~valid] = 0
-    offs = np.zeros(n + 1, np.int32)
-    np.cumsum(lens, out=offs[1:])
-    data = np.zeros(int(offs[-1]), np.uint8)
-    start = offs[:-1]
-    one, two, three = lens == 1, lens == 2, lens == 3
-    data[start[one]] = vals[one]
-    v2, s2 = vals[two], start[two]
-    data[s2] = 0xC0 | (v2 >> 6)
-    data[s2 + 1] = 0x80 | (v2 & 0x3F)
-    v3, s3 = vals[three], start[three]
-    data[s3] = 0xE0 | (v3 >> 12)
-    data[s3 + 1] = 0x80 | ((v3 >> 6) & 0x3F)
-    data[s3 + 2] = 0x80 | (v3 & 0x3F)
-    validity = arr.buffers()[0] if valid is not None and arr.offset == 0 else (
-        pa.py_buffer(np.packbits(valid, bitorder="little")) if valid is not None else None)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offs), pa.py_buffer(data), validity,
-                                       arr.null_count if valid is not None else 0)
-
-
 def _natural(kind: ColumnType, arr: pa.Array) -> pa.Array:
-    """A column as the client returns it -> its natural Spark Arrow type."""
+    """A column as a read returns it (decoded as held by ``disd.blocks.read_location``, or as the
+    client gives it) -> its natural Spark Arrow type."""
     if kind is ColumnType.TIMESTAMP:
         return arr.cast(TS_US, safe=False)
     if kind is ColumnType.CHAR:
-        return char_to_string(arr)
+        return char_strings(arr)  # the client's one conversion, as the JVM reader's
     return arr
 
 

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from disd.blocks import BlockSourceError
+from disd.blocks import BlockSourceError, read_location
 from disd.spark.arrow import Projection, projection, to_batch
 from disd.spark.errors import DisSourceError
 from disd.spark.locations import connect, explain, list_locations, table_schema
@@ -155,7 +155,9 @@ def read_last_by(part: object) -> Iterator[pa.RecordBatch]:
                 raise DisSourceError(f"location {o.namespace}.{o.table} {internal}/{column} has not published "
                                      f"{part.stop} rows; waited as long as options 'retrySeconds' and 'timeout' allow")
             time.sleep(0.2)
-        rows = client.read_location(snaps[0], None, part.start, part.stop)
+        # decoded as the DIS holds them, keys included (a char key a code unit, as in its state);
+        # to_batch converts them as the client does
+        rows = read_location(client, client.schema(o.namespace, o.table), snaps[0], None, part.start, part.stop)
         view = last_by(rows, part.keys)
         view = view.append_column(pa.field(table.partition_column, pa.string()),
                                   pa.array([column] * len(view), pa.string()))
