@@ -19,7 +19,7 @@ from disd.names import LocationKey
 from disd.rpc.keys import key_from_proto
 from disd.storage.lastby import from_ipc, last_by
 from lastby.support_lastby import random_updates
-from support import sample, scrape, start_dis_process, wait_for
+from support import sample, scrape, start_dis_process, start_tailer, wait_for
 
 from .lastby_support import LastBySubscriber
 from .proxy_support import Dis, logger, metrics_port, start_proxy, write_proxy_config
@@ -31,6 +31,11 @@ KEYS = 1000
 def _log(lg, start: int, n: int) -> None:  # noqa: ANN001
     lg.log_batch(random_updates(start, n, KEYS, seed=31), atomic=True)
     lg.flush()
+
+
+def _opened(proxy) -> int:  # noqa: ANN001
+    """How many times the proxy's last-by feed opened an upstream stream (its log says)."""
+    return sum("upstream last-by subscription open" in line for line in proxy.log_text().splitlines())
 
 
 def _all_rows(address: str) -> pa.Table:
@@ -106,9 +111,19 @@ def test_upstream_dis_killed_and_restarted(tmp_path):
         poller = Poller(address)
         wait_for(lambda: poller.answers, 30, 0.05, "a LastBy answer through the proxy")
         dis.proc.kill9()
+        dis.tailer.kill9()
         _log(lg, 5000, 1000)  # logged while the DIS is down
-        time.sleep(1.0)
+        # The DIS alone first: it serves the state of the rows it recovered (none checkpointed),
+        # fewer than the proxy published, until its tailer resends them.
         dis.proc = start_dis_process(dis.dir, dis.config)
+        wait_for(lambda: _opened(proxy) == 2, 30, 0.05, "the proxy's feed on the restarted DIS")
+        with connect(dis.address, retry_s=0) as c:
+            behind = {key_from_proto(m.key): m.rows for m in c.last_by_states("Market", "Trade")}
+        assert behind.get(KEY, 0) < 5000, behind
+        n = len(poller.answers)
+        wait_for(lambda: len(poller.answers) > n + 5, 30, 0.05, "LastBy answers through the proxy meanwhile")
+        assert poller.answers[-1][0] == 5000 and all(s.rows(KEY) == 5000 for s in subs)
+        dis.tailer = start_tailer(dis.dir, dis.dir / "tailer.yaml")
         wait_for(lambda: all(s.rows(KEY) == 6000 for s in subs), 60, 0.05, "6000 rows after the restart")
         _log(lg, 6000, 500)
         wait_for(lambda: all(s.rows(KEY) == 6500 for s in subs), 30, 0.05, "6500 rows")
