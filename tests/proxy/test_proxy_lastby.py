@@ -97,6 +97,40 @@ def test_last_by_through_the_proxy_equals_last_by_at_the_dis(stack):
         assert proxy.last_by("Market", "Trade", location=A2).equals(dis.last_by("Market", "Trade", location=A2))
 
 
+def _raw_states(address: str, request: dis_pb2.LastByRequest) -> dict:
+    ch = open_channel(address)
+    try:
+        reply = dis_pb2_grpc.TableDataStub(ch).LastBy(request, timeout=30)
+        return {key_from_proto(m.key): (m.rows, from_ipc(m.arrow_ipc)) for m in reply.locations}
+    finally:
+        ch.close()
+
+
+def test_requests_naming_no_table_or_one_location_are_answered_as_the_dis_answers_them(stack):
+    """No table (every table with last-by keys: Market.Quote, without, is left out), a
+    namespace, and a subscription to one location."""
+    with connect(stack.address, retry_s=0) as proxy:
+        wait_for(lambda: _caught_up(stack, proxy), 30, 0.05, "the proxy's states at the DIS's rows")
+    for request in (dis_pb2.LastByRequest(), dis_pb2.LastByRequest(namespace="Market")):
+        theirs, ours = _raw_states(stack.dis, request), _raw_states(stack.address, request)
+        assert set(ours) == set(theirs) == {A1, B1, A2}
+        assert all(ours[k][0] == theirs[k][0] and ours[k][1].equals(theirs[k][1]) for k in ours)
+    ch = open_channel(stack.address)
+    try:
+        call = dis_pb2_grpc.TableDataStub(ch).SubscribeLastBy(dis_pb2.LastByRequest(location=key_to_proto(B1)))
+        first = next(call)
+        assert key_from_proto(first.key) == B1 and first.full
+        assert from_ipc(first.arrow_ipc).equals(stack.srv.engine.location(B1).lastby.snapshot().table)
+        stack.feeder.append(A1, random_updates(30_000, 100, 1500, seed=26))  # not this location's
+        stack.feeder.append(B1, random_updates(30_100, 100, 1200, seed=27))
+        second = next(call)
+        assert key_from_proto(second.key) == B1 and not second.full
+        assert second.rows == stack.srv.engine.location(B1).lastby.snapshot().rows
+        call.cancel()
+    finally:
+        ch.close()
+
+
 def _refusal(address: str, call: str, request) -> tuple[grpc.StatusCode, str]:  # noqa: ANN001
     ch = open_channel(address)
     try:
