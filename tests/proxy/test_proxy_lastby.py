@@ -129,6 +129,7 @@ def test_requests_naming_no_table_or_one_location_are_answered_as_the_dis_answer
         call.cancel()
     finally:
         ch.close()
+    wait_for(lambda: sample(stack.metrics(), "dis_proxy_lastby_subscribers") == 0, 10, 0.1, "the stream closed")
 
 
 def _refusal(address: str, call: str, request) -> tuple[grpc.StatusCode, str]:  # noqa: ANN001
