@@ -68,14 +68,20 @@ def dis_metrics_port(config: pathlib.Path) -> int:
 
 
 class Dis:
-    """A ``dis serve`` process under ``tmp/<name>`` with a tailer of ``logs``."""
+    """A ``dis serve`` process under ``tmp/<name>`` with a tailer of ``logs`` (``last_by``: the
+    key columns Market.Trade declares)."""
 
-    def __init__(self, tmp: pathlib.Path, logs: pathlib.Path, name: str = "dis", **settings) -> None:
+    def __init__(self, tmp: pathlib.Path, logs: pathlib.Path, name: str = "dis", last_by: tuple[str, ...] = (),
+                 **settings) -> None:
         self.dir = tmp / name
         self.dir.mkdir(exist_ok=True)
         self.logs = logs
         self.port = free_port_pair()
         self.config = write_dis_config(self.dir, self.port, **settings)
+        if last_by:  # import.tables.Market.Trade.last_by (docs/lastby.md)
+            data = yaml.safe_load(self.config.read_text())
+            data["import"].setdefault("tables", {})["Market.Trade"] = {"last_by": list(last_by)}
+            self.config.write_text(yaml.safe_dump(data))
         self.proc: Proc | None = None
         self.tailer: Proc | None = None
 

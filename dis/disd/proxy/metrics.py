@@ -23,7 +23,8 @@ UPSTREAM_BYTES = Counter("dis_proxy_upstream_bytes", "Bytes read from upstream D
 BYTES_SAVED = Counter("dis_proxy_bytes_saved", "Bytes served to readers from the cache (not read upstream)")
 
 #: The series the collector produces, for the documentation's drift test.
-PROXY_SERIES = ("dis_proxy_subscribers", "dis_proxy_upstream_subscriptions", "dis_proxy_cache_bytes")
+PROXY_SERIES = ("dis_proxy_subscribers", "dis_proxy_upstream_subscriptions", "dis_proxy_cache_bytes",
+                "dis_proxy_lastby_subscribers", "dis_proxy_upstream_lastby_subscriptions")
 
 
 class ProxyCollector:
@@ -42,4 +43,11 @@ class ProxyCollector:
                 up.add_metric([table], n)
         cache = GaugeMetricFamily("dis_proxy_cache_bytes", "Bytes held by the proxy's block cache")
         cache.add_metric([], self.proxy.cache.size_bytes if self.proxy.cache else 0)
-        yield from (subs, up, cache)
+        lb_subs = GaugeMetricFamily("dis_proxy_lastby_subscribers", "Open reader SubscribeLastBy streams")
+        lb_subs.add_metric([], self.proxy.service.lastby_subscribers if self.proxy.service else 0)
+        lb_up = GaugeMetricFamily("dis_proxy_upstream_lastby_subscriptions",
+                                  "Open upstream SubscribeLastBy streams, per table (goal: 1 each)", labels=["table"])
+        if self.proxy.upstream is not None:
+            for table, n in sorted(self.proxy.upstream.lastby_subscriptions().items()):
+                lb_up.add_metric([table], n)
+        yield from (subs, up, cache, lb_subs, lb_up)

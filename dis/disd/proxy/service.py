@@ -1,7 +1,8 @@
 """What readers of a proxy call: the TableData service and the block endpoint's backend.
 
 Everything a reader is told comes from the feeds' published snapshots (``disd.proxy.upstream``)
-and every byte from the shared cache (``disd.proxy.cache``): listings, subscriptions and the
+and every byte from the shared cache (``disd.proxy.cache``); last-by states from the last-by
+feeds (``disd.proxy.lastby``): listings, subscriptions and the
 sizes reads are checked against are the same facts, so a reader plans and reads exactly what an
 upstream DIS published, as it would on the DIS itself.  Errors use the DIS's status codes.
 """
@@ -16,6 +17,7 @@ import grpc
 
 from disd.blocks import DisClientError, LocationSnapshot
 from disd.names import LocationKey
+from disd.proxy import lastby
 from disd.proxy.cache import CachedBlocks
 from disd.proxy.upstream import Upstream, snapshot_info
 from disd.rpc.keys import key_from_proto
@@ -33,6 +35,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         self.blocks = blocks
         self.started = started
         self.subscribers = 0  # open reader Subscribe streams (dis_proxy_subscribers)
+        self.lastby_subscribers = 0  # open reader SubscribeLastBy streams (dis_proxy_lastby_subscribers)
         self._lock = threading.Lock()
 
     def _upstream(self, context, call: Callable):  # noqa: ANN001, ANN202
@@ -155,6 +158,18 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         wanted = [(r, self._file_size(snap, r.file, context)) for r in request.ranges]
         yield from ranges_messages(wanted, snap.block_size, lambda file, first, n, size: self._upstream(
             context, lambda: self.blocks.blocks(snap, file, first, first + n - 1)))
+
+    def LastBy(self, request, context):  # noqa: N802
+        return lastby.last_by(self.upstream, request, context)
+
+    def SubscribeLastBy(self, request, context):  # noqa: N802
+        with self._lock:
+            self.lastby_subscribers += 1
+        try:
+            yield from lastby.subscribe_last_by(self.upstream, request, context)
+        finally:
+            with self._lock:
+                self.lastby_subscribers -= 1
 
     def Status(self, request, context):  # noqa: N802
         """The upstream owners' Status of the matching locations, with the proxy's version and

@@ -20,6 +20,7 @@ import grpc
 import structlog
 
 from disd.blocks import (
+    DOWN_S,
     RETRY_INITIAL_S,
     RETRY_MAX_S,
     DisClientError,
@@ -32,6 +33,7 @@ from disd.blocks import (
     restarting,
 )
 from disd.names import LocationKey
+from disd.proxy.lastbyfeed import LastByFeed
 from disd.routing import Routing
 from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_to_proto
@@ -40,7 +42,8 @@ from disd.security import ClientSecurity
 
 log = structlog.get_logger(__name__)
 
-#: Seconds a listing of the upstream tables is reused (wildcard subscriptions re-check it).
+#: Seconds a listing of the upstream tables is reused (wildcard subscriptions re-check it); also
+#: how long a last-by feed's refusal is the answer before a reader's call asks the DIS again.
 TABLES_TTL_S = 5.0
 
 
@@ -132,9 +135,7 @@ class Feed:
         delay = RETRY_INITIAL_S
         down: dict[str, float] = {}
         while not self.upstream.closed.is_set():
-            addresses = [r.address for r in self.upstream.routing.replicas(self.namespace, self.table)]
-            order = replica_order(self.name, addresses)
-            for address in sorted(order, key=lambda a: time.monotonic() - down.get(a, -1e9) < 5.0):
+            for address in self.upstream.follow_order(self.name, self.namespace, self.table, down):
                 if self.upstream.closed.is_set():
                     return
                 channel = open_channel(address, self.upstream.security)
@@ -185,6 +186,7 @@ class Upstream:
         self.timeout_s = timeout_s
         self.closed = threading.Event()
         self._feeds: dict[tuple[str, str], Feed] = {}
+        self._lastby: dict[tuple[str, str], LastByFeed] = {}
         self._lock = threading.Lock()
         self._tables: list[dis_pb2.TableInfo] = []
         self._tables_at = -1e9
@@ -230,6 +232,36 @@ class Upstream:
         """Open upstream Subscribe streams per table (``<Ns>.<Table>``): 1 each while connected."""
         with self._lock:
             feeds = list(self._feeds.values())
+        return {f.name: int(f.connected_to is not None) for f in feeds}
+
+    def follow_order(self, name: str, namespace: str, table: str, down: dict[str, float]) -> list[str]:
+        """The members of the table's routing entry in the order a feed tries them: the table's
+        rendezvous order (``replica_order``), members that failed (``down``: address -> when)
+        in the last DOWN_S seconds last."""
+        addresses = [r.address for r in self.routing.replicas(namespace, table)]
+        now = time.monotonic()
+        return sorted(replica_order(name, addresses), key=lambda a: now - down.get(a, -1e9) < DOWN_S)
+
+    # -- last-by feeds (disd.proxy.lastbyfeed) --------------------------------------------------
+    def lastby_feed(self, namespace: str, table: str, wait: bool = True) -> LastByFeed:
+        """The table's last-by feed, started on first use (and again when its refusal is older
+        than TABLES_TTL_S: the DIS may have been restarted with last-by keys); with ``wait``, once
+        a DIS answered or refused (UpstreamError when none answers within ``retry_s``)."""
+        if self.routing.owner(namespace, table) is None:
+            raise UpstreamError(f"no DIS instance in the proxy's routing takes {namespace}.{table}")
+        with self._lock:
+            f = self._lastby.get((namespace, table))
+            if f is None or f.refused is not None and time.monotonic() - f.refused_at > TABLES_TTL_S:
+                f = self._lastby[(namespace, table)] = LastByFeed(self, namespace, table).start()
+        if wait and not f.primed.wait(max(self.retry_s, 1.0)):
+            raise UpstreamError(f"no upstream DIS of {namespace}.{table} answers for its last-by states"
+                                f" (tried for {max(self.retry_s, 1.0):g} s): {f.last_error}")
+        return f
+
+    def lastby_subscriptions(self) -> dict[str, int]:
+        """Open upstream SubscribeLastBy streams per table: 1 each while connected."""
+        with self._lock:
+            feeds = [f for f in self._lastby.values() if f.refused is None]
         return {f.name: int(f.connected_to is not None) for f in feeds}
 
     # -- catalogue and status -------------------------------------------------------------------
@@ -313,7 +345,7 @@ class Upstream:
     def close(self) -> None:
         self.closed.set()
         with self._lock:
-            feeds = list(self._feeds.values())
+            feeds = [*self._feeds.values(), *self._lastby.values()]
         for f in feeds:
             f.stop()
         with self._pool_lock:
