@@ -376,6 +376,65 @@ def test_a_slow_request_is_cut_at_the_header_deadline_however_steadily_it_sends(
         s.close()
 
 
+def test_with_tls_connections_that_never_shake_hands_give_way_and_a_full_endpoint_answers_503(tmp_path):
+    """TLS: the handshake counts in the head deadline, connections that never start it give way
+    to a reader's, and a full endpoint answers 503 after the handshake."""
+    import shutil
+    import ssl
+
+    from server.test_security import make_pki
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    pki = make_pki(tmp_path / "pki")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+
+    def tls_get(port: int) -> tuple[int, bytes, dict]:
+        req = urllib.request.Request(f"https://localhost:{port}/v1/tables", headers={"Authorization": f"Bearer {TOKEN}"})
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
+                return r.status, r.read(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), dict(e.headers)
+
+    with running_dis(tmp_path / "db", max_workers=4, flush_ms=3_600_000, token_file=str(tmp_path / "token"),
+                     http_header_timeout_s=HEADER_S,
+                     tls={"cert": str(pki / "server.pem"), "key": str(pki / "server.key")}) as srv:
+        Feeder(srv).append(K1, trade_rows(0, 1_000_000))
+        port = srv.http_port
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]  # 20 > 4, no ClientHello
+        try:
+            for _ in range(3):
+                t0 = time.monotonic()
+                assert tls_get(port)[0] == 200 and time.monotonic() - t0 < 1.0
+            time.sleep(HEADER_S + SLACK_S)
+            for s in silent:  # each closed: given way, or at the deadline
+                s.settimeout(0.1)
+                assert s.recv(10) == b""
+        finally:
+            for s in silent:
+                s.close()
+        held = []
+        try:
+            for _ in range(4):
+                raw = socket.socket()
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                raw.connect(("127.0.0.1", port))
+                s = ctx.wrap_socket(raw, server_hostname="localhost")
+                s.sendall(f"GET {read_path('Price.dat', 0, 8_000_000)} HTTP/1.1\r\nHost: dis\r\n"
+                          f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
+                held.append(s)
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            status, body, headers = tls_get(port)
+            assert status == 503 and time.monotonic() - t0 < 1.0 and headers["Connection"] == "close"
+            assert "server.max_workers" in json.loads(body)["error"]
+        finally:
+            for s in held:
+                s.close()
+
+
 def test_header_deadline_config():
     from disd.config import ConfigError, parse_dis_config
     from disd.proxy.config import parse_proxy_config

@@ -218,7 +218,10 @@ class ConnectionLoop:
 
     def _close(self, c: Conn) -> None:
         if c.events:
-            self._sel.unregister(c.sock)
+            try:
+                self._sel.unregister(c.sock)
+            except (KeyError, ValueError):
+                pass
             c.events = 0
         self._waiting.discard(c)
         self._refusing.discard(c)
@@ -328,12 +331,16 @@ class ConnectionLoop:
 
     # -- bytes from waiting connections -----------------------------------------------------------
     def _step(self, c: Conn, mask: int) -> None:  # noqa: ARG002 - one path for read and write readiness
-        if c.state in ("handshake", "refuse"):
-            self._handshake(c)
-        elif c.state == "drain":
-            self._drain(c)
-        else:
-            self._read(c)
+        try:
+            if c.state in ("handshake", "refuse"):
+                self._handshake(c)
+            elif c.state == "drain":
+                self._drain(c)
+            else:
+                self._read(c)
+        except Exception:  # noqa: BLE001 - one connection's failure must not stop the others'
+            log.warning("block endpoint connection failed", peer=_peer(c.peer), exc_info=True)
+            self._close(c)
 
     def _handshake(self, c: Conn) -> None:
         try:
@@ -481,7 +488,7 @@ class ConnectionLoop:
                 self._set_deadline(c, now + KEEPALIVE_S)
             self._watch(c, selectors.EVENT_READ)
             if c.buf or (self.tls is not None and c.sock.pending()):
-                self._read(c)
+                self._step(c, selectors.EVENT_READ)
 
 
 def _peer(peer: tuple) -> str:
