@@ -237,7 +237,22 @@ def attack_and_read(port: int, size_dat: bytes) -> None:
 
 
 @pytest.fixture
-def loaded_db(tmp_path) -> tuple[pathlib.Path, bytes]:
+def descriptors():
+    """Room for the attack's 400 sockets here and the endpoint's side of them in the daemons
+    (which inherit the limit): a soft RLIMIT_NOFILE of at least 2048, restored after."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2048
+    assert hard == resource.RLIM_INFINITY or hard >= want, f"the attack needs {want} descriptors, the hard limit is {hard}"
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.fixture
+def loaded_db(tmp_path, descriptors) -> tuple[pathlib.Path, bytes]:
     """A database with ROWS rows of Market.Trade checkpointed in one location, and its Size.dat."""
     db = tmp_path / "db"
     srv = loaded_dis(db, {K1: (0, ROWS)}, checkpoint=True)
