@@ -184,6 +184,8 @@ class DisConfig:
     import_tables: dict[str, ImportConfig] = field(default_factory=dict)
     max_workers: int = 256
     idle_timeout_s: float = 600.0
+    #: seconds a block-endpoint connection has to send a request's line and headers (TLS included)
+    http_header_timeout_s: float = 5.0
     routed_tables: list[str] | None = None  # patterns this DIS accepts ("Market.*"); None: all
     #: ``import.kafka`` as written: checked against the schemas by ``disd.kafka`` when the DIS starts
     import_kafka: dict | None = None
@@ -256,6 +258,8 @@ def parse_dis_config(data: Any, source: str = "<config>", base_dir: pathlib.Path
     cfg.token_file = srv.get("token_file", str, None)
     cfg.max_workers = srv.get("max_workers", int, cfg.max_workers, _min(4))
     cfg.idle_timeout_s = float(srv.get("idle_timeout_s", (int, float), cfg.idle_timeout_s, _min(0.1)))
+    cfg.http_header_timeout_s = float(srv.get("http_header_timeout_s", (int, float), cfg.http_header_timeout_s,
+                                              _min(0.1)))
     routed = srv.get("tables", list, None)
     if routed is not None and not all(isinstance(x, str) for x in routed):
         raise ConfigError(source, "server.tables", "must be a list of <Namespace>.<Table> patterns")

@@ -177,6 +177,51 @@ def plan_text(df) -> str:
 
 
 @pytest.mark.spark
+def test_jvm_reader_waits_out_a_full_block_endpoint(spark_session, tmp_path):
+    """Every connection of the block endpoint busy serving: it answers 503 at once, and the JVM
+    reader asks again with its backoff, within option retrySeconds, until a connection frees;
+    then it reads every row.  With retrySeconds 0 it fails at once, saying why."""
+    from hostile.test_block_endpoint import hold_serving
+
+    n = 1_000_000
+    srv = start_dis(tmp_path / "db", max_workers=4, flush_ms=3_600_000)
+    held = []
+    try:
+        Feeder(srv).append(K1, trade_rows(0, n))
+        held = hold_serving(srv.http_port, 4)
+        status, body = http_get(srv.http_port, "/v1/tables")
+        assert status == 503 and "connections of the block endpoint are serving requests" in json.loads(body)["error"]
+        base = spark_session.read.format("dis").option("address", f"127.0.0.1:{srv.port}").option("table", "Market.Trade")
+        with pytest.raises(Exception) as e:
+            base.option("retrySeconds", "0").load()
+        assert "HTTP 503" in str(e.value) and "server.max_workers" in str(e.value)
+
+        got: dict = {}
+
+        def read() -> None:
+            try:
+                got["sum"] = base.option("retrySeconds", "30").load().agg(F.sum("Size")).collect()[0][0]
+            except Exception as ex:  # noqa: BLE001 - reported below
+                got["error"] = ex
+            got["at"] = time.monotonic()
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(3)
+        assert reader.is_alive() and http_get(srv.http_port, "/v1/tables")[0] == 503  # still waiting, still full
+        freed = time.monotonic()
+        for s in held:
+            s.close()
+        reader.join(60)
+        assert "error" not in got, got.get("error")
+        assert got["sum"] == n * (n - 1) // 2 and got["at"] > freed
+    finally:
+        for s in held:
+            s.close()
+        srv.stop(0.5)
+
+
+@pytest.mark.spark
 def test_format_dis_is_the_jvm_reader_and_python_is_a_choice(spark, trade_address, dis_reader):
     base = spark.read.format("dis").option("address", trade_address).option("table", "Market.Trade")
     if dis_reader == "jvm":

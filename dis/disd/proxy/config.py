@@ -51,6 +51,8 @@ class ProxyConfig:
     token_file: str | None = None
     max_workers: int = 1024
     idle_timeout_s: float = 600.0
+    #: seconds a block-endpoint connection has to send a request's line and headers (TLS included)
+    http_header_timeout_s: float = 5.0
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     source: str = "<defaults>"
 
@@ -113,6 +115,8 @@ def parse_proxy_config(data: Any, source: str = "<config>") -> ProxyConfig:
     cfg.token_file = token_file or auth_token
     cfg.max_workers = p.get("max_workers", int, cfg.max_workers, lambda v: None if v >= 4 else "must be >= 4")
     cfg.idle_timeout_s = float(p.get("idle_timeout_s", (int, float), cfg.idle_timeout_s, _positive))
+    cfg.http_header_timeout_s = float(p.get("http_header_timeout_s", (int, float), cfg.http_header_timeout_s,
+                                            _positive))
     p.finish()
     u = r.sub("upstream")
     up = UpstreamConfig()

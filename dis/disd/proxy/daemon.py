@@ -78,7 +78,7 @@ class ProxyServer:
 
             self._http_server = start_block_http(cfg.host, cfg.http_port, ProxyBlockBackend(self.upstream, blocks),
                                                  cfg.tls, token, cfg.max_workers, cfg.idle_timeout_s,
-                                                 key="proxy.http_port")
+                                                 key="proxy.http_port", header_timeout_s=cfg.http_header_timeout_s)
             self.http_port = self._http_server.server_address[1]
         if cfg.metrics_port is not None:
             self._metrics_server = serve_metrics(cfg.metrics_host or cfg.host, cfg.metrics_port, ProxyCollector(self))

@@ -22,18 +22,22 @@ engine's tracked handles (the same descriptors, identity checks and limits as ``
 Bytes below the published size never change (docs/storage-format.md), so a range planned at one
 listing reads exactly those rows however far ingestion has moved on.  Errors are JSON
 ``{"error": "..."}`` with 400 (bad request), 401 (token), 404 (unknown table, location or file),
-416 (past the published size) or 503 (location in error or closed).
+416 (past the published size) or 503 (location in error or closed, or every connection busy).
+
+Connections are accepted and watched by one thread until they have sent a request's head, within
+``server.http_header_timeout_s``; only then does a worker thread serve the request
+(``disd.server.httpconns``): connections that send nothing, or a byte at a time, never hold a
+worker, and never keep a reader out.
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import socket
-import socketserver
 import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Callable, Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -43,13 +47,12 @@ from disd.binlog import LocationKey
 from disd.errors import DisError
 from disd.names import InvalidNameError
 from disd.server import metrics
+from disd.server.httpconns import BACKLOG, ConnectionLoop
 
 log = structlog.get_logger(__name__)
 
 #: Bytes per pread while streaming a range.
 CHUNK_BYTES = 1 << 20
-#: Seconds a kept connection may wait for its next request.
-KEEPALIVE_S = 60.0
 
 
 class Refused(DisError):
@@ -73,11 +76,48 @@ def tls_context(tls) -> ssl.SSLContext:  # noqa: ANN001 - disd.config.TlsConfig
     return ctx
 
 
+class _SocketWriter(io.BufferedIOBase):
+    """``wfile``: every write sent whole (``sendall``), nothing buffered."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # noqa: ANN001 - bytes-like
+        self._sock.sendall(b)
+        return memoryview(b).nbytes
+
+
 class _Handler(BaseHTTPRequestHandler):
+    """One request whose head the connection loop has read (``head``); the response goes to the
+    socket.  ``close_connection`` says afterwards whether the connection may be kept."""
+
     protocol_version = "HTTP/1.1"
     server_version = "dis"
     sys_version = ""
     server: "BlockHttpServer"
+
+    def __init__(self, sock: socket.socket, head: bytes, peer: tuple, server: "BlockHttpServer") -> None:
+        self.head = head
+        super().__init__(sock, peer, server)
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.rfile = io.BytesIO(self.head)
+        self.wfile = _SocketWriter(self.request)
+
+    def handle(self) -> None:
+        self.close_connection = True
+        self.handle_one_request()
+        headers = getattr(self, "headers", None)
+        if headers is not None and (headers.get("Content-Length", "0").strip() not in ("", "0")
+                                    or "Transfer-Encoding" in headers):
+            self.close_connection = True  # a body nobody reads: the next request would start inside it
+
+    def finish(self) -> None:
+        pass
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002, ANN002 - quiet: one log per error only
         pass
@@ -92,15 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, obj: object) -> None:
         self._send(status, json.dumps(obj, separators=(",", ":")).encode())
 
-    def handle_one_request(self) -> None:
-        # Waiting for the next request on a kept connection: at most KEEPALIVE_S, so idle
-        # connections give their slot back; writing a response may take up to idle_timeout_s
-        # (a task that reads its column ranges in turn).
-        self.connection.settimeout(KEEPALIVE_S)
-        super().handle_one_request()
-
     def do_GET(self) -> None:  # noqa: N802
-        self.connection.settimeout(self.server.idle_timeout_s)
         try:
             self._authorize()
             url = urlsplit(self.path)
@@ -242,88 +274,49 @@ class EngineBackend:
         return chunk
 
 
-class BlockHttpServer(socketserver.ThreadingMixIn, HTTPServer):
-    """One thread per connection, at most ``max_connections`` at once; TLS is negotiated in the
-    connection's thread so a slow handshake never holds up the others."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
+class BlockHttpServer:
+    """The block endpoint on ``address``: at most ``max_connections`` connections, each with
+    ``header_timeout_s`` to send a request head before it is closed, each response written
+    within ``idle_timeout_s`` (a task may read its column ranges in turn); the connections are
+    ``disd.server.httpconns``'s.  ``setting`` names the key of ``max_connections`` in the 503
+    answer."""
 
     def __init__(self, address: tuple[str, int], backend: BlockBackend, tls=None,  # noqa: ANN001
-                 token: str | None = None, max_connections: int = 256, idle_timeout_s: float = 600.0) -> None:
+                 token: str | None = None, max_connections: int = 256, idle_timeout_s: float = 600.0,
+                 header_timeout_s: float = 5.0, setting: str = "server.max_workers") -> None:
         self.backend = backend
-        self.tls = tls_context(tls) if tls else None
         self.expected_auth = f"Bearer {token}".encode() if token else None
-        self.slots = threading.BoundedSemaphore(max_connections)
         self.idle_timeout_s = idle_timeout_s
-        self.open: set[socket.socket] = set()
-        self.open_lock = threading.Lock()
-        super().__init__(address, _Handler)
+        host = address[0]
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server(address, family=family, backlog=BACKLOG)
+        self.server_address = self.socket.getsockname()
+        self.connections = ConnectionLoop(self.socket, self._handle, tls_context(tls) if tls else None,
+                                          max_connections, header_timeout_s, idle_timeout_s, setting)
 
-    # -- connections ------------------------------------------------------------------------------
-    def server_bind(self) -> None:
-        socketserver.TCPServer.server_bind(self)  # HTTPServer's would look up the host's FQDN
-        self.server_name, self.server_port = self.server_address[:2]
+    def _handle(self, sock: socket.socket, head: bytes, peer: tuple) -> bool:
+        return not _Handler(sock, head, peer, self).close_connection
 
-    def process_request(self, request, client_address) -> None:  # noqa: ANN001
-        self.slots.acquire()
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-    def finish_request(self, request, client_address) -> None:  # noqa: ANN001
-        request.settimeout(self.idle_timeout_s)
-        # Headers and body go out as separate writes: without TCP_NODELAY the body would wait for
-        # the client's delayed ACK of the headers (40 ms per response on Linux).
-        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.tls is not None:
-            try:
-                request = self.tls.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as e:
-                log.info("block endpoint TLS handshake failed", peer=str(client_address), error=str(e))
-                return
-        with self.open_lock:
-            self.open.add(request)
-        try:
-            self.RequestHandlerClass(request, client_address, self)
-        finally:
-            with self.open_lock:
-                self.open.discard(request)
-
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
-        log.warning("block endpoint request failed", peer=str(client_address), exc_info=True)
+    def start(self) -> None:
+        self.connections.start()
 
     def stop(self) -> None:
         """Stop accepting and end every open connection."""
-        self.shutdown()
-        self.server_close()
-        with self.open_lock:
-            conns = list(self.open)
-        for s in conns:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self.connections.stop()
 
 
 def start_block_http(host: str, port: int, backend: BlockBackend, tls=None,  # noqa: ANN001
                      token: str | None = None, max_connections: int = 256,
-                     idle_timeout_s: float = 600.0, key: str = "server.http_port") -> BlockHttpServer:
+                     idle_timeout_s: float = 600.0, key: str = "server.http_port",
+                     header_timeout_s: float = 5.0) -> BlockHttpServer:
     """Bind and serve ``backend`` in a background thread; ``server.server_address[1]`` is the
-    port.  ``key`` names the setting of the port in errors."""
+    port.  ``key`` names the setting of the port in errors (its section names the others)."""
+    section = key.rsplit(".", 1)[0]
     try:
-        srv = BlockHttpServer((host, port), backend, tls, token, max_connections, idle_timeout_s)
+        srv = BlockHttpServer((host, port), backend, tls, token, max_connections, idle_timeout_s, header_timeout_s,
+                              setting=f"{section}.max_workers")
     except OSError as e:
         raise OSError(f"cannot serve the block endpoint on {host}:{port} ({key}): "
                       f"{e.strerror or e}") from None
-    threading.Thread(target=srv.serve_forever, name="block-http", daemon=True).start()
+    srv.start()
     return srv

@@ -113,7 +113,7 @@ class DisServer:
 
             backend = EngineBackend(self.engine, cfg.storage.block_size_bytes, self.routed)
             self._http_server = start_block_http(cfg.host, cfg.http_port, backend, cfg.tls, token, cfg.max_workers,
-                                                 cfg.idle_timeout_s)
+                                                 cfg.idle_timeout_s, header_timeout_s=cfg.http_header_timeout_s)
             self.http_port = self._http_server.server_address[1]
         set_serving(self.health, SERVICE_NAMES)
         if cfg.metrics_port is not None:
