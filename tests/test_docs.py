@@ -41,6 +41,8 @@ def undefined_names(blocks: list[str]) -> list[str]:
                 defined.add(node.name)
             elif isinstance(node, ast.arg):
                 defined.add(node.arg)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                defined.add(node.name)
         missing += [f"{n.id} (line {n.lineno})" for n in ast.walk(tree)
                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in defined]
     return missing
@@ -49,6 +51,7 @@ def undefined_names(blocks: list[str]) -> list[str]:
 def test_the_check_finds_an_unimported_name():
     assert undefined_names(["import disd.spark\nx = F.sum('Size')\n"]) == ["F (line 2)"]
     assert undefined_names(["from pyspark.sql import functions as F\nF.sum('Size')\n"]) == []
+    assert undefined_names(["try:\n    pass\nexcept ValueError as e:\n    print(e)\n"]) == []
 
 
 @pytest.mark.parametrize("md", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),

@@ -20,8 +20,9 @@ Threads and the queue
     takes everything queued at once, turns consecutive small items of one file into one batch
     of columns, encodes it with whole-batch numpy operations (``disd.binlog.format``) and hands
     it to the OS with one ``write`` per file (``disd.binlog.BinlogWriter`` cuts it into frames
-    by rows, transactions and bytes), immediately: a row logged under light load is in
-    the file (visible to a tailer) within a millisecond or so.  Nothing is fsynced per row;
+    by rows, transactions and bytes), after waiting at most ``set_max_write_delay`` (2 ms by
+    default) for more rows: a row logged under light load is in the file (visible to a tailer)
+    within a few milliseconds.  Nothing is fsynced per row;
     ``flush(fsync=True)`` and ``close()`` fsync, and so does every file closed by a rollover.
 
     Values are checked and converted on the calling thread, so a bad value raises from
