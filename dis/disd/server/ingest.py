@@ -35,6 +35,7 @@ from disd.binlog import (
     scan_frames,
 )
 from disd.names import InvalidNameError
+from disd.rpc.ingeststatus import location_in_error
 from disd.rpc.ingestwire import ChunkView
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
@@ -282,8 +283,8 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 try:
                     loc.ingest(chunk.file_name, run, rows, epoch=s.epoch)
                 except LocationError as e:
-                    state = "is in error" if loc.in_error else "refused the chunk"
-                    raise RequestRefused(error_status(e.errno), f"location {s.key} {state}: {e}") from None
+                    why = location_in_error(s.key, e) if loc.in_error else f"location {s.key} refused the chunk: {e}"
+                    raise RequestRefused(error_status(e.errno), why) from None
             metrics.INGEST_CHUNKS.labels(s.key.table_key).inc()
         s.file_name = chunk.file_name
         s.offset = chunk.offset + len(data)
@@ -318,9 +319,9 @@ class LocationStream:
         try:
             loc = self.loc = svc.engine.location(key, create=True, version=schema.version)
         except LocationError as e:
-            raise RequestRefused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
+            raise RequestRefused(grpc.StatusCode.UNAVAILABLE, location_in_error(key, e)) from None
         if loc.in_error:
-            raise RequestRefused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
+            raise RequestRefused(error_status(loc.error_errno), location_in_error(key, loc.error))
         if loc.schema_version != schema.version:
             raise version_mismatch(key, loc.schema_version, schema.version)
         session = Session(key, self.tailer_id, self.peer, self.end)

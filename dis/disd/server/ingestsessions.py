@@ -20,6 +20,7 @@ import grpc
 import structlog
 
 from disd.names import LocationKey
+from disd.rpc.ingeststatus import location_in_error
 
 log = structlog.get_logger("disd.server.ingest")
 
@@ -241,7 +242,7 @@ class SessionRegistry:
         if loc is None or s.ended_for_error:
             return
         if loc.in_error:
-            code, why = error_status(loc.error_errno), f"location {s.key} is in error: {loc.error}"
+            code, why = error_status(loc.error_errno), location_in_error(s.key, loc.error)
         elif loc.epoch != s.epoch:
             code, why = (grpc.StatusCode.UNAVAILABLE, f"location {s.key} was reopened from its checkpoint after an "
                          "I/O error: reconnect and resume from its resume point")
