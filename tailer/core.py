@@ -147,7 +147,7 @@ class Tailer:
                 if mux is not None and mux.broken is not None:
                     if mux.unimplemented:
                         if address not in self._not_dis:
-                            log.warning("the DIS does not take multiplexed streams: a call per location instead",
+                            log.warning("the address takes no multiplexed streams (a DIS of an older release?): a call per location instead",
                                         dis=address)
                         self._no_mux.add(address)
                     mux = None

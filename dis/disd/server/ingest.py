@@ -42,6 +42,7 @@ from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaError, TableSchema, column_differences
 from disd.server import metrics
 from disd.server.ingestsessions import EndStream, Session, SessionRegistry, end_stream, error_status
+from disd.server.refusallog import RefusalLog
 from disd.storage import LocationError, StorageEngine
 
 log = structlog.get_logger(__name__)
@@ -111,12 +112,13 @@ def version_mismatch(key: LocationKey, location_version: int, log_version: int, 
     )
 
 
-def count_refusal(r: RequestRefused, peer: str, key: LocationKey | None = None, tailer_id: str | None = None) -> None:
-    """Count and log a refused request (``dis_ingest_rejections_total``), naming what is known of
-    its stream."""
+def count_refusal(said: RefusalLog, r: RequestRefused, peer: str, key: LocationKey | None = None,
+                  tailer_id: str | None = None) -> None:
+    """Count a refused request (``dis_ingest_rejections_total``) and log it, naming what is known
+    of its stream: at warning the first time, its repeats counted and said now and then
+    (``RefusalLog``)."""
     metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
-    log.warning("ingest refused", code=r.code.name, details=r.details, peer=peer,
-                location=str(key) if key else None, tailer=tailer_id)
+    said.refused(r.code.name, r.details, peer, str(key) if key else None, tailer_id)
 
 
 def _ack(s: Session, committed: int) -> dis_pb2.IngestResponse:
@@ -135,6 +137,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         self.engine = engine
         self.sessions = sessions
         self.routed = routed
+        self.refusals = RefusalLog()
 
     def Stream(self, request_iterator: Iterator[Request], context: grpc.ServicerContext):  # noqa: N802
         """One location's stream on its own call (the ``Multiplex`` call carries many:
@@ -359,7 +362,7 @@ class LocationStream:
 
     def refused(self, r: RequestRefused) -> None:
         """Count and log a refusal (the caller ends the stream with its status)."""
-        count_refusal(r, self.peer, self.key, self.tailer_id)
+        count_refusal(self.service.refusals, r, self.peer, self.key, self.tailer_id)
 
     def close(self) -> None:
         """End the stream: forget it and, if it still owned its location, roll back what it left
