@@ -481,11 +481,12 @@ class LocationWorker(threading.Thread):
                        file=path, offset=e.offset, problem=e.problem)
         self._hold(s, accepts, told, lambda: _repaired(st, _stat(path)))
 
-    def _note_truncated(self, name: str, size: int, offset: int) -> None:
+    def _note_truncated(self, f: LogFile, size: int, offset: int) -> None:
         """The file being sent is shorter than what was sent of it: a log is only ever appended
         to, so its bytes from ``size`` on changed under the DIS.  Nothing more of it is sent (not
         again from the start, and not bytes at the old offset, which now belong to other rows);
         warned once, and the location's problem until the file leaves the log directories."""
+        name = f.name
         problem = (f"log {name} was truncated to {size} bytes, below the {offset} bytes of it already sent to "
                    "the DIS: nothing more of it is sent (a log must only be appended to); move it out of the log "
                    "directory once its rows are dealt with")
@@ -493,8 +494,8 @@ class LocationWorker(threading.Thread):
             if self._truncated is not None and self._truncated[0] == name:
                 return
             self._truncated = (name, size, offset, problem)
-        self.log.warning("log file truncated below what was sent; nothing more of it is sent", file=name, size=size,
-                         sent_offset=offset)
+        self.log.warning("log file truncated below what was sent; nothing more of it is sent", file=f.path,
+                         size=size, sent_offset=offset)
 
     def _is_truncated(self, name: str) -> bool:
         t = self._truncated
@@ -694,7 +695,7 @@ class LocationWorker(threading.Thread):
                         continue
                     self._past_corruption(name, offset, read_there=True)
                     if not piece.data and offset > 0 and reader.size() < offset:
-                        self._note_truncated(name, reader.size(), offset)
+                        self._note_truncated(cur, reader.size(), offset)
                         continue
                     if piece.data and not checked:
                         # checked only when bytes of this file are to be sent: a resume point at

@@ -167,3 +167,60 @@ def test_every_kind_of_problem_clears_within_seconds_once_its_cause_is_gone(tmp_
         tailer_rc = tailer.terminate()
         dis_rc = dis.terminate()
     assert tailer_rc == 0 and dis_rc == 0
+
+
+def test_a_log_truncated_below_what_was_sent_is_a_problem_until_it_is_moved_away(tmp_path):
+    """A followed log cut shorter than what the DIS already has of it: the tailer warns once (the
+    file, its size, the offset sent), reports it (TAILER PROBLEM), and sends nothing more of it,
+    not again from the start and not what a writer puts there again; the location goes on with
+    its newer files, and the problem clears once the file is moved out of the log directory."""
+    port, dis_metrics = free_port(), free_port()
+    logs, away = tmp_path / "logs", tmp_path / "away"
+    logs.mkdir()
+    away.mkdir()
+    f1 = logs / name("ip1", 9)
+    with BinlogWriter(f1, TRADE) as w:
+        for i in range(10):
+            sent = w.write_rows(normalize_columns(TRADE, {"Size": np.arange(i * 10, i * 10 + 10)}),
+                                np.full(10, 3, np.uint8))
+    dis = start_dis_process(tmp_path, write_dis_config(tmp_path, port, dis_metrics, checkpoint_ms=200))
+    tailer = start_tailer(tmp_path, write_tailer_config(tmp_path, port, logs, retry_refused_ms=60000,
+                                                        max_backoff_ms=500))
+
+    def ip1() -> dict:
+        return by_location(status(port)).get(loc("ip1"), {})
+
+    try:
+        wait_for(lambda: ip1().get("rows") == 100, 30, 0.2, "the file's rows")
+        os.truncate(f1, sent // 2)  # a writer that reopened the file with O_TRUNC, or an operator
+        problem = (f"log {f1.name} was truncated to {sent // 2} bytes, below the {sent} bytes of it already sent "
+                   "to the DIS: nothing more of it is sent")
+        shown = wait_for(lambda: (ip1().get("tailer_problem") or {}).get("problem", "").startswith(problem) and ip1(),
+                         CLEARS_WITHIN_S, 0.2, "the truncation shown in dis status")
+        assert shown["rows"] == 100
+        # a writer writes it anew, past the old end (the same inode): none of it is sent (the bytes
+        # at the old offset belong to other rows now), and nothing is sent again
+        anew = away / "anew"
+        for i in range(30):
+            write(anew, TRADE, 1000 + i * 10, 10)
+        assert anew.stat().st_size > sent
+        f1.write_bytes(anew.read_bytes())
+        write(logs / name("ip1", 10), TRADE, 100, 5)  # a newer file: the location goes on
+        wait_for(lambda: ip1().get("rows") == 105, CLEARS_WITHIN_S, 0.2, "the newer file's rows")
+        time.sleep(1)
+        st = ip1()
+        assert st["rows"] == 105 and st["error"] is None and st["tailer_problem"]["problem"].startswith(problem), st
+        assert by_label(scrape(dis_metrics), "dis_location_tailer_problem") == {loc("ip1"): 1.0}
+        warned = [e for e in map(json.loads, filter(lambda line: line.startswith("{"), tailer.log_text().splitlines()))
+                  if "truncated" in e["event"]]
+        assert [(e["level"], e["file"], e["size"], e["sent_offset"]) for e in warned] == [
+            ("warning", str(f1), sent // 2, sent)], warned
+
+        os.rename(f1, away / f1.name)
+        wait_for(lambda: ip1().get("tailer_problem") is None, CLEARS_WITHIN_S, 0.2, "the problem cleared")
+        assert by_label(scrape(dis_metrics), "dis_location_tailer_problem") == {loc("ip1"): 0.0}
+        assert ip1()["rows"] == 105
+    finally:
+        tailer_rc = tailer.terminate()
+        dis_rc = dis.terminate()
+    assert tailer_rc == 0 and dis_rc == 0
