@@ -11,7 +11,6 @@ import grpc
 import pytest
 import structlog
 
-from disd.server.refusallog import RefusalLog
 from support import TRADE, sample, scrape
 
 from .conftest import KEY, IngestStream
@@ -45,6 +44,8 @@ def test_the_same_refusal_is_said_once_then_counted(tmp_path):
 
 
 def test_repeats_are_said_at_info_with_their_count_and_other_refusals_at_warning():
+    from disd.server.refusallog import RefusalLog
+
     refusals = RefusalLog(repeats_every_s=0.2)
     with structlog.testing.capture_logs() as logs:
         for _ in range(4):
@@ -60,6 +61,8 @@ def test_repeats_are_said_at_info_with_their_count_and_other_refusals_at_warning
 
 
 def test_what_is_remembered_is_bounded():
+    from disd.server.refusallog import RefusalLog
+
     refusals = RefusalLog(max_remembered=3)
     with structlog.testing.capture_logs() as logs:
         for loc in "abcda":
