@@ -680,9 +680,16 @@ class LocationWorker(threading.Thread):
                 piece: Piece | None = None
                 if cur is None:  # the file at the position is gone: it may be back (replaced)
                     cur = self.files().find(name)
-                if cur is not None and not self._is_truncated(name):
-                    if reader is None:
+                if cur is not None and not self._is_truncated(name) and reader is None:
+                    try:
                         reader = FrameReader(cur.path)
+                    except FileNotFoundError:
+                        # removed (or being replaced) since the last scan: gone once a scan says so
+                        cur = self.files().find(name)
+                        if cur is not None:
+                            self._idle_wait(cfg.poll_interval_ms / 1000)
+                        continue
+                if cur is not None and reader is not None and not self._is_truncated(name):
                     try:
                         piece = reader.read(offset, cfg.chunk_bytes)
                     except CorruptLogError as e:
