@@ -124,6 +124,7 @@ class SessionRegistry:
         # when the last stream of a location ended (monotonic), while no other is open: a problem
         # reported on it is dropped ``idle_timeout_s`` later (``_expire_problems``)
         self._ended: dict[LocationKey, float] = {}
+        self._expire_after = float("inf")  # the first time one of them may be dropped
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="ingest-idle-reaper", daemon=True)
@@ -154,7 +155,9 @@ class SessionRegistry:
             if self._by_key.get(s.key) is s:
                 del self._by_key[s.key]
                 if s.key in self._problems:
-                    self._ended[s.key] = time.monotonic()
+                    now = time.monotonic()
+                    self._ended[s.key] = now
+                    self._expire_after = min(self._expire_after, now + self.idle_timeout_s)
                 return True
             return False
 
@@ -198,10 +201,11 @@ class SessionRegistry:
             return dict(self._problems)
 
     def _expire_problems(self) -> None:
-        """Drop the problems of locations whose last stream ended ``idle_timeout_s`` ago."""
-        if not self._ended:
-            return
+        """Drop the problems of locations whose last stream ended ``idle_timeout_s`` ago (looked
+        for only once one may be due: ``Status`` asks for every location's problem)."""
         now = time.monotonic()
+        if now < self._expire_after:
+            return
         with self._lock:
             gone = [k for k, t in self._ended.items() if now - t > self.idle_timeout_s]
             dropped = []
@@ -210,6 +214,7 @@ class SessionRegistry:
                 p = self._problems.pop(k, None)
                 if p is not None:
                     dropped.append((k, p))
+            self._expire_after = min(self._ended.values(), default=float("inf")) + self.idle_timeout_s
         for k, p in dropped:
             log.info("tailer problem dropped: no stream of the location for server.idle_timeout_s", location=str(k),
                      tailer=p.tailer_id, problem=p.problem, idle_timeout_s=self.idle_timeout_s)
