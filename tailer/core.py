@@ -146,9 +146,8 @@ class Tailer:
                 mux = self._muxes.get(address)
                 if mux is not None and mux.broken is not None:
                     if mux.unimplemented:
-                        if address not in self._not_dis:
-                            log.warning("the address takes no multiplexed streams (a DIS of an older release?): a call per location instead",
-                                        dis=address)
+                        log.warning("the address takes no multiplexed streams (a DIS of an older release?): "
+                                    "a call per location instead", dis=address)
                         self._no_mux.add(address)
                     mux = None
                     del self._muxes[address]

@@ -80,7 +80,8 @@ def test_rows_before_a_stopped_location_and_its_problem_are_back_at_once_after_a
             return None
         for ip, text in expected.items():
             loc = locs[ip]
-            if loc["rows"] != ROWS or not loc["tailer_problem"] or not loc["tailer_problem"]["problem"].startswith(text):
+            problem = (loc["tailer_problem"] or {}).get("problem", "")
+            if loc["rows"] != ROWS or not problem.startswith(text):
                 return None
         return locs
 
