@@ -240,6 +240,7 @@ class LocationWorker(threading.Thread):
                 if self._halt.is_set():
                     break
             last_corrupt, self._corrupt = self._corrupt, None
+            acked_before = self.acked_bytes
             try:
                 if self._stream():
                     backoff = INITIAL_BACKOFF_S
@@ -290,7 +291,11 @@ class LocationWorker(threading.Thread):
             except LocationInError as e:
                 # the DIS answers, and holds the location in error: it may take it back by itself
                 # (space freed) or need an operator; try again with a backoff that grows to the
-                # retry period, saying it at warning once and at info after
+                # retry period, saying it at warning once and at info after (once again after a
+                # stream that the DIS acknowledged rows on: a new failure)
+                if self.acked_bytes > acked_before:
+                    backoff = INITIAL_BACKOFF_S
+                    reported.clear()
                 with self._lock:
                     self.reconnects += 1
                     self.reachable = True
