@@ -45,6 +45,13 @@ MAX_OPENING = 16
 RESUME_POLL_S = 5.0
 #: what a stream cut on the tailer's side ends with, as gRPC words a locally cancelled call
 LOCALLY_CANCELLED = "CANCELLED: Locally cancelled by application!"
+#: Most calls made for one stream's ``open`` when each ends with INTERNAL before the resume
+#: point.  A server that ends the call at once (no such method: a ``dis proxy``; a refused
+#: token) races with the write of the ``open``, and the lost race turns its status into INTERNAL
+#: about one time in ten; made again, the call says what the server said.
+OPEN_ATTEMPTS = 3
+#: how long such a call made again waits for the server's answer before it writes the ``open``
+RACE_DELAY_S = 0.1
 
 
 class StreamLoop:
@@ -157,6 +164,7 @@ class AioIngestSession(FlowControl):
         self._requests: collections.deque = collections.deque()
         self._wake = asyncio.Event()
         self._resume: concurrent.futures.Future = concurrent.futures.Future()
+        self._open: dis_pb2.IngestRequest | None = None  # written again if a call is made again
         self._call: grpc.aio.StreamStreamCall | None = None
         self._cancelled = False
         self._atask: asyncio.Task | None = None
@@ -173,10 +181,23 @@ class AioIngestSession(FlowControl):
             if self._cancelled:
                 raise asyncio.CancelledError
             async with self._streams.opening(address):  # until the resume point (or the failure)
-                call = dis_pb2_grpc.IngestStub(channel).Stream(metadata=self._streams.metadata or None)
-                self._call = call
-                writer = asyncio.ensure_future(self._write(call))
-                opened = await self._read_resume(call)
+                for _ in range(OPEN_ATTEMPTS):
+                    call = dis_pb2_grpc.IngestStub(channel).Stream(metadata=self._streams.metadata or None)
+                    self._call = call
+                    reading = asyncio.ensure_future(self._read_resume(call))
+                    if writer is not None:
+                        # the open lost its race with the call's end: this time a server that ends
+                        # the call at once does so before the open is written
+                        writer.cancel()
+                        await asyncio.wait([reading], timeout=RACE_DELAY_S)
+                        if not reading.done():
+                            self._requests.appendleft(self._open)
+                    writer = asyncio.ensure_future(self._write(call))
+                    opened = await reading
+                    if opened or self._cancelled or self._open is None or not str(self._error).startswith("INTERNAL:"):
+                        break
+                    with self._cond:
+                        self._error = None
             if opened:
                 await self._read_acks(call)
         except asyncio.CancelledError:
@@ -260,7 +281,8 @@ class AioIngestSession(FlowControl):
     # -- the worker's side -------------------------------------------------------------------
 
     def open(self, msg: dis_pb2.IngestOpen) -> dis_pb2.ResumePoint:
-        self._put(dis_pb2.IngestRequest(open=msg))
+        self._open = dis_pb2.IngestRequest(open=msg)
+        self._put(self._open)
         return wait_resume(self._resume, self._streams)
 
     def cancel(self) -> None:

@@ -50,13 +50,12 @@ import random
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import grpc
 import structlog
 
 from disd.binlog import CorruptLogError, LogHeader
-from disd.errors import DisError
 from disd.names import LocationKey
 from disd.rpc.keys import key_to_proto
 from disd.routing import Replica
@@ -66,7 +65,7 @@ from disd.schemaversions import SchemaChangeError, check_change
 from disd.tailer.frames import FrameReader, Piece
 from disd.tailer.muxsession import MultiplexUnsupported
 from disd.tailer.passed import PassedFiles, Stranded
-from disd.tailer.session import RefusedByDis, StreamBroken, classify
+from disd.tailer.session import LocationInError, NotADis, RefusedByDis, StreamBroken, classify
 from disd.tailer.watch import LocationFiles, LogFile, order_of
 
 if TYPE_CHECKING:
@@ -88,16 +87,6 @@ COALESCE_BELOW_BYTES = 64 << 10
 #: end and the tailer's stop all end the wait, so this is long (thousands of workers waiting
 #: on a slow DIS each woke twice a second with 0.5 s)
 COALESCE_WAIT_S = 5.0
-
-
-class SchemaStepRefused(DisError):
-    """Two consecutive files of a location whose schemas the rules do not let follow each other;
-    the location stops before ``file`` (``problem`` says why)."""
-
-    def __init__(self, file: str, problem: str) -> None:
-        super().__init__(problem)
-        self.file = file
-        self.problem = problem
 
 
 def schema_step_problem(prev_name: str, prev: TableSchema, name: str, new: TableSchema) -> str | None:
@@ -170,6 +159,11 @@ class LocationWorker(threading.Thread):
         self._refused: tuple[str, str, bool] | None = None
         self._report_refusal_of: str | None = None
         self._just_reported = False  # the last stream only reported a refusal: not progress
+        # a file found shorter than the offset already sent of it: (name, size, offset, problem);
+        # nothing more of it is read, until it leaves the log directories
+        self._truncated: tuple[str, int, int, str] | None = None
+        self._not_a_dis: str | None = None  # the replica's address serves no Ingest: why
+        self._stop_said: tuple | None = None  # the stop last logged at error (``_say_stop``)
         # files the worker moved past: their end of complete frames (bytes after it are never sent)
         self._passed: dict[str, int] = {}
         self._header_sizes: dict[str, tuple[int, int]] = {}  # path -> (inode, header bytes)
@@ -246,27 +240,34 @@ class LocationWorker(threading.Thread):
         while not self._halt.is_set():
             self._opened = False
             if self._corrupt is not None:
-                # stopped at a corrupt frame: look again later (and tell the DIS again: it may
-                # have restarted and forgotten); a file the operator repaired goes on from there
-                self._wait(self.cfg.retry_refused_ms / 1000)
+                # no stream could be opened (every file's header is corrupt): look again once the
+                # file is repaired, replaced or removed, or after the retry period
+                path, _, st = self._corrupt
+                self._wait_stopped(lambda: _repaired(st, _stat(path)))
                 if self._halt.is_set():
                     break
             last_corrupt, self._corrupt = self._corrupt, None
+            acked_before = self.acked_bytes
             try:
                 if self._stream():
                     backoff = INITIAL_BACKOFF_S
                     if not self._just_reported:
                         reported.clear()
                 self._just_reported = False
-            except SchemaStepRefused as e:
-                self._set(state="refused", error=e.problem, in_flight_bytes=0)
-                first = e.problem not in reported
-                reported.add(e.problem)
-                (self.log.error if first else self.log.info)(
-                    "schema change refused: this location stops before the file until it is replaced",
-                    file=e.file, problem=e.problem, retry_s=self.cfg.retry_refused_ms / 1000)
+            except NotADis as e:
+                address = self._status.dis or ""
+                why = (f"{address} is not a DIS: it does not serve the Ingest service ({e}); a dis proxy serves "
+                       "readers only: point the tailer at the DIS itself (dis: or routing:)")
+                with self._lock:
+                    self.refusals[e.code] += 1
+                    self.reachable = False  # nothing there takes the location's rows
+                    self._not_a_dis = why
+                self._set(state="refused", error=why, in_flight_bytes=0)
+                first = self.tailer.not_a_dis(address)  # one line per address, not per location
+                (self.log.error if first else self.log.debug)(
+                    "the address is not a DIS (a dis proxy?); retrying later in case a DIS takes it over",
+                    dis=address, error=str(e), retry_s=self.cfg.retry_refused_ms / 1000)
                 self._wait(self.cfg.retry_refused_ms / 1000)
-                self._forget_missing_files()
             except RefusedByDis as e:
                 with self._lock:
                     self.refusals[e.code] += 1
@@ -279,7 +280,12 @@ class LocationWorker(threading.Thread):
                 (self.log.warning if first else self.log.info)(
                     "location refused by the DIS; retrying later", code=e.code, error=e.details,
                     file=self._opening_file, dis=self._status.dis, retry_s=self.cfg.retry_refused_ms / 1000)
-                self._wait(self.cfg.retry_refused_ms / 1000)
+                if self._report_refusal_of is None:
+                    # no stream can carry the problem: look again after the retry period, or
+                    # once the refused file is gone
+                    self._wait_stopped(self._forget_missing_files)
+                # else at once: a stream of the schema before the refused file reports it, and
+                # waits there (``_follow``)
             except CorruptLogError as e:
                 path = e.path or ""
                 self._corrupt = (path, e.offset, _stat(path))
@@ -289,6 +295,25 @@ class LocationWorker(threading.Thread):
                 (self.log.info if self._corrupt == last_corrupt else self.log.error)(
                     "corrupt binary log: this location stops here until the file is repaired",
                     file=path, offset=e.offset, problem=e.problem, retry_s=self.cfg.retry_refused_ms / 1000)
+            except LocationInError as e:
+                # the DIS answers, and holds the location in error: it may take it back by itself
+                # (space freed) or need an operator; try again with a backoff that grows to the
+                # retry period, saying it at warning once and at info after (once again after a
+                # stream that the DIS acknowledged rows on: a new failure)
+                if self.acked_bytes > acked_before:
+                    backoff = INITIAL_BACKOFF_S
+                    reported.clear()
+                with self._lock:
+                    self.reconnects += 1
+                    self.reachable = True
+                self._set(state="reconnecting", error=str(e), in_flight_bytes=0)
+                first = str(e) not in reported
+                reported.add(str(e))
+                (self.log.warning if first else self.log.info)(
+                    "the DIS holds the location in error; trying again later", error=str(e),
+                    backoff_s=round(backoff, 2))
+                self._wait(backoff)
+                backoff = min(backoff * 2, max(self.cfg.max_backoff_ms, self.cfg.retry_refused_ms) / 1000)
             except (grpc.RpcError, StreamBroken, OSError) as e:
                 if self._halt.is_set():
                     break
@@ -315,6 +340,44 @@ class LocationWorker(threading.Thread):
     def _wait(self, seconds: float) -> None:
         with self._off_turn():
             self._halt.wait(seconds)
+
+    def _wait_stopped(self, cause_gone: Callable[[], bool]) -> None:
+        """The wait of a location stopped with no stream open: ``retry_refused_ms``, or less once
+        ``cause_gone()`` says so, looked at whenever the location's files change (the scans and
+        inotify wake the worker)."""
+        deadline = time.monotonic() + self.cfg.retry_refused_ms / 1000
+        while not self._halt.is_set() and not cause_gone():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._idle_wait(left)
+
+    def _hold(self, s: Session, accepts: bool, told: list, cause_gone: Callable[[], bool]) -> None:
+        """The wait of a location stopped at a problem, on its open stream: until ``cause_gone()``
+        (looked at whenever the location's files change) or ``retry_refused_ms`` passed, and the
+        DIS is kept told of the problem meanwhile.  On the open stream, because a DIS that restarts
+        (``kill -9``) ends it: the worker then reconnects at once, and the rows before the problem
+        that the DIS lost, and the problem itself, are sent again within its backoff instead of
+        after the retry period.  StreamBroken when the stream ends."""
+        deadline = time.monotonic() + self.cfg.retry_refused_ms / 1000
+        while not self._halt.is_set():
+            s.check()
+            self._forget_missing_files()
+            self._sync_problem(s, accepts, told)
+            if cause_gone():
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                told[0] = None  # told again when looked at next: a report also keeps the stream alive
+                return
+            self._idle_wait(left)
+
+    def _say_stop(self, key: tuple, event: str, **kw: object) -> None:
+        """Log why the location stops: at error the first time, at info when it is looked at again
+        and still stops there for the same reason."""
+        first = key != self._stop_said
+        self._stop_said = key
+        (self.log.error if first else self.log.info)(event, retry_s=self.cfg.retry_refused_ms / 1000, **kw)
 
     # -- turns: at most ``WORKER_TURNS`` workers of a tailer run at once -------------------------
 
@@ -374,8 +437,8 @@ class LocationWorker(threading.Thread):
             file = self._status.file or self._opening_file or ""
         else:
             file = self._opening_file or ""
-        if reporting is not None:  # the earlier schema is refused too: go on trying the file itself
-            self._hint = reporting
+        if reporting is not None and self._opening_file != reporting:
+            self._hint = reporting  # the earlier schema is refused too: go on trying the file itself
             return
         problem = (f"the DIS refuses the stream of {file}: {e.details}; its rows stay in the log and are "
                    f"sent once the DIS takes them")
@@ -396,15 +459,59 @@ class LocationWorker(threading.Thread):
             self._report_refusal_of = file
             self._hint = prev[0]
 
-    def _forget_missing_files(self) -> None:
-        """A problem about a file that is gone from the log directories is over."""
+    def _forget_missing_files(self) -> bool:
+        """A problem about a file that is gone from the log directories is over: True if one was
+        (a refused schema change, the DIS's refusal of a file, a corrupt frame, a truncation)."""
+        if self._schema_stop is None and self._refused is None and self._corrupt_at is None and self._truncated is None:
+            return False
         lf = self.files()
+        gone = False
         with self._lock:
             if self._schema_stop is not None and lf.find(self._schema_stop[0]) is None:
-                self._schema_stop = None
+                self._schema_stop, gone = None, True
             if self._refused is not None and lf.find(self._refused[0]) is None:
-                self._refused = None
+                self._refused, gone = None, True
                 self._report_refusal_of = None
+            if self._corrupt_at is not None and lf.find(self._corrupt_at[0]) is None:
+                self._corrupt_at = self._corrupt_problem = None
+                gone = True
+            if self._truncated is not None and lf.find(self._truncated[0]) is None:
+                self._truncated, gone = None, True
+        return gone
+
+    def _stop_at_corrupt(self, s: Session, accepts: bool, told: list, e: CorruptLogError) -> None:
+        """A complete frame fails its checks: the frames before it are acknowledged (``drain``
+        first); the location stops there, told to the DIS, until the file is repaired, replaced
+        or removed (or the retry period passes: it is read there again)."""
+        path = e.path or ""
+        st = _stat(path)
+        self._note_corrupt(e)
+        self._sync_problem(s, accepts, told)
+        self._set(state="corrupt", error=str(e), in_flight_bytes=0)
+        self._say_stop(("corrupt", path, e.offset, e.problem, st[:1]),
+                       "corrupt binary log: this location stops here until the file is repaired",
+                       file=path, offset=e.offset, problem=e.problem)
+        self._hold(s, accepts, told, lambda: _repaired(st, _stat(path)))
+
+    def _note_truncated(self, f: LogFile, size: int, offset: int) -> None:
+        """The file being sent is shorter than what was sent of it: a log is only ever appended
+        to, so its bytes from ``size`` on changed under the DIS.  Nothing more of it is sent (not
+        again from the start, and not bytes at the old offset, which now belong to other rows);
+        warned once, and the location's problem until the file leaves the log directories."""
+        name = f.name
+        problem = (f"log {name} was truncated to {size} bytes, below the {offset} bytes of it already sent to "
+                   "the DIS: nothing more of it is sent (a log must only be appended to); move it out of the log "
+                   "directory once its rows are dealt with")
+        with self._lock:
+            if self._truncated is not None and self._truncated[0] == name:
+                return
+            self._truncated = (name, size, offset, problem)
+        self.log.warning("log file truncated below what was sent; nothing more of it is sent", file=f.path,
+                         size=size, sent_offset=offset)
+
+    def _is_truncated(self, name: str) -> bool:
+        t = self._truncated
+        return t is not None and t[0] == name
 
     @staticmethod
     def _previous_header(lf: LocationFiles, name: str) -> tuple[str, LogHeader] | None:
@@ -422,34 +529,42 @@ class LocationWorker(threading.Thread):
         return None
 
     def _check_step(self, s: Session, accepts: bool, told: list, lf: LocationFiles, cur: LogFile,
-                    header: LogHeader) -> None:
-        """Before a file of another schema is sent: refuse (SchemaStepRefused, after telling the
-        DIS) a change from the file before it that the rules refuse; a file that now passes ends
-        the problem it stopped the location at."""
+                    header: LogHeader) -> bool:
+        """Before a file of another schema is sent: a change from the file before it that the
+        rules refuse stops the location before the file (True), told to the DIS and held there
+        (``_hold``) until the file is replaced or removed, or the retry period passes; a file that
+        now passes ends the problem it stopped the location at (False)."""
         prev = self._previous_header(lf, cur.name)
         problem = None if prev is None else schema_step_problem(prev[0], prev[1].schema, cur.name, header.schema)
         if problem is None:
             with self._lock:
                 if self._schema_stop is not None and self._schema_stop[0] == cur.name:
                     self._schema_stop = None
-            return
+            return False
         s.drain()  # what went before the file is the DIS's
         with self._lock:
             self._schema_stop = (cur.name, problem)
-        self._hint = prev[0]  # the next attempt comes back here with the schema before the file
+        self._hint = prev[0]  # a reconnect comes back here with the schema before the file
         self._sync_problem(s, accepts, told)
-        if accepts:
-            s.finish()  # the report reaches the DIS before the stream is cut
-        raise SchemaStepRefused(cur.name, problem)
+        self._set(state="refused", error=problem, in_flight_bytes=0)
+        self._say_stop(("schema", problem), "schema change refused: this location stops before the file until it "
+                       "is replaced", file=cur.name, problem=problem)
+        st = _stat(cur.path)
+        self._hold(s, accepts, told, lambda: _repaired(st, _stat(cur.path)))
+        return True
 
     def problem(self) -> str:
         """What is wrong on this side of the location, for the DIS ("" when nothing)."""
         parts = [self._corrupt_problem] if self._corrupt_problem else []
         with self._lock:
             parts += [x[1] for x in (self._schema_stop, self._refused) if x is not None]  # type: ignore[index]
+            if self._truncated is not None:
+                parts.append(self._truncated[3])
             parts += [x.describe() for x in self._stranded[:3]]
             if len(self._stranded) > 3:
                 parts.append(f"and {len(self._stranded) - 3} more files with bytes the stream passed")
+            if self._not_a_dis is not None:
+                parts.append(self._not_a_dis)
         skipped = self.tailer.skipped_for(self.key)
         parts += [f"file {sk.name} is not streamed: {sk.problem}" for sk in skipped[:3]]
         if len(skipped) > 3:
@@ -459,6 +574,8 @@ class LocationWorker(threading.Thread):
     def _sync_problem(self, s: Session, accepts: bool, told: list) -> None:
         """Send the problem when it changed since the DIS was last told (``told[0]``)."""
         p = self.problem()
+        if not p:
+            self._stop_said = None  # a stop found again later is new
         if accepts and p != told[0]:
             s.report(p)
             told[0] = p
@@ -513,8 +630,10 @@ class LocationWorker(threading.Thread):
                     resume = session.open(opening)
             with self._lock:
                 self.reachable = True
+                self._not_a_dis = None
                 if self._refused is not None and self._refused[2] and self._refused[0] == self._opening_file:
                     self._refused = None  # the DIS takes the file it refused
+            self.tailer.is_a_dis(replica.address)
             self._follow(session, header, resume)
         finally:
             self._session = None
@@ -574,31 +693,60 @@ class LocationWorker(threading.Thread):
                 s.check()
                 self._check_stranded(name)
                 self._past_corruption(name, offset)
+                self._forget_missing_files()
                 self._sync_problem(s, accepts, told)
                 piece: Piece | None = None
-                if cur is not None:
-                    if reader is None:
+                if cur is None:  # the file at the position is gone: it may be back (replaced)
+                    cur = self.files().find(name)
+                if cur is not None and not self._is_truncated(name) and reader is None:
+                    try:
                         reader = FrameReader(cur.path)
+                    except FileNotFoundError:
+                        # removed (or being replaced) since the last scan: gone once a scan says so
+                        cur = self.files().find(name)
+                        if cur is not None:
+                            self._idle_wait(cfg.poll_interval_ms / 1000)
+                        continue
+                if cur is not None and reader is not None and not self._is_truncated(name):
                     try:
                         piece = reader.read(offset, cfg.chunk_bytes)
                     except CorruptLogError as e:
                         s.drain()  # the good frames before the corruption reach the DIS
-                        self._note_corrupt(e)
-                        self._sync_problem(s, accepts, told)
-                        if accepts:
-                            s.finish()  # the report reaches the DIS before the stream is cut
-                        raise
+                        self._stop_at_corrupt(s, accepts, told, e)
+                        # looked at again: read there anew (the file may be another one now); a
+                        # file removed is left for the ones after it
+                        reader.close()
+                        reader, checked, cur = None, False, self.files().find(name)
+                        continue
                     self._past_corruption(name, offset, read_there=True)
+                    if not piece.data and offset > 0 and reader.size() < offset:
+                        self._note_truncated(cur, reader.size(), offset)
+                        continue
                     if piece.data and not checked:
                         # checked only when bytes of this file are to be sent: a resume point at
                         # the end of an older file of another schema must not cause a reopen
                         header = reader.header()
                         if header is not None and _schema_of(header) != schema:
-                            self._check_step(s, accepts, told, self.files(), cur, header)
+                            if self._check_step(s, accepts, told, self.files(), cur, header):
+                                # held before the file until it changed, or for the retry period:
+                                # look at it anew
+                                reader.close()
+                                reader, cur = None, self.files().find(name)
+                                continue
                             if self._report_refusal_of == cur.name:
                                 # opened with the schema before the file the DIS refused, to say so:
-                                # said (at the top of the loop); now try that file again
+                                # said (at the top of the loop); wait here (a DIS that restarts ends
+                                # the wait, and is sent again what it lost), then try the file again
                                 s.drain()
+                                self._set(state="refused", error=self._refused[1] if self._refused else None,
+                                          in_flight_bytes=0)
+                                self._hint = self._opening_file  # a reconnect reports it the same way
+                                st = _stat(cur.path)
+                                self._hold(s, accepts, told, lambda: _repaired(st, _stat(cur.path)))
+                                if self._refused is None:  # the file is gone: on with the ones after it
+                                    reader.close()
+                                    reader, cur = None, self.files().find(name)
+                                    continue
                                 if accepts:
                                     s.finish()
                                 self._report_refusal_of = None
@@ -637,8 +785,10 @@ class LocationWorker(threading.Thread):
                     if reader is not None:
                         reader.close()
                         reader = None
-                    if piece is not None:
-                        self.passed_files.passed(name, piece.file_size if piece.file_size >= 0 else offset)
+                    # its size as last read; a file not read (truncated below what was sent, gone):
+                    # the offset sent, so only bytes beyond it would be stranded
+                    self.passed_files.passed(name, piece.file_size if piece is not None and piece.file_size >= 0
+                                             else offset)
                     with self._lock:
                         self._passed[name] = offset
                     cur = newer[0]
@@ -761,3 +911,13 @@ def _stat(path: str) -> tuple:
     except OSError:
         return ()
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _repaired(before: tuple, now: tuple) -> bool:
+    """Whether a file (``_stat`` then and now) changed in a way that can end a problem found in
+    its bytes: removed, replaced (another inode), cut shorter, or rewritten in place (same size,
+    newer time).  Appending cannot repair a frame already complete, and a logger appending to it
+    must not make the worker read it again at every row."""
+    if not before or not now:
+        return before != now
+    return now[0] != before[0] or now[1] < before[1] or (now[1] == before[1] and now[2] != before[2])
