@@ -149,8 +149,12 @@ def test_the_spark_image_reads_the_live_table_with_the_jvm_reader(images, projec
     assert out == {"reader": "jvm", "table_class": "disd.spark.DisTable", "rows": n, "sum": n * (n - 1) // 2}, out
 
 
-def test_sigterm_stops_the_dis_cleanly(images, project):
-    dis = project.container("dis")
+def test_sigterm_stops_the_dis_cleanly_with_every_row_checkpointed(images, project):
+    """``podman stop`` (compose's stop signal, SIGTERM, within its grace period): exit 0, no
+    SIGKILL.  Started again with the tailer stopped, the DIS has every row: from the checkpoint
+    the stop wrote, not from a resend."""
+    dis, tailer = project.container("dis"), project.container("tailer")
+    project.podman("stop", "--time", "30", tailer, timeout=60)
     grace = int(str(COMPOSE["services"]["dis"]["stop_grace_period"]).rstrip("m")) * 60
     t0 = time.monotonic()
     project.podman("stop", "--time", str(grace), dis, timeout=grace + 30)
@@ -161,3 +165,6 @@ def test_sigterm_stops_the_dis_cleanly(images, project):
     r = project.podman("logs", dis)
     logs = r.stdout + r.stderr  # the daemon's JSON lines are on its stderr
     assert '"shutting down"' in logs and '"signal": "SIGTERM"' in logs and '"dis stopped"' in logs, logs[-2000:]
+    project.podman("start", dis)
+    wait_for(lambda: healthy(project, dis), 90, 0.5, "dis healthy after the start")
+    project.expect_exactly_logged(images.runtime, timeout=30)
