@@ -42,11 +42,20 @@ NEEDED: set[str] = set()
 SHARED = ("dist", "wheelhouse", "rootfs", "images")
 
 
+HERE = pathlib.Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by markers
 def pytest_collection_modifyitems(config, items):
-    here = pathlib.Path(__file__).parent
     for item in items:
-        if here in pathlib.Path(item.fspath).parents:
+        if HERE in pathlib.Path(item.fspath).parents:
             item.add_marker(pytest.mark.deploy)
+
+
+def pytest_collection_finish(session):
+    """What the tests left after -m and -k use (those fixtures only are prepared)."""
+    for item in session.items:
+        if HERE in pathlib.Path(item.fspath).parents:
             NEEDED.update(name for name in SHARED if name in getattr(item, "fixturenames", ()))
 
 
@@ -142,7 +151,7 @@ class Prepared:
 def prepared():
     kernel.require_root()
     kernel.require_programs("systemd-nspawn", "mmdebstrap", "podman", "runc", "nsenter", "make")
-    p = Prepared(NEEDED or set(SHARED))
+    p = Prepared(NEEDED)
     yield p
     p.close()
 

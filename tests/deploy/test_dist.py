@@ -4,8 +4,8 @@ host with a Java runtime but no JDK and no C compiler gets both by installing it
 The wheel goes into a fresh virtual environment with ``javac`` and every C compiler hidden from
 ``PATH``; there ``make run``'s demo gives its result, ``dis serve`` runs with the C modules
 loaded, and ``format("dis")`` reads through the JVM reader.  The jar's manifest names the Spark
-and Scala it was compiled against, and ``disd.spark`` refuses a jar compiled against another
-Spark, naming both."""
+and Scala it was compiled against (``disd.spark`` refusing another Spark:
+tests/spark/test_jar_spark_version.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import zipfile
 
 import pytest
 
-from disd.spark import jvm
 from support import (ROOT, append_rows, dis_healthy, free_port_pair, log_name, wait_for, write_dis_config,
                      write_tailer_config)
+from support.sparkjars import pyspark_versions
 
 SCRIPTS = ROOT / "tests" / "deploy" / "scripts"
 #: what a host without a JDK or a C compiler lacks: javac and any C compiler driver
@@ -36,17 +36,6 @@ def manifest_of(jar_bytes: bytes) -> dict[str, str]:
     with zipfile.ZipFile(io.BytesIO(jar_bytes)) as z:
         text = z.read("META-INF/MANIFEST.MF").decode()
     return dict(line.split(": ", 1) for line in text.replace("\r\n", "\n").split("\n") if ": " in line)
-
-
-def pyspark_versions() -> dict[str, str]:
-    import pyspark
-
-    jars = pathlib.Path(pyspark.__file__).parent / "jars"
-    core = next(jars.glob("spark-core_*.jar")).name
-    scala = next(jars.glob("scala-library-*.jar")).name
-    binary, spark = re.fullmatch(r"spark-core_([\d.]+)-(.+)\.jar", core).groups()
-    return {"Spark-Version": spark, "Scala-Binary-Version": binary,
-            "Scala-Version": re.fullmatch(r"scala-library-(.+)\.jar", scala).group(1)}
 
 
 def test_make_dist_builds_an_sdist_and_a_wheel_with_the_jar_and_the_c_modules(dist):
@@ -155,57 +144,3 @@ def test_dis_serve_with_the_c_modules_and_format_dis_through_the_jvm_reader(venv
         for p in (tailer, dis):
             p.terminate()
             p.wait(60)
-
-
-MISMATCH_CHILD = r"""
-import json, logging, pathlib, sys
-from pyspark.sql import SparkSession
-import disd.spark
-from disd.spark import jvm
-
-logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-jvm.JAR = pathlib.Path(sys.argv[1])      # a jar whose manifest names another Spark
-offline = jvm.jar_status()               # the Spark a new session would start
-spark = (SparkSession.builder.master("local[1]").appName("mismatch").config("spark.ui.enabled", "false")
-         .getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
-out = {"offline": offline[1], "registered": disd.spark.register(spark), "session": jvm.jar_status(spark)[1],
-       "loaded": jvm.jvm_source_loaded(spark), "spark": spark.version}
-spark.stop()
-print("RESULT " + json.dumps(out))
-"""
-
-
-def test_disd_spark_refuses_a_jar_compiled_against_another_spark(tmp_path):
-    """A copy of the jar whose manifest says Spark 3.5.1 (Scala 2.12): not loaded into this
-    Spark, and the message names both; the Python reader reads instead."""
-    fake = tmp_path / "dis-spark.jar"
-    with zipfile.ZipFile(jvm.JAR) as src, zipfile.ZipFile(fake, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename == "META-INF/MANIFEST.MF":
-                data = re.sub(rb"Spark-Version: .*", b"Spark-Version: 3.5.1", data)
-                data = re.sub(rb"Scala-Binary-Version: .*", b"Scala-Binary-Version: 2.12", data)
-            dst.writestr(item, data)
-    script = tmp_path / "child.py"
-    script.write_text(MISMATCH_CHILD)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    r = subprocess.run([sys.executable, str(script), str(fake)], capture_output=True, text=True, timeout=300, env=env)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert r.returncode == 0 and lines, r.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
-    this = pyspark_versions()
-    running = f"this is Spark {this['Spark-Version']} (Scala {this['Scala-Binary-Version']})"
-    for why in (out["offline"], out["session"]):
-        assert "compiled against Spark 3.5.1 (Scala 2.12)" in why and running in why, why
-    assert out["registered"] == "python" and out["loaded"] is False, out
-    assert "compiled against Spark 3.5.1 (Scala 2.12)" in r.stderr  # said once, as a warning
-
-
-def test_the_version_check_itself():
-    built = {"Spark-Version": "4.1.0", "Scala-Binary-Version": "2.13", "Scala-Version": "2.13.16"}
-    assert jvm.mismatch(built, jvm.SparkVersions("4.1.0", "2.13.17")) == ""  # same Scala binary version
-    assert "Spark 4.1.0 (Scala 2.13), this is Spark 4.1.1 (Scala 2.13)" in \
-        jvm.mismatch(built, jvm.SparkVersions("4.1.1", "2.13.16"))
-    assert "this is Spark 4.1.0 (Scala 2.12)" in jvm.mismatch(built, jvm.SparkVersions("4.1.0", "2.12.18"))
-    assert "names no Spark-Version" in jvm.mismatch({}, jvm.SparkVersions("4.1.0", "2.13.16"))

@@ -86,7 +86,7 @@ def test_hadolint_can_fail(tmp_path):
 def test_dockerfile_has_slim_base_non_root_user_and_grpc_healthcheck():
     text = (DOCKER / "Dockerfile").read_text()
     st = stages(text)
-    assert list(st) == ["build", "build-spark", "runtime", "spark"]
+    assert list(st) == ["build", "runtime", "spark-base", "build-spark", "spark"]
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M).group(1)
     assert re.fullmatch(r"python:3\.11-slim-\w+", base)
     runtime = st["runtime"]
@@ -97,17 +97,19 @@ def test_dockerfile_has_slim_base_non_root_user_and_grpc_healthcheck():
     hc = next(a for op, a in runtime if op == "HEALTHCHECK")
     argv = json.loads(hc[hc.index("CMD") + 3:].strip())
     assert argv[:2] == ["dis", "health"] and "--address" in argv  # the gRPC health service
-    # Java only where Spark is: a JDK where the wheel gets the JVM reader's jar, a runtime in the
-    # spark image, never in the runtime image
+    # Java only where Spark is: a runtime in the spark image, a JDK only in the stage that compiles
+    # the JVM reader's jar into the wheel, never in the runtime image
     assert "openjdk" not in " ".join(a for _, a in st["runtime"] + st["build"])
+    assert any("openjdk-17-jre-headless" in a for op, a in st["spark-base"] if op == "RUN")
     assert any("openjdk-17-jdk-headless" in a for op, a in st["build-spark"] if op == "RUN")
-    assert any("openjdk-17-jre-headless" in a and "jdk" not in a.replace("openjdk", "")
-               for op, a in st["spark"] if op == "RUN")
-    # the spark wheel must carry the jar (an error otherwise), and the spark image installs only
-    # build-spark's wheels: the PySpark the jar was compiled against
+    assert "jdk-headless" not in " ".join(a for _, a in st["spark-base"] + st["spark"])
+    # the jar is compiled on top of the spark image's own PySpark (its wheel must carry it: an
+    # error otherwise), and the spark image takes that wheel alone, keeping that PySpark
+    assert st["build-spark"][0] == ("FROM", "spark-base AS build-spark")
+    assert st["spark"][0] == ("FROM", "spark-base AS spark")
     assert any("DIS_REQUIRE_JAR=1" in a for op, a in st["build-spark"] if op == "RUN")
     spark_run = next(a for op, a in st["spark"] if op == "RUN" and "pip install" in a)
-    assert "from=build-spark" in spark_run and "--no-index" in spark_run
+    assert "from=build-spark" in spark_run and "--no-deps" in spark_run
     exposed = {int(p) for op, a in runtime if op == "EXPOSE" for p in a.split()}
     cfg = load_dis_config(DOCKER / "dis.yaml")
     assert exposed == {cfg.port, cfg.http_port, cfg.metrics_port}  # gRPC, the block endpoint, Prometheus
