@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import zipfile
 
@@ -95,11 +96,13 @@ def manifest(jar: pathlib.Path | None = None) -> dict[str, str]:
 
 def spark_home_versions() -> SparkVersions:
     """The versions of the Spark a new session starts: the jars of PySpark's ``SPARK_HOME``
-    (pip's PySpark itself unless ``SPARK_HOME`` names another Spark)."""
+    (pip's PySpark itself unless ``SPARK_HOME`` names another Spark).  The jar names are read
+    here as ``jvm/build.py`` reads them at build time (that script runs before the package is
+    installed, so it cannot share this code)."""
     import pyspark
-    from pyspark.find_spark_home import _find_spark_home
 
-    jars = pathlib.Path(_find_spark_home()) / "jars"
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)  # as PySpark's launcher finds it
+    jars = pathlib.Path(home) / "jars"
     spark = scala = ""
     for p in jars.glob("spark-core_*-*.jar"):
         spark = p.name[len("spark-core_"):-len(".jar")].partition("-")[2]
