@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -20,7 +21,7 @@ import yaml
 
 from support import ROOT, wait_for
 
-from .conftest import RUNTIME_IMAGE
+from .rootfs import PYTHON, SUITE
 
 SCRIPTS = ROOT / "tests" / "deploy" / "scripts"
 COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
@@ -107,6 +108,20 @@ def project(images):
 
 def healthy(project, container: str) -> bool:
     return project.podman("healthcheck", "run", container, check=False).returncode == 0
+
+
+def test_the_base_has_the_python_of_the_dockerfile_s_default_base(images):
+    """The stand-in base imported from the shared root has the Python of python:3.11-slim-bookworm
+    where that image has it (``python`` and ``pip`` in /usr/local/bin), so the Dockerfile is built
+    as it would be from the default."""
+    default = re.search(r"^ARG PYTHON_IMAGE=python:(\d+\.\d+)-slim-(\w+)$",
+                        (ROOT / "docker" / "Dockerfile").read_text(), re.M)
+    assert default and (default.group(1), default.group(2)) == (PYTHON, SUITE)
+    r = images.podman("run", "--rm", "--network", "none", images.base, "sh", "-c",
+                      "command -v python; command -v pip; python --version")
+    python, pip, word, version = r.stdout.split()
+    assert (python, pip, word) == ("/usr/local/bin/python", "/usr/local/bin/pip", "Python"), r.stdout
+    assert version.startswith(PYTHON + "."), r.stdout
 
 
 def test_the_runtime_image_serves_health(images, project):
