@@ -1,8 +1,9 @@
 """What the deployment tests share, made once per run and in the background where it can be:
 
 - ``dist``: ``make dist``'s wheel and sdist (dist/), the wheel every test installs;
-- ``wheelhouse``: that wheel and the wheels of its dependencies (build/deploy/wheelhouse/), for
-  the booted machine, which has no network;
+- ``wheelhouse``: that wheel and the wheels of its dependencies, its spark extra's included
+  (build/deploy/wheelhouse/, from this host's pip cache): the index of the booted machine, which
+  has no network, and a local mirror for the image builds (podman.py);
 - ``rootfs``: the Debian root of tests/deploy/rootfs.py, made by mmdebstrap, cached under
   build/deploy/rootfs/;
 - ``images``: docker/Dockerfile built by podman, both targets, from a base imported from that root.
@@ -85,11 +86,11 @@ class Prepared:
         never: concurrent.futures.Future = concurrent.futures.Future()
         never.set_exception(AssertionError("not prepared: no selected test asked for it"))
         want_images = "images" in needed and not kernel.missing_for_containers() and not kernel.missing_for_networks()
-        self.dist = self.pool.submit(self._dist) if needed & {"dist", "wheelhouse"} else never
+        self.dist = self.pool.submit(self._dist) if needed & {"dist", "wheelhouse", "images"} else never
         self.rootfs = self.pool.submit(ensure_rootfs, BUILD / "rootfs", BUILD / "mmdebstrap.log") \
             if needed & {"rootfs", "images"} else never
+        self.wheelhouse = self.pool.submit(self._wheelhouse) if needed & {"wheelhouse", "images"} else never
         self.images = self.pool.submit(self._images) if want_images else never
-        self.wheelhouse = self.pool.submit(self._wheelhouse) if "wheelhouse" in needed else never
 
     def _run(self, argv: list[str], log: pathlib.Path, timeout: float, env: dict | None = None) -> None:
         """``argv`` with its output in ``log``; killed (its process group) if the run ends first."""
@@ -119,12 +120,13 @@ class Prepared:
         house = BUILD / "wheelhouse"
         for old in house.glob("dis-*.whl"):
             old.unlink()
-        self._run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(house), str(wheel)],
+        self._run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(house), f"{wheel}[spark]"],
                   BUILD / "wheelhouse.log", 900)
         return house
 
     def _images(self) -> Images:
         root = self.rootfs.result()
+        mirror = self.wheelhouse.result()
         pm = self.podman
         base = f"localhost/dis-test-python:{PYTHON}-{key()}"  # the Dockerfile's PYTHON_IMAGE
         if not pm.image_exists(base):
@@ -133,7 +135,7 @@ class Prepared:
         for target in ("spark", "runtime"):  # spark builds the runtime stage too: runtime is then cached
             self._run(pm.argv("build", "--format=docker", "--file", "docker/Dockerfile",
                               "--ignorefile", "docker/Dockerfile.dockerignore",
-                              "--target", target, "--build-arg", f"PYTHON_IMAGE={base}", *pm.build_args(),
+                              "--target", target, "--build-arg", f"PYTHON_IMAGE={base}", *pm.build_args(mirror),
                               "--tag", refs[target], "."),
                       BUILD / f"podman-build-{target}.log", 1500, env=pm.env())
         return Images(pm, base, RUNTIME_IMAGE, SPARK_IMAGE)

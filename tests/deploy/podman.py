@@ -9,7 +9,11 @@
   runc then cannot start a container).
 - Builds get the host's CA bundle and a ``pip.conf`` that names it, so ``pip`` inside a build
   trusts what the host trusts (an intercepting proxy's CA, where there is one); a build never
-  pulls (``--pull=never``): no registry is reachable.
+  pulls (``--pull=never``): no registry is reachable.  The ``pip.conf`` also names a local
+  mirror (``find-links``): the tests' wheelhouse, wheels this host's pip already has (PySpark
+  among them, which the index has only as a 400 MB source distribution that each build would
+  otherwise fetch and turn into a wheel).  Only where pip takes a package from changes: the
+  Dockerfile's commands are the same, and the index is still asked.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import subprocess
 
 #: where the host CA bundle and the pip.conf naming it appear inside a build
 BUILD_CA = "/etc/ssl/certs/dis-build-ca.pem"
+#: where the local wheel mirror appears inside a build
+BUILD_WHEELS = "/var/cache/dis-build-wheels"
 
 
 def host_ca_bundle() -> pathlib.Path | None:
@@ -54,7 +60,6 @@ class Podman:
             'cgroup_manager = "cgroupfs"\n'
             'events_logger = "file"\n')
         self.pip_conf = home / "pip.conf"
-        self.pip_conf.write_text(f"[global]\ncert = {BUILD_CA}\n")
 
     def argv(self, *args: str) -> list[str]:
         return ["podman", f"--root={self.storage}", f"--runroot={self.runroot}", *args]
@@ -68,12 +73,16 @@ class Podman:
             raise AssertionError(f"podman {' '.join(args)} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         return r
 
-    def build_args(self) -> list[str]:
-        """The options every build of the tests gets (above: the host's CA, never a pull)."""
-        out = ["--pull=never"]
+    def build_args(self, mirror: pathlib.Path) -> list[str]:
+        """The options every build of the tests gets (above: the host's CA, the local wheel
+        mirror, never a pull)."""
+        out = ["--pull=never", "--volume", f"{self.pip_conf}:/etc/pip.conf:ro", "--volume", f"{mirror}:{BUILD_WHEELS}:ro"]
+        conf = f"[global]\nfind-links = {BUILD_WHEELS}\n"
         ca = host_ca_bundle()
         if ca is not None:
-            out += ["--volume", f"{ca}:{BUILD_CA}:ro", "--volume", f"{self.pip_conf}:/etc/pip.conf:ro"]
+            out += ["--volume", f"{ca}:{BUILD_CA}:ro"]
+            conf += f"cert = {BUILD_CA}\n"
+        self.pip_conf.write_text(conf)
         return out
 
     def image_exists(self, ref: str) -> bool:
