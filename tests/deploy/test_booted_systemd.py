@@ -56,8 +56,7 @@ class Host:
         self.logged += n
 
     def read(self, address: str = DIS) -> dict:
-        r = self.m.host_command([sys.executable, str(SCRIPTS / "read_rows.py"), address], timeout=60,
-                                env={**os.environ, "PYTHONPATH": str(ROOT / "dis")})
+        r = self.m.host_command([sys.executable, str(SCRIPTS / "read_rows.py"), address], timeout=60)
         assert r.returncode == 0, r.stderr[-2000:]
         return json.loads(r.stdout.strip().splitlines()[-1])
 
