@@ -84,8 +84,8 @@ class Host:
 def host(rootfs, wheelhouse):
     m = Machine(rootfs, f"dis-test-{os.getpid()}", BUILD / "nspawn-console.log",
                 binds_ro={ROOT / "config": "/src/config", wheelhouse: "/src/dist", SCRIPTS: "/src/scripts"})
-    m.boot()
     try:
+        m.boot()
         # The README's commands as written, on a host without an index (the machine has no network):
         # pip takes the wheel and its dependencies from dist/ (the wheelhouse), as the README says.
         r = m.run(["/bin/sh", "-exc", readme_block("### systemd on a host")], cwd="/src", timeout=600,

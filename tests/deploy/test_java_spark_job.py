@@ -70,12 +70,17 @@ class Live:
         logs = tmp / "logs"
         logs.mkdir()
         self.log = logs / log_name()
+        self.logs = logs
         self.logged = 0
+        self.dis = self.tailer = None
+
+    def start(self) -> "Live":
         self.log_rows(30_000, frames=3)
-        self.dis = start_dis_process(tmp, self.cfg)
-        self.tailer = start_tailer(tmp, write_tailer_config(tmp, self.port, logs, poll_interval_ms=50,
-                                                            max_backoff_ms=300))
+        self.dis = start_dis_process(self.tmp, self.cfg)
+        self.tailer = start_tailer(self.tmp, write_tailer_config(self.tmp, self.port, self.logs, poll_interval_ms=50,
+                                                                 max_backoff_ms=300))
         self.wait_published()
+        return self
 
     @property
     def address(self) -> str:
@@ -94,16 +99,19 @@ class Live:
         wait_for(lambda: published() == self.logged, 60, 0.2, f"{self.logged} rows published")
 
     def stop(self) -> None:
-        self.tailer.terminate()
-        if self.dis.alive():
+        if self.tailer is not None and self.tailer.alive():
+            self.tailer.terminate()
+        if self.dis is not None and self.dis.alive():
             self.dis.terminate()
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     srv = Live(tmp_path_factory.mktemp("live-dis"))
-    yield srv
-    srv.stop()
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
 
 
 @pytest.fixture(scope="module")
