@@ -163,3 +163,10 @@ def test_options_parse_or_fail_as_the_vectors_say(case):
 def test_routing_patterns_match_as_the_vectors_say():
     cases = load("globs.json")
     assert [fnmatch.fnmatchcase(name, pattern) for pattern, name, _ in cases] == [m for _, _, m in cases]
+
+
+def test_misspelt_keys_are_taken_for_the_vectors_closest():
+    from disd.config import closest
+
+    cases = load("closest.json")
+    assert [closest(name, known) for name, known, _ in cases] == [want for _, _, want in cases]

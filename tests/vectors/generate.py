@@ -110,8 +110,9 @@ TYPE_ROWS = {
     # nanoseconds; a reader presenting microseconds truncates toward zero
     "Ts": [0, -1500, 1_763_800_000_123_456_789, None, 1, -1, 999, -999_999, 2**62, None, 1000, -1000],
 }
-EVOLVE = {v["version"]: TableSchema.from_dict(v) for v in CHAINS["evolve"]}
-EVOLVE_NEWEST = TableSchema.from_history_json(json.dumps(CHAINS["evolve"]))
+EVOLVE_CHAIN = [{**v, "namespace": "Vectors", "table": "Evolve"} for v in CHAINS["evolve"]]
+EVOLVE = {v["version"]: TableSchema.from_dict(v) for v in EVOLVE_CHAIN}
+EVOLVE_NEWEST = TableSchema.from_history_json(json.dumps(EVOLVE_CHAIN))
 EVOLVE_ROWS = {
     # version 1 rows: extremes of the old types next to their nulls
     ("v1", 1): {"Id": [1, None, 2**31 - 1, -(2**31) + 1, 5], "Px": [0.5, None, F32_MAX, -2.25, float(np.float32(0.1))],
@@ -269,6 +270,12 @@ ROUTING = {
     "proxy-not-a-mapping": {"instances": [{"address": "h:1", "proxies": ["p:1"]}]},
     "proxy-at-a-replica": {"instances": [{"replicas": [{"address": "h:1"}, {"address": "h:2"}],
                                           "proxies": [{"address": "h:2"}]}]},
+    "misspelt-address": {"instances": [{"adress": "h:1"}]},
+    "misspelt-tables": {"instances": [{"address": "h:1", "table": ["A.*"]}]},
+    "misspelt-replicas": {"instances": [{"replica": [{"address": "h:1"}]}]},
+    "misspelt-http-address": {"instances": [{"replicas": [{"address": "h:1", "http_adress": "h:2"}]}]},
+    "misspelt-proxies": {"instances": [{"address": "h:1", "proxy": [{"address": "p:1"}]}]},
+    "two-unknown-keys": {"instances": [{"address": "h:1", "zeta": 1, "alpha": 2}]},
 }
 #: Tables whose owner each routing file is asked for.
 OWNED = ["Market.Trade", "Market.Quote", "Plain.X", "Other.T", "A.B"]
@@ -373,6 +380,22 @@ def globs() -> list:
     return [[p, name, fnmatch.fnmatchcase(name, p)] for p, name in GLOBS]
 
 
+# -- the closest known key a misspelt one is taken for (disd.config.closest: difflib) ------------
+KEYS = ["address", "http_address", "name", "proxies", "replicas", "tables"]
+MISSPELT = ["adress", "addres", "adresss", "http_adress", "httpaddress", "http", "nmae", "names", "proxy", "proxys",
+            "replica", "replicaset", "table", "tabels", "tbl", "zeta", "", "a", "ab", "sser", "sserdda", "ADDRESS",
+            "replicas_", "_replicas", "tables2", "prox", "xeilorp", "p", "nam", "me", "ess", "http_addr",
+            "http_address_", "res", "eplicas", "abcabcab", "aaaa", "instance", "instancess", "instnaces"]
+KEY_SETS = [KEYS, ["instances"], ["address", "routing", "namespace", "table", "columns", "partitions"],
+            ["aaab", "aaba", "abaa", "baaa"], ["abc", "acb", "bac", "bca", "cab", "cba"]]
+
+
+def closest_cases() -> list:
+    from disd.config import closest
+
+    return [[name, known, closest(name, known)] for known in KEY_SETS for name in MISSPELT + known[:2]]
+
+
 def main() -> None:
     os.umask(0o022)
     dump(HERE / "projections.json", projections())
@@ -380,6 +403,7 @@ def main() -> None:
     dump(HERE / "routing.json", routing(HERE / "routing"))
     dump(HERE / "options.json", options())
     dump(HERE / "globs.json", globs())
+    dump(HERE / "closest.json", closest_cases())
 
 
 if __name__ == "__main__":
