@@ -15,9 +15,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * {@link ColumnarReader} exactly as a plain scan decodes them, folded into one row per group, then
  * handed to Spark as ColumnarBatches of partial aggregates.
  *
- * <p>Each group key's values get small dense ids (0: null, so null keys form their own group); a
- * dictionary-encoded string column maps its dictionary ids to them through an array, and the
- * partition column is one lookup per batch.  The ids of a row's keys give its group.  Past
+ * <p>Each group key's values get small dense ids ({@link KeyColumn}; 0: null, so null keys form
+ * their own group); a dictionary-encoded string column maps its dictionary ids to them through an
+ * array, and the partition column is one lookup per batch.  The ids of a row's keys give its
+ * group.  Past
  * {@link #MAX_GROUPS} groups the partials so far go out and the task starts afresh: Spark's final
  * aggregation merges rows of the same group, so memory stays bounded whatever the key's cardinality.
  *

@@ -210,9 +210,10 @@ final class Dis {
     }
 
     /**
-     * What every replica of the owner publishes now, its locations' versions read as
-     * {@code presented}: each is asked at once; the listing is what those that answered said.  While none answers (a restart) it is asked again, with backoff,
-     * for up to option {@code retrySeconds}.  A replica that has not answered a short while after
+     * What every replica of the owner publishes now, its locations' versions read as version
+     * {@code presented}: each is asked at once; the listing is what those that answered said.
+     * While none answers (a restart) it is asked again, with backoff, for up to option
+     * {@code retrySeconds}.  A replica that has not answered a short while after
      * the first one did is left out (it is down or slow: no location is read from it).
      */
     Listing listing(int presented) {
@@ -298,7 +299,8 @@ final class Dis {
         JsonNode ps = n.get("projections");
         if (ps != null) {
             for (JsonNode p : ps) {
-                if (p.get("namespace").asText().equals(options.namespace) && p.get("table").asText().equals(options.table)
+                if (p.get("namespace").asText().equals(options.namespace)
+                    && p.get("table").asText().equals(options.table)
                     && p.get("presented_version").asInt() == presented) {
                     VersionProjection vp = VersionProjection.of(p, "in the listing of " + options.where());
                     projections.put(vp.storedVersion, vp);

@@ -10,7 +10,11 @@ import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.unsafe.types.UTF8String;
 
-/** One key column's values and their ids (1, 2, ...; 0 is null). */
+/**
+ * One group key of a pushed aggregation ({@link AggReader}): the key's distinct values and their
+ * dense ids (1, 2, ...; 0 is null).  A dictionary-encoded string vector maps its dictionary ids
+ * to key ids through an array; a constant vector (the partition column) is one lookup per batch.
+ */
 final class KeyColumn {
     final AggPlan.Key key;
     /** The reader whose batches the key's vectors are (their dictionaries are its cursors'). */

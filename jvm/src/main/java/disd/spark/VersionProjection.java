@@ -61,11 +61,6 @@ final class VersionProjection implements Serializable {
         }
     }
 
-    /** Whether this projection presents {@code column}. */
-    boolean presents(String column) {
-        return columns.containsKey(column);
-    }
-
     /** The stored column {@code column} (a presented one) is read from; null: none, all null. */
     Stored source(String column) {
         if (!columns.containsKey(column)) {
