@@ -136,3 +136,17 @@ def test_java_units_agree_with_the_python_reader(probe, tmp_path):
         ["2026-11-21", "2026-11-23", "2030-01-01"], values, ["2026-11-21", "2026-11-22", "2026-11-23"], values,
         values, [],
     ]
+
+
+def test_a_location_of_another_version_needs_the_listings_projection(probe):
+    """The JVM reader reads a location in another schema version than the one it presents only
+    through the projection the DIS's listing carries for it: without one (a DIS older than
+    projections) planning fails, saying what to do, instead of guessing the columns."""
+    cases = [{"version": 2, "presented": 2, "projection": False}, {"version": 0, "presented": 2, "projection": False},
+             {"version": 1, "presented": 2, "projection": True}, {"version": 3, "presented": 2, "projection": True},
+             {"version": 1, "presented": 2, "projection": False}]
+    got = probe({"plan": [], "admit": [], "filters": [], "keys": [], "readable": cases})["readable"]
+    assert got[:4] == ["ok"] * 4
+    assert got[4] == ("dis source: Market.Trade location feed1/2026-11-22 is written in schema version 1, and the "
+                      "listing of address 127.0.0.1:22021 says nothing of how it reads as version 2 (a DIS older "
+                      "than this reader: upgrade it, or read with option reader 'python')")

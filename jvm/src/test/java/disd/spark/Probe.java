@@ -46,6 +46,9 @@ public final class Probe {
             }
         }
         out.set("keys", keys);
+        if (req.has("readable")) {
+            out.set("readable", readable(req.get("readable")));
+        }
         System.out.println(DisHttp.JSON.writeValueAsString(out));
     }
 
@@ -69,6 +72,40 @@ public final class Probe {
                 parts.add(slices);
             }
             res.add(parts);
+        }
+        return res;
+    }
+
+    /** Each case: {"version": v, "presented": p, "projection": whether the listing carried one}
+     *  -> "ok" when planning may read the location as version p, else the error's message. */
+    static ArrayNode readable(JsonNode cases) {
+        ArrayNode res = DisHttp.JSON.createArrayNode();
+        Map<String, String> o = new java.util.HashMap<>();
+        o.put("address", "127.0.0.1:22021");
+        o.put("namespace", "Market");
+        o.put("table", "Trade");
+        Dis dis = new Dis(DisOptions.parse(o));
+        for (JsonNode c : cases) {
+            int presented = c.get("presented").asInt();
+            TableSchema schema = new TableSchema("Market", "Trade", "Date", java.util.Collections.singletonList(
+                new TableSchema.Column("Price", TableSchema.Kind.DOUBLE)), presented);
+            VersionProjection p = null;
+            if (c.get("projection").asBoolean()) {
+                ObjectNode n = DisHttp.JSON.createObjectNode();
+                n.put("stored_version", c.get("version").asInt());
+                n.put("presented_version", presented);
+                n.putArray("columns").addObject().put("name", "Price").put("type", "double").put("stored", "Px")
+                    .put("stored_type", "float");
+                p = VersionProjection.of(n, "(case)");
+            }
+            Dis.Location loc = new Dis.Location("feed1", "2026-11-22", 10, new TreeMap<>(), c.get("version").asInt(), 0,
+                p);
+            try {
+                dis.readable(loc, schema);
+                res.add("ok");
+            } catch (DisSourceError e) {
+                res.add(e.getMessage());
+            }
         }
         return res;
     }
