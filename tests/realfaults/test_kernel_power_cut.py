@@ -4,8 +4,9 @@ fixed-seed sample of its flushes; at each, a clean ``e2fsck``, every checkpointe
 offline, and at some a real DIS recovering with no location in error and the tailer resuming to
 every row logged.
 
-``DIS_REALFAULTS_POINTS=n`` checks ``n`` flushes with the real DIS and tailer (default 8) and
-ten times as many offline; ``DIS_REALFAULTS_SEED`` changes the sample."""
+``DIS_REALFAULTS_POINTS=n`` checks ``n`` flushes with the real DIS and tailer (default 10) and
+twenty times as many offline; ``DIS_REALFAULTS_SEED`` changes the sample; the tests of the test
+(DIS engines broken on purpose) run with ``DIS_REALFAULTS_BREAKS=1``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import os
 import pytest
 
 from .powercut import Checker, choose, points_setting, record
-from .privileges import fuse_problem, loop_problem, require
+from .privileges import fuse_problem, loop_problem, require, require_breaks
 
 SEED = int(os.environ.get("DIS_REALFAULTS_SEED") or 41)
 
@@ -40,8 +41,8 @@ def replay(tmp_path, rec, full: int, offline: int, stop_at_first: bool = False):
 
 def test_power_cut_at_sampled_flushes_recovers_every_checkpointed_row_and_resumes(tmp_path):
     rec = record(tmp_path)
-    full = points_setting(8)
-    results = replay(tmp_path, rec, full, full * 10)
+    full = points_setting(10)
+    results = replay(tmp_path, rec, full, full * 20)
     bad = [r for r in results if r.problems]
     marks = sum(1 for e in rec.entries if e.kind == "M")
     print(f"recorded {len(rec.entries)} entries in {rec.seconds:.1f} s: {len(rec.flushes)} flushes, {marks} "
@@ -55,16 +56,20 @@ def test_power_cut_at_sampled_flushes_recovers_every_checkpointed_row_and_resume
 
 # -- the test of the test: DIS engines that break the checkpoint's order on purpose --------------
 
-BREAKS = ["rename_before_data_fsync", "no_directory_fsync_after_rename", "no_fsync_of_the_temp_record",
-          "no_fsync_of_new_directories"]
+#: the breakages of ``faults/test_power_loss.py`` a real DIS on ext4 can show.  Not here:
+#: ``no_fsync_of_new_directories``, which changes only the composed creation of a location that the
+#: real file system does in C (``disd.storage.newlocation``), and which ext4 makes up for anyway
+#: (a journal commit takes every directory entry made before it: 483 power cuts of 483 found nothing).
+BREAKS = ["rename_before_data_fsync", "no_directory_fsync_after_rename", "no_fsync_of_the_temp_record"]
 
 
 @pytest.mark.parametrize("broken", BREAKS)
 def test_the_power_cut_catches_a_broken_order(tmp_path, broken):
     """The same recording and replay under a ``dis serve`` whose checkpoint order is broken on
-    purpose (``realfaults.broken``, the breakages of ``faults/test_power_loss.py``): where ext4
-    itself does not make up for the missing step, a power cut finds rows the DIS reported
-    checkpointed missing or a checkpoint that does not read back."""
+    purpose (``realfaults.broken``, the breakages of ``faults/test_power_loss.py``): a power cut
+    finds rows the DIS reported checkpointed missing, or a checkpoint that does not read back.
+    Replayed flush by flush until the first violation."""
+    require_breaks()
     rec = record(tmp_path, broken=broken)
     results = replay(tmp_path, rec, full=2, offline=len(rec.flushes), stop_at_first=True)
     bad = [r for r in results if r.problems]
