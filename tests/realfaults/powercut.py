@@ -240,30 +240,7 @@ class Checker:
         return res
 
     def _offline(self, db: pathlib.Path, floor: dict[str, int]) -> tuple[dict[str, int], list[str]]:
-        problems: list[str] = []
-        rows: dict[str, int] = {}
-        if db.exists():
-            src = LocalColumnFiles(str(db), [self.schema])
-            try:
-                for snap in src.locations("Market", "Trade"):
-                    ip = snap.key.internal_partition
-                    t = read_location(src, src.schema(self.schema), snap, ["Size", "Venue"])
-                    rows[ip] = t.num_rows
-                    bad = prefix_problem(ip, t, self.rec.versions.get(ip, 1))
-                    if bad:
-                        problems.append(bad)
-            except Exception as e:  # noqa: BLE001 - any failure to read a checkpoint is the finding
-                problems.append(f"the checkpointed files do not read back: {type(e).__name__}: {e}")
-            finally:
-                src.close()
-        for ip, n in floor.items():
-            if rows.get(ip, 0) < n:
-                problems.append(f"{ip}: {rows.get(ip, 0)} rows on disk, fewer than the {n} of a checkpoint the DIS "
-                                "had reported complete")
-        for ip, n in rows.items():
-            if n > self.rec.logged.get(ip, 0):
-                problems.append(f"{ip}: {n} rows, more than the {self.rec.logged.get(ip, 0)} logged")
-        return rows, problems
+        return check_offline(db, self.schema, floor, self.rec.logged, self.rec.versions)
 
     def _with_dis(self, db: pathlib.Path) -> list[str]:
         d = self.work / "dis"
@@ -285,19 +262,64 @@ class Checker:
                 wait_for(lambda: _rows_everywhere(address, self.rec.logged), 60, 0.05, "the tailer resuming every row")
             except AssertionError as e:
                 problems.append(f"after the restart: {e}")
-            with connect(address, retry_s=5) as c:
-                for snap in c.locations("Market", "Trade"):
-                    ip = snap.key.internal_partition
-                    t = c.read_location(snap, ["Size", "Venue"])
-                    bad = prefix_problem(ip, t, self.rec.versions.get(ip, 1))
-                    if bad or t.num_rows != self.rec.logged.get(ip):
-                        problems.append(f"after the tailer resumed: {bad or f'{ip}: {t.num_rows} rows'}")
+            problems += [f"after the tailer resumed: {p}" for p in final_problems(address, self.rec.logged,
+                                                                                  self.rec.versions)]
             errors = {ip: l.error for ip, l in status(address).items() if l.error}
             if errors:
                 problems.append(f"locations in error after resuming: {errors}")
         finally:
             stop(dis)
         return problems
+
+
+def check_offline(db: pathlib.Path, schema, floor: dict[str, int], logged: dict[str, int],  # noqa: ANN001
+                  versions: dict[str, int]) -> tuple[dict[str, int], list[str]]:
+    """A database root as a power cut left it, read as the DIS host's column-file reader reads
+    it (at each location's checkpoint): (rows per location, what is wrong).  Every location
+    holds rows ``0 .. n-1`` exactly once in whole transactions, at least ``floor`` (checkpoints
+    the DIS had reported), at most what was ``logged``."""
+    problems: list[str] = []
+    rows: dict[str, int] = {}
+    if db.exists():
+        src = LocalColumnFiles(str(db), [schema])
+        try:
+            for snap in src.locations("Market", "Trade"):
+                ip = snap.key.internal_partition
+                presented = src.schema(schema)
+                t = read_location(src, presented, snap, [c for c in ("Size", "Venue") if c in presented.column_names])
+                rows[ip] = t.num_rows
+                bad = prefix_problem(ip, t, versions.get(ip, 1))
+                if bad:
+                    problems.append(bad)
+        except Exception as e:  # noqa: BLE001 - any failure to read a checkpoint is the finding
+            problems.append(f"the checkpointed files do not read back: {type(e).__name__}: {e}")
+        finally:
+            src.close()
+    for ip, n in floor.items():
+        if rows.get(ip, 0) < n and not problems:
+            problems.append(f"{ip}: {rows.get(ip, 0)} rows on disk, fewer than the {n} of a checkpoint the DIS "
+                            "had reported complete")
+    for ip, n in rows.items():
+        if n > logged.get(ip, 0):
+            problems.append(f"{ip}: {n} rows, more than the {logged.get(ip, 0)} logged")
+    return rows, problems
+
+
+def final_problems(address: str, logged: dict[str, int], versions: dict[str, int]) -> list[str]:
+    """What differs, at the DIS at ``address``, from every row ``logged`` exactly once."""
+    problems = []
+    with connect(address, retry_s=5) as c:
+        seen = set()
+        for snap in c.locations("Market", "Trade"):
+            ip = snap.key.internal_partition
+            seen.add(ip)
+            names = c.schema("Market", "Trade").column_names
+            t = c.read_location(snap, [n for n in ("Size", "Venue") if n in names])
+            bad = prefix_problem(ip, t, versions.get(ip, 1))
+            if bad or t.num_rows != logged.get(ip):
+                problems.append(bad or f"{ip}: {t.num_rows} rows, {logged.get(ip)} logged")
+    problems += [f"{ip}: missing" for ip in logged if ip not in seen]
+    return problems
 
 
 def choose(flushes: int, points: int, full: int, seed: int) -> tuple[list[int], set[int]]:
