@@ -1,29 +1,41 @@
 """A ``dis`` command broken on purpose, for the tests of the tests: ``python -m realfaults.broken
 BREAK ARGS...`` applies one breakage of the checkpoint's order (the same engines
-``faults/test_power_loss.py`` breaks, ``BREAKS``) or of publishing (``PUBLISH_BREAKS``), then runs
-``dis ARGS...`` as the real command would."""
+``faults/test_power_loss.py`` breaks, ``BREAKS``) or of the proxy's published sizes
+(``OTHER_BREAKS``), then runs ``dis ARGS...`` as the real command would."""
 
 from __future__ import annotations
 
 import sys
 
 
-def _publish_uncommitted() -> None:
-    """Publish every row written, committed or not: an open transaction's rows become visible
-    and, when its stream breaks and it is rolled back, vanish again."""
-    from disd.storage import location as location_mod
+def _proxy_publishes_any_size() -> None:
+    """A proxy that publishes whatever its upstream DIS lists, smaller sizes included (the rule
+    it breaks: docs/proxy.md, "Published sizes")."""
+    from disd.blocks import LocationSnapshot
+    from disd.proxy import upstream
 
-    real = location_mod.Location._flush_locked
-
-    def flush_all(self):  # noqa: ANN001, ANN202
-        changed = real(self)
-        rows = self.writers and min(w.rows for w in self.writers.values()) if hasattr(
-            next(iter(self.writers.values()), None), "rows") else None
-        if rows and rows > self.published_rows:
-            self.published_rows = rows
+    def publish(self, infos, address):  # noqa: ANN001, ANN202
+        changed = []
+        with self._lock:
+            for m in infos:
+                snap = LocationSnapshot.from_msg(m, address)
+                if (snap.key.namespace, snap.key.table) != (self.namespace, self.table):
+                    continue
+                old = self.snaps.get(snap.key)
+                if old is not None and snap.rows == old.rows:
+                    continue
+                self.snaps[snap.key] = snap
+                changed.append(snap)
+            listeners = list(self._listeners)
+        for f in listeners if changed else ():
+            f(changed)
         return changed
 
-    location_mod.Location._flush_locked = flush_all
+    owner = next(c for c in vars(upstream).values() if isinstance(c, type) and "publish" in vars(c))
+    owner.publish = publish
+
+
+OTHER_BREAKS = {"proxy_publishes_any_size": _proxy_publishes_any_size}
 
 
 def apply(name: str) -> None:
@@ -32,10 +44,10 @@ def apply(name: str) -> None:
     if name in BREAKS:
         target, attr, fn = BREAKS[name]
         setattr(target, attr, fn)
-    elif name == "publish_uncommitted":
-        _publish_uncommitted()
+    elif name in OTHER_BREAKS:
+        OTHER_BREAKS[name]()
     else:
-        raise SystemExit(f"unknown breakage {name!r} (known: {', '.join([*sorted(BREAKS), 'publish_uncommitted'])})")
+        raise SystemExit(f"unknown breakage {name!r} (known: {', '.join([*sorted(BREAKS), *OTHER_BREAKS])})")
 
 
 def main() -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import pathlib
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,11 +65,13 @@ class Feed:
     logger: object
     logged: int = 0
     batches: int = 0
+    base: int = 0  # the Size of its first row
+    times: list[tuple[float, int]] = field(default_factory=list)  # (time.time(), rows logged) per transaction
 
     def log_transaction(self) -> None:
         """``TXN`` rows as one transaction: alternately one atomic batch and two batches in a
         ``transaction()`` block."""
-        t = rows(self.version, self.logged, TXN)
+        t = rows(self.version, self.base + self.logged, TXN)
         if self.batches % 2 == 0:
             self.logger.log_batch(t, atomic=True)
         else:
@@ -78,6 +81,7 @@ class Feed:
         self.logged += TXN
         self.batches += 1
         self.logger.flush()
+        self.times.append((time.time(), self.logged))
 
 
 @dataclass
@@ -88,11 +92,11 @@ class Loggers:
     now: list[dt.datetime] = field(default_factory=lambda: [dt.datetime(2026, 11, 22, 9, tzinfo=dt.timezone.utc)])
     feeds: dict[str, Feed] = field(default_factory=dict)
 
-    def add(self, ip: str, version: int = 1) -> Feed:
+    def add(self, ip: str, version: int = 1, base: int = 0) -> Feed:
         lg = (IntradayLoggerBuilder(str(self.schemas[version])).set_process_name(f"app-{ip}")
               .set_log_dir(str(self.log_dir)).set_column_partition_value(DAY).set_internal_partition(ip)
               .set_rollover("hourly").set_clock(lambda: self.now[0]).build())
-        self.feeds[ip] = Feed(ip, version, lg)
+        self.feeds[ip] = Feed(ip, version, lg, base=base)
         return self.feeds[ip]
 
     def roll_over(self) -> None:
