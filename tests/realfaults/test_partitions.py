@@ -103,7 +103,7 @@ def run_scenario(tmp_path, spark: bool, proxy_break: str | None = None, freeze_s
                 time.sleep(5.5)  # r1 falls behind; r1's failure is out of the proxy's 5 s memory
                 net.partition("proxy", "r2", reset=True)  # the proxy must now read r1, which is behind
 
-            fault("tailer-r1 partitioned, proxy-r2 reset", r1_behind_r2_reset, 4, net.heal)
+            fault("tailer-r1 partitioned, proxy-r2 reset", r1_behind_r2_reset, 7, net.heal)
             fault("proxy-readers partitioned", lambda: net.partition("proxy", "readers"), 6, net.heal)
             fault("30% loss tailer->r2", lambda: net.lose("tailer", "r2", 0.3), 6, net.heal)
             fault("tailer egress capped at 1 Mbit/s", lambda: net.cap("tailer", "1mbit"), 6, net.heal)
@@ -206,15 +206,22 @@ def figures(watch, phases, seen, caught_up, times) -> dict:  # noqa: ANN001
 
 def test_partitions_stalls_and_loss_lose_and_duplicate_nothing(tmp_path):
     problems, report = run_scenario(tmp_path, spark=True)
-    import json
-
-    print(json.dumps(report, indent=1))
+    print(f"baseline latency {report['baseline_ms']}; all caught up {report['caught_up_s']} s after the last row")
+    for name, v in report["phases"].items():
+        print(f"{name}: {v}")
     assert not problems, "\n".join(problems)
     phases = report["phases"]
+    partitioned = next(v for k, v in phases.items() if k.startswith("tailer-r1"))
     frozen = next(v for k, v in phases.items() if k.startswith("r1 frozen"))
-    assert frozen["r1_connected_min"] == 0, "DisReplicaDown's condition never held while r1 was frozen"
-    assert frozen["r1_bytes_behind_max"] > 0, "DisReplicaLagging's metric never rose while r1 was frozen"
-    assert sum(v["reconnects"] or 0 for v in phases.values()) > 0, "no reconnect was counted"
+    # DisReplicaDown: a silent partition breaks the streams (TCP's user timeout, 10 s: gRPC's
+    # keepalive timeout), and the reconnects fail until it heals
+    assert partitioned["r1_connected_min"] == 0, "DisReplicaDown's condition never held while r1 was cut off"
+    assert partitioned["reconnects"] > 0, "DisTailerReconnecting's counter did not move"
+    # DisReplicaLagging's metric grows while r1 is frozen.  The stream to a frozen replica is not
+    # seen to fail (its kernel still acknowledges TCP; docs/reliability.md, "Real faults"), so
+    # DisReplicaDown's condition is not asserted for the freeze.
+    assert frozen["r1_bytes_behind_max"] > partitioned["r1_bytes_behind_max"] > 0, \
+        "DisReplicaLagging's metric did not rise while r1 was cut off and frozen"
 
 
 def test_the_readers_catch_a_proxy_that_publishes_a_smaller_size(tmp_path):
