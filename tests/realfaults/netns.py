@@ -53,15 +53,15 @@ class Network:
         self.rules.append((host, rule))
 
     def partition(self, a: str, b: str, reset: bool = False) -> None:
-        """No packet between hosts ``a`` and ``b``, either way: silently dropped, or with
-        ``reset`` every TCP segment answered by a reset (a peer whose connections are refused)."""
+        """No packet between hosts ``a`` and ``b``, either way (silently dropped); with ``reset``
+        their open connections are also torn down on both sides at once (``ss -K``), as when a
+        host's link goes down, so neither waits for a keepalive to notice."""
         ha, hb = self[a], self[b]
-        if reset:
-            self._rule(ha, ["INPUT", "-s", hb.ip, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"])
-            self._rule(hb, ["INPUT", "-s", ha.ip, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"])
-            return
         self._rule(ha, ["INPUT", "-s", hb.ip, "-j", "DROP"])
         self._rule(ha, ["OUTPUT", "-d", hb.ip, "-j", "DROP"])
+        if reset:
+            ha.sh("ss", "-K", "dst", hb.ip, check=False)
+            hb.sh("ss", "-K", "dst", ha.ip, check=False)
 
     def lose(self, src: str, dst: str, probability: float) -> None:
         """Packets from ``src`` to ``dst`` dropped at random (one way only)."""
