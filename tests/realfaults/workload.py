@@ -68,7 +68,7 @@ class Feed:
     base: int = 0  # the Size of its first row
     times: list[tuple[float, int]] = field(default_factory=list)  # (time.time(), rows logged) per transaction
 
-    def log_transaction(self) -> None:
+    def log_transaction(self, flush: bool = True) -> None:
         """``TXN`` rows as one transaction: alternately one atomic batch and two batches in a
         ``transaction()`` block."""
         t = rows(self.version, self.base + self.logged, TXN)
@@ -80,7 +80,17 @@ class Feed:
                 self.logger.log_batch(t.slice(TXN // 2))
         self.logged += TXN
         self.batches += 1
-        self.logger.flush()
+        if flush:
+            self.logger.flush()
+        self.times.append((time.time(), self.logged))
+
+
+    def log_rows(self, n: int) -> None:
+        """``n`` rows (a multiple of ``TXN``) as one transaction: a backlog, quickly."""
+        assert n % TXN == 0
+        self.logger.log_batch(rows(self.version, self.base + self.logged, n), atomic=True)
+        self.logged += n
+        self.batches += 1
         self.times.append((time.time(), self.logged))
 
 
