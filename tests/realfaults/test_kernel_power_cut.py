@@ -20,6 +20,9 @@ from .privileges import fuse_problem, loop_problem, require, require_breaks
 SEED = int(os.environ.get("DIS_REALFAULTS_SEED") or 41)
 
 
+pytestmark = pytest.mark.realfaults
+
+
 @pytest.fixture(autouse=True)
 def _kernel_features():
     require(fuse_problem())

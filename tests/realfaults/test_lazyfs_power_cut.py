@@ -27,6 +27,9 @@ from .workload import Loggers, schemas_dirs, version2
 SEED = int(os.environ.get("DIS_REALFAULTS_SEED") or 41)
 
 
+pytestmark = pytest.mark.realfaults
+
+
 @pytest.fixture(autouse=True)
 def _kernel_features():
     require(fuse_problem())

@@ -37,6 +37,9 @@ from .workload import Loggers, schemas_dirs
 FREEZE_S = float(os.environ.get("DIS_REALFAULTS_FREEZE_S") or 45)  # > keepalive 30 s + timeout 10 s
 
 
+pytestmark = pytest.mark.realfaults
+
+
 @pytest.fixture(autouse=True)
 def _kernel_features():
     require(netns_problem())

@@ -35,6 +35,9 @@ LOCATIONS, COLUMN_FILES, CORES = 2, 5, os.cpu_count() or 2
 BACKLOG_TXNS = int(os.environ.get("DIS_REALFAULTS_STARVE_TXNS") or 4000)
 
 
+pytestmark = pytest.mark.realfaults
+
+
 @pytest.fixture(autouse=True)
 def _kernel_features():
     require(cgroup_problem("memory", "cpu"))
