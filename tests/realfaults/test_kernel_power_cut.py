@@ -10,10 +10,13 @@ twenty times as many offline; ``DIS_REALFAULTS_SEED`` changes the sample; the te
 
 from __future__ import annotations
 
+import filecmp
 import os
+import shutil
 
 import pytest
 
+from .blockrec import apply
 from .powercut import Checker, choose, points_setting, record
 from .privileges import fuse_problem, loop_problem, require, require_breaks
 
@@ -52,6 +55,11 @@ def test_power_cut_at_sampled_flushes_recovers_every_checkpointed_row_and_resume
           f"checkpoint marks; logged {rec.logged}; {len(results)} power cuts tried "
           f"({sum(r.full for r in results)} with dis serve and the tailer), {len(bad)} violations")
     assert marks >= 20 and len(rec.flushes) >= 100, "the workload checkpointed too little to test anything"
+    whole = tmp_path / "whole.img"  # the recorder saw every write: its whole log rebuilds the disk
+    shutil.copyfile(rec.start_image, whole)
+    apply(rec.log, rec.entries, whole)
+    assert filecmp.cmp(whole, tmp_path / "disk.img", shallow=False), "the log misses writes the disk took"
+    whole.unlink()
     assert not bad, "\n".join(f"power cut after flush {r.flush}: {p}" for r in bad[:10] for p in r.problems)
     # the sample reached states with rows in every location, and recovered varied row counts
     assert len({tuple(sorted(r.rows.items())) for r in results}) >= 10
