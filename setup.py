@@ -10,6 +10,10 @@
   flush, each in one call outside the interpreter's lock.  They are optional: without a C
   compiler the build goes on and the DIS does both from Python (``disd.storage.fsio``'s
   ``create_location`` and ``pwrite_all``), which the tests check against them.
+* ``disd.storage.ingestcore`` (C) is a location's write state and the byte work of a batch of
+  locations' chunks (frame scan and CRC32C, row checks, transactions, column bytes, writes)
+  outside the interpreter's lock; optional the same way: without it the Python reference path
+  (``disd.storage.writestate``, ``disd.storage.ingest``) does all of it.
 """
 
 from __future__ import annotations
@@ -67,5 +71,9 @@ setup(
     package_dir={"": "dis", "disd.tailer": "tailer"},
     cmdclass={"build_py": BuildPyWithProtos},
     ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=True),
-                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=True)],
+                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=True),
+                 Extension("disd.storage.ingestcore",
+                           ["dis/disd/storage/ingestcore.c", "dis/disd/storage/ingestscan.c"],
+                           depends=["dis/disd/storage/ingestcore.h"],
+                           optional=True)],
 )

@@ -64,12 +64,15 @@ def location_path(db_root: str, key: LocationKey) -> str:
 class StorageEngine:
     def __init__(self, db_root: str, schemas: SchemaRegistry, storage: StorageConfig | None = None,
                  import_default: ImportConfig | None = None, import_tables: dict[str, ImportConfig] | None = None,
-                 fs: FileSystem = OS) -> None:
+                 fs: FileSystem = OS, compiled: bool | None = None) -> None:
         self.db_root = str(db_root)
         self.storage = storage or StorageConfig()
         self.import_default = import_default or ImportConfig()
         self.import_tables = dict(import_tables or {})
         self.fs = MeteredFileSystem(fs)
+        #: the locations' write states: compiled when built (None), or as asked (a test comparing
+        #: the two paths; ``storage.writestate.new_write_state``)
+        self.compiled = compiled
         # Each declared schema becomes the table's newest version, with the versions the database
         # holds; raises SchemaError (naming table, versions, column) for a refused change.
         self.versions = VersionStore(self.db_root, self.fs)
@@ -181,7 +184,8 @@ class StorageEngine:
                 raise LookupError(f"no location {key}")
             loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
                            self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
-                           create_version=version, on_dirty=self._dirty, on_error=self._failed)
+                           create_version=version, on_dirty=self._dirty, on_error=self._failed,
+                           compiled=self.compiled)
             with self._lock:
                 closed = self._closed
                 if not closed:

@@ -13,14 +13,15 @@ extra Python frame.  ``MeteredFileSystem`` wraps any file system and counts its 
 ``dis_io_errors_total{op, errno}``; the engine always wraps, so injected and real errors are
 counted alike.
 
-One compound operation may be done by the file system itself: ``create_location``, a new
+Compound operations may be done by the file system itself: ``create_location``, a new
 location's directories, ``table.size`` and column files.  ``OsFileSystem`` does it in C
 (``disd.storage.newlocation``), the same calls in the same order in one call that gives up the
 interpreter's lock once instead of some thirty times (docs/benchmarks.md, "new locations in one
 call"); any other file system (the tests' recording and failing disks) gets the composition of
 its own operations below, so every call still passes through it.  ``pwrite_all``, several
 positional writes (a location's flush: a write per column file), is offered the same way: in C
-(``disd.storage.batchwrite``) by ``OsFileSystem`` alone, composed of ``pwrite`` for any other.
+(``disd.storage.batchwrite``) by ``OsFileSystem`` alone, composed of ``pwrite`` for any other; and so are the cuts and writes of compiled write states
+(``write_states``, ``storage.writeout``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ try:  # the same: without it, pwrite_all's composition of pwrite
     from disd.storage import batchwrite
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
     batchwrite = None
+try:  # the same: without it, the write states' cuts and writes composed (storage.writeout)
+    from disd.storage import ingestcore
+except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
+    ingestcore = None
 
 #: a new location's column files, opened: (descriptor, (st_dev, st_ino)) each, in the order asked
 Opened = list[tuple[int, tuple[int, int]]]
@@ -121,6 +126,13 @@ class OsFileSystem:
         """``pwrite_all`` in C when built, for the plain OS file system only (as
         ``create_location``)."""
         return _native_pwrite_all if batchwrite is not None and type(self) is OsFileSystem else None
+
+    @property
+    def write_states(self):  # noqa: ANN201
+        """The due cuts and writes of compiled write states, many locations' in one call
+        (``ingestcore.write_out``, see ``storage.writeout``): for the plain OS file system only
+        (as ``create_location``); any other composes them of its own operations."""
+        return ingestcore.write_out if ingestcore is not None and type(self) is OsFileSystem else None
 
 
 def _native_create_location(path: str, temp_name: str, record_name: str, record: bytes,
@@ -281,6 +293,12 @@ class MeteredFileSystem:
     @property
     def pwrite_all(self):  # noqa: ANN201
         return self._compound("pwrite_all", "pwrite")
+
+    @property
+    def write_states(self):  # noqa: ANN201
+        """The inner one's, unwrapped: it reports failures per location instead of raising, and
+        ``storage.writeout`` counts them."""
+        return getattr(self.inner, "write_states", None)
 
 
 OS = OsFileSystem()
