@@ -12,7 +12,9 @@
  *                                 methods; PyWriteState is the same in Python, the reference)
  * ingest_batch(items) -> results  items: (state, data, base, start, file_name, same_source_file)
  *                                 results: (status, dirty, frames, kept, committed_delta, nbytes,
- *                                           abandoned, ends_without_start, restarts, rolled_back)
+ *                                           abandoned, ends_without_start, restarts, rolled_back,
+ *                                           committed_after); a location's chunks after one that
+ *                                 was not taken are SKIPPED, left for the caller to send again
  * write_out(jobs) -> (failures, write_sizes, transient_opens)
  *                                 jobs: (state, files, flush), files[i] a pinned descriptor or
  *                                 (path, st_dev, st_ino) to open for the writes alone; failures[j]
@@ -567,11 +569,22 @@ static PyObject *ingest_batch(PyObject *self, PyObject *arg) {
         it->start = start;
         it->same_source_file = same;
     }
-    for (Py_ssize_t k = 0; k < count; k++)
+    for (Py_ssize_t k = 0; k < count; k++) {
         states[k]->busy++;
+        states[k]->core.stopped = 0;
+    }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < count; k++)
-        dis_ingest(&items[k]);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        dis_item *it = &items[k];
+        if (it->core->stopped) {
+            it->status = ING_SKIPPED;
+            continue;
+        }
+        dis_ingest(it);
+        if (it->status != ING_OK && it->status != ING_NO_FRAMES)
+            it->core->stopped = 1; /* its later chunks wait for the reference to deal with this one */
+        it->committed_after = it->core->committed;
+    }
     Py_END_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < count; k++)
         states[k]->busy--;
@@ -582,10 +595,11 @@ static PyObject *ingest_batch(PyObject *self, PyObject *arg) {
             Py_INCREF(names[k]);
             Py_SETREF(states[k]->src_file, names[k]);
         }
-        PyObject *t = Py_BuildValue("(iiLLLLLLLL)", it->status, it->dirty, (long long)it->frames,
+        PyObject *t = Py_BuildValue("(iiLLLLLLLLL)", it->status, it->dirty, (long long)it->frames,
                                     (long long)it->kept, (long long)it->committed_delta, (long long)it->nbytes,
                                     (long long)it->abandoned, (long long)it->ends_without_start,
-                                    (long long)it->restarts, (long long)it->rolled_back);
+                                    (long long)it->restarts, (long long)it->rolled_back,
+                                    (long long)it->committed_after);
         if (!t) {
             Py_CLEAR(result);
             break;
@@ -725,5 +739,6 @@ PyMODINIT_FUNC PyInit_ingestcore(void) {
     PyModule_AddIntConstant(m, "REFUSED", ING_REFUSED);
     PyModule_AddIntConstant(m, "REFERENCE", ING_REFERENCE);
     PyModule_AddIntConstant(m, "NOMEM", ING_NOMEM);
+    PyModule_AddIntConstant(m, "SKIPPED", ING_SKIPPED);
     return m;
 }

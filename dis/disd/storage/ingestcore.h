@@ -48,6 +48,7 @@ typedef struct {
     int64_t written, committed;      /* rows */
     int txn_open;
     int64_t src_offset, src_skip;    /* the resume point in the source file (its name is the Python side's) */
+    int stopped;                     /* in a batch: a chunk of it was not taken, the later ones wait */
 } dis_core;
 
 /* what became of a chunk */
@@ -57,6 +58,7 @@ enum {
     ING_REFUSED = 2,   /* bad bytes: nothing applied; the reference path names the problem */
     ING_REFERENCE = 3, /* valid only as the reference decodes it (heaps that add up only across frames) */
     ING_NOMEM = 4,
+    ING_SKIPPED = 5, /* after a chunk of the same location in the batch that was not taken: not looked at */
 };
 
 typedef struct {
@@ -74,6 +76,7 @@ typedef struct {
     int64_t frames;
     int64_t kept, committed_delta, nbytes;
     int64_t abandoned, ends_without_start, restarts, rolled_back;
+    int64_t committed_after;  /* the location's committed rows after this chunk */
 } dis_item;
 
 uint32_t dis_crc32c(uint32_t crc, const void *buf, size_t len);

@@ -544,6 +544,10 @@ class Location:
             self.import_state["rows_rolled_back"] += rolled
             metrics.ROWS_ROLLED_BACK.labels(self.schema.key).inc(rolled)
 
+    def fail_io(self, what: str, e: BaseException) -> None:
+        """Under the lock: ``what`` (a write, a flush) failed with ``e``; the location is in error."""
+        self._fail(describe_failure(what, e), e)
+
     def guarded(self, fn: Callable[[], object], what: str):  # noqa: ANN201
         """Run a step that touches the column files; any failure puts the location in error
         (its files may now disagree with its counts) and raises LocationError."""
