@@ -265,7 +265,7 @@ def _chunks(schema: TableSchema, logs: dict[str, Log], sends) -> list[tuple[str,
             p = body + pos % (len(data) - body)
             data = data[:p] + bytes([data[p] ^ (1 << (value % 8))]) + data[p + 1:]
         elif mutation in ("reseal", "flag", "nullstr", "utf8") and len(data) > body + 16:
-            first = next(e for e in log.ends if e > start) - start  # the first frame's end in the chunk
+            first = next(e for e in log.ends if e > max(start, log.ends[0])) - start  # its first frame's end
             data = data[:body] + _reseal(schema, data[body:first], mutation, pos, value) + data[first:]
         elif mutation == "offset":
             offset = start + 1 + pos % 7

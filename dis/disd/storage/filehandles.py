@@ -284,6 +284,42 @@ class TrackedFileHandleFactory:
             self.peak_open = max(self.peak_open, len(self._handles))
         return handles
 
+    def adopt(self, paths: Sequence[str], opened: Sequence[tuple[int, tuple[int, int]]]) -> list[TrackedFile]:
+        """Handles for files created and opened elsewhere (a batch of new locations,
+        ``fsio.create_locations``), their identities fixed now.  A descriptor of -1 was closed
+        again (no room to keep it): its handle opens the file when it is first used."""
+        handles = []
+        with self._lock:
+            for path, (fd, identity) in zip(paths, opened, strict=True):
+                f = TrackedFile(self, str(path))
+                f.identity = identity
+                f.spec = (os.fsencode(f.path), identity[0], identity[1])
+                if fd >= 0:
+                    f.fd, f.opens = fd, 1
+                    self._handles[id(f)] = f
+                handles.append(f)
+            self.peak_open = max(self.peak_open, len(self._handles))
+        return handles
+
+    def room(self) -> int:
+        """Descriptors that could be opened now without reclaiming any (to 90% of capacity)."""
+        with self._lock:
+            return max(0, int(self.capacity * TARGET_FRACTION) - len(self._handles) - self._opening)
+
+    @contextlib.contextmanager
+    def reserving(self, n: int) -> Iterator[None]:
+        """``n`` descriptors counted as being opened while a call elsewhere holds them (at most
+        ``n`` at once), so the limit holds; cleanup makes room first if need be."""
+        with self._lock:
+            if len(self._handles) + self._opening + n > self.capacity:
+                self._cleanup_locked(room=n)
+            self._opening += n
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._opening -= n
+
     def holds_at_once(self, n: int) -> bool:
         """Whether one operation may hold ``n`` descriptors at once (a new location's files, a
         flush's): up to a quarter of the limit.  With a limit set lower, such an operation is

@@ -136,6 +136,13 @@ CAUGHT_UP_FLUSH_S = 0.025
 IMPORT_STATE_KEYS = ("transactions_abandoned", "ends_without_start", "rows_rolled_back", "restarts", "io_recoveries")
 
 
+def new_record(schema: TableSchema) -> CheckpointRecord:
+    """The first record of a location written in ``schema``: no rows, every column file empty."""
+    names = colfmt.schema_file_names(schema)
+    return CheckpointRecord(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), schema.fingerprint,
+                            {k: 0 for k in IMPORT_STATE_KEYS}, schema_version=schema.version, lastby=None)
+
+
 class ColumnFile:
     """A column file of a location, as readers reach it: its handle (``writers`` maps names to
     these)."""
@@ -161,7 +168,7 @@ class Location:
         on_dirty: Callable[["Location", float | None], None] | None = None,
         on_error: Callable[["Location"], None] | None = None,
         compiled: bool | None = None,
-        created: "tuple[CheckpointRecord, list[TrackedFile]] | None" = None,
+        created: "tuple[CheckpointRecord, list[TrackedFile]] | BaseException | None" = None,
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be positive")
@@ -256,7 +263,7 @@ class Location:
         return list(self._file_names)
 
     # -- recovery ------------------------------------------------------------------------------
-    def _recover(self, created: "tuple[CheckpointRecord, list[TrackedFile]] | None" = None) -> None:
+    def _recover(self, created: "tuple[CheckpointRecord, list[TrackedFile]] | BaseException | None" = None) -> None:
         """Open the location from its checkpoint; any failure puts it in error state."""
         try:
             self._open_from_checkpoint(created)
@@ -265,7 +272,8 @@ class Location:
         except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
             self._fail(describe_failure("opening the location", e), e)
 
-    def _open_from_checkpoint(self, made: "tuple[CheckpointRecord, list[TrackedFile]] | None" = None) -> None:
+    def _open_from_checkpoint(self, made: "tuple[CheckpointRecord, list[TrackedFile]] | BaseException | None" = None
+                              ) -> None:
         """Read ``table.size`` and cut every column file back to it; reset every count to it.
         Raises _Damaged for what needs an operator, OSError for what the OS refused.
 
@@ -274,6 +282,8 @@ class Location:
         fs, path = self.fs, str(self.path)
         # A new location is made in one operation of the file system (``_create``); otherwise a
         # directory made just now is empty: no temp file, record or column file to look for.
+        if isinstance(made, BaseException):  # the batch that was to create it failed
+            raise made
         if made is not None:
             created, new_files = made
         else:
@@ -373,8 +383,7 @@ class Location:
 
     def first_record(self, schema: TableSchema) -> CheckpointRecord:
         """The record of this location new, written in ``schema``: no rows, every file empty."""
-        names = colfmt.schema_file_names(schema)
-        return self._record(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), schema)
+        return new_record(schema)
 
     def _use_version(self, schema: TableSchema) -> None:
         """Open the location in ``schema`` (a version of its table): its column files are that
