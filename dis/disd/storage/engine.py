@@ -37,7 +37,7 @@ from disd.storage import columns as colfmt
 from disd.storage import fsio
 from disd.storage.checkpoint import FILE_NAME, TEMP_NAME
 from disd.storage.clock import CheckpointClock, FlushClock
-from disd.storage.filehandles import TrackedFileHandleFactory
+from disd.storage.filehandles import TrackedFileHandleFactory, default_max_open_files
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location, new_record
 from disd.storage.versionstore import VersionStore
@@ -80,7 +80,7 @@ class StorageEngine:
         # holds; raises SchemaError (naming table, versions, column) for a refused change.
         self.versions = VersionStore(self.db_root, self.fs)
         self.schemas = SchemaRegistry(self.versions.declare(s) for s in schemas)
-        self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files, self.fs)
+        self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files or default_max_open_files(), self.fs)
         self.io_retry = IoRetry(self.storage.io_retry_initial_ms / 1000.0, self.storage.io_retry_max_ms / 1000.0)
         self._locs: dict[LocationKey, Location] = {}
         self._opening: dict[LocationKey, threading.Event] = {}  # locations being opened, by one thread each

@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import resource
 import threading
 import time
 from typing import Callable, Iterator, Sequence
@@ -51,6 +52,31 @@ CLEANUP_INTERVAL_S = 60.0
 FAST_CYCLE_WINDOW_S = 60.0
 FAST_CYCLE_FRACTION = 0.2
 TARGET_FRACTION = 0.9
+
+
+#: descriptors a DIS keeps for what is not a column file: a socket per gRPC worker and per
+#: block-endpoint connection (2 x ``server.max_workers``), and this margin (logs, the block cache's
+#: reads, the metrics endpoint, a checkpoint's record and directory)
+NON_COLUMN_MARGIN = 256
+#: ``server.max_workers``' default (``disd.config.DisConfig``), for an engine made without a server
+DEFAULT_WORKERS = 256
+
+
+def max_open_files_for(nofile: int, max_workers: int = DEFAULT_WORKERS) -> int:
+    """The column-file descriptors a process whose descriptor limit is ``nofile`` may keep: the
+    limit less ``2 x max_workers + NON_COLUMN_MARGIN`` (README, "Configure": LimitNOFILE is at
+    least ``max_open_files + 2 x server.max_workers + 256``; with this, exactly), at least 16."""
+    return max(16, nofile - 2 * max_workers - NON_COLUMN_MARGIN)
+
+
+def default_max_open_files(max_workers: int = DEFAULT_WORKERS) -> int:
+    """``storage.max_open_files`` when ``dis.yaml`` leaves it out: from this process's descriptor
+    limit (RLIMIT_NOFILE, LimitNOFILE under systemd), so a DIS given more descriptors keeps more
+    column files open and cycles fewer (docs/storage-format.md, "File handles")."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max_open_files_for(int(soft), max_workers)
 
 
 class FileIdentityError(DisError, OSError):
