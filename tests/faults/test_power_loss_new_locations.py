@@ -137,7 +137,7 @@ def test_power_loss_during_a_burst_of_new_locations(tmp_path):
     assert not violations, f"DIS_FAULT_SEED={seed}: " + "\n".join(violations[:10])
 
 
-def _without_parent_fsyncs(fs, items):  # noqa: ANN001, ANN202
+def _without_parent_fsyncs(fs, items, at_once=8):  # noqa: ANN001, ANN202
     """create_locations as the composition makes it, but no directory fsync after a mkdir."""
 
     class NoParentSync:
@@ -149,7 +149,7 @@ def _without_parent_fsyncs(fs, items):  # noqa: ANN001, ANN202
                 return None  # a parent that gained a new directory: skipped (broken on purpose)
             return fs.fsync_dir(path)
 
-    return ORIGINAL(NoParentSync(), items)
+    return ORIGINAL(NoParentSync(), items, at_once)
 
 
 ORIGINAL = fsio.create_locations

@@ -272,8 +272,10 @@ class StorageEngine:
         items = [(path, TEMP_NAME, FILE_NAME, rec.to_bytes(), n, kept)
                  for (_, _, _, path, _), rec, n, kept in zip(new, records, names, keep)]
         most = max(len(n) for n in names)
-        with files.reserving(sum(len(n) for n, kept in zip(names, keep) if kept) + most * 8):
-            answers = fsio.create_locations(self.fs, items)
+        kept_fds = sum(len(n) for n, kept in zip(names, keep) if kept)
+        at_once = max(1, min(8, (files.capacity - kept_fds) // most))  # the limit holds while they are made
+        with files.reserving(kept_fds + most * at_once):
+            answers = fsio.create_locations(self.fs, items, at_once)
         for (k, table, _schema, path, v), rec, n, answer in zip(new, records, names, answers):
             if answer is None:  # made meanwhile (not by this engine: it holds the database's lock)
                 existing.append((k, v))

@@ -156,11 +156,11 @@ def _native_create_location(path: str, temp_name: str, record_name: str, record:
     return [(fd, (dev, ino)) for fd, dev, ino in out] if fresh else None
 
 
-def _native_create_locations(items: Sequence["NewLocation"]) -> list["Opened | None | OSError"]:
+def _native_create_locations(items: Sequence["NewLocation"], at_once: int = 8) -> list["Opened | None | OSError"]:
     """``create_locations`` in one call outside the interpreter's lock (``newlocation``)."""
     out: list[Opened | None | OSError] = []
     answers = newlocation.create_many([(path, temp, name, record, [os.fsencode(n) for n in files], keep)
-                                        for path, temp, name, record, files, keep in items])
+                                        for path, temp, name, record, files, keep in items], at_once)
     for fresh, got in answers:
         if fresh is None:
             op, code, where = got
@@ -326,8 +326,8 @@ class MeteredFileSystem:
         if inner is None:
             return None
 
-        def metered(items):  # noqa: ANN001, ANN202
-            out = inner(items)
+        def metered(items, at_once=8):  # noqa: ANN001, ANN202
+            out = inner(items, at_once)
             for e in out:
                 if isinstance(e, OSError):
                     self._failed(failed_op(e) or "create_location", e)
@@ -388,7 +388,7 @@ def pwrite_all(fs: FileSystem, writes: Sequence[Write]) -> None:
             raise
 
 
-def create_locations(fs: FileSystem, items: Sequence[NewLocation]) -> list[Opened | None | OSError]:
+def create_locations(fs: FileSystem, items: Sequence[NewLocation], at_once: int = 8) -> list[Opened | None | OSError]:
     """Many new locations (``create_location`` each), each step for all before the next: their
     missing directories made, then each parent that gained an entry fsynced once; their records
     written, then each fsynced, renamed over ``table.size``, its directory fsynced; then their
@@ -397,10 +397,12 @@ def create_locations(fs: FileSystem, items: Sequence[NewLocation]) -> list[Opene
     usual way), or the OSError that stopped it (others go on).  The order of each location's own
     calls is ``create_location``'s, so are the durability rules (docs/storage-format.md, "A new
     location"); what a batch saves is the parents' repeated fsyncs and, in C, the interpreter's
-    lock given up once, the waits overlapped."""
+    lock given up once, the waits overlapped.  ``at_once``: how many locations' column files are
+    made at the same time (the descriptors the call holds beyond those kept: ``at_once`` times a
+    location's files; here one at a time, in C on up to 8 threads)."""
     native = getattr(fs, "create_locations", None)
     if native is not None:
-        return native([(os.path.abspath(p), *rest) for p, *rest in items])  # type: ignore[misc]
+        return native([(os.path.abspath(p), *rest) for p, *rest in items], at_once)  # type: ignore[misc]
     out: list[Opened | None | OSError] = [None] * len(items)
     fresh: list[int] = []
     parents: dict[str, list[int]] = {}  # a directory that gained an entry -> the locations that made it

@@ -23,28 +23,12 @@
  *
  * The caller holds each location's lock across both calls: no other thread touches a state
  * while its chunks are worked on (a state in a call refuses its own methods meanwhile). */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "ingeststate.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "ingestcore.h"
-
-typedef struct {
-    PyObject_HEAD
-    dis_core core;
-    PyObject *src_file; /* the resume point's file name, or None */
-    int busy;           /* in an ingest_batch or write_out call */
-} State;
-
-static PyTypeObject StateType;
 
 static const int WIDTH[T_COUNT] = {1, 1, 2, 4, 8, 4, 8, 2, 8, 4};
 
-static int check_idle(State *s) {
+int dis_check_idle(State *s) {
     if (s->busy) {
         PyErr_SetString(PyExc_RuntimeError, "the write state is in a call on another thread");
         return -1;
@@ -156,7 +140,7 @@ static int set_source(State *s, PyObject *v) {
 static PyObject *State_reset(State *s, PyObject *args) {
     long long rows;
     PyObject *sizes, *source;
-    if (check_idle(s) || !PyArg_ParseTuple(args, "LOO", &rows, &sizes, &source))
+    if (dis_check_idle(s) || !PyArg_ParseTuple(args, "LOO", &rows, &sizes, &source))
         return NULL;
     int64_t v[s->core.nfiles + 1];
     if (read_sizes(s, sizes, v) || set_source(s, source))
@@ -176,7 +160,7 @@ static PyObject *State_reset(State *s, PyObject *args) {
 static PyObject *State_append(State *s, PyObject *args) {
     PyObject *parts_obj;
     long long rows;
-    if (check_idle(s) || !PyArg_ParseTuple(args, "OL", &parts_obj, &rows))
+    if (dis_check_idle(s) || !PyArg_ParseTuple(args, "OL", &parts_obj, &rows))
         return NULL;
     PyObject *parts = PySequence_Fast(parts_obj, "parts must be a sequence");
     if (!parts)
@@ -215,7 +199,7 @@ done:
 static PyObject *State_commit(State *s, PyObject *args) {
     long long rows;
     PyObject *sizes;
-    if (check_idle(s) || !PyArg_ParseTuple(args, "LO", &rows, &sizes))
+    if (dis_check_idle(s) || !PyArg_ParseTuple(args, "LO", &rows, &sizes))
         return NULL;
     int64_t v[s->core.nfiles + 1];
     if (read_sizes(s, sizes, v))
@@ -227,7 +211,7 @@ static PyObject *State_commit(State *s, PyObject *args) {
 }
 
 static PyObject *State_rollback(State *s, PyObject *unused) {
-    if (check_idle(s))
+    if (dis_check_idle(s))
         return NULL;
     int64_t rolled = 0;
     dis_rollback(&s->core, &rolled);
@@ -246,56 +230,10 @@ static PyObject *State_size(State *s, PyObject *arg) {
 static PyObject *State_sizes(State *s, PyObject *unused) { return sizes_tuple(s, 0); }
 static PyObject *State_committed_sizes(State *s, PyObject *unused) { return sizes_tuple(s, 1); }
 
-/* -- writes ------------------------------------------------------------------------------------ */
-
-/* The writes of one file's buffer, as ColumnFileWriter made them: up to the next block boundary,
- * then whole blocks; with ``flush`` the rest too.  Calls ``emit(at, bytes, offset)`` for each;
- * returns the bytes consumed, or -1 when ``emit`` failed. */
-typedef int (*emit_fn)(void *ctx, const char *p, int64_t n, int64_t offset);
-
-static int64_t plan_writes(const dis_file *f, int64_t block, int flush, emit_fn emit, void *ctx) {
-    int64_t pos = 0, disk = f->disk;
-    for (;;) {
-        int64_t limit = block - disk % block;
-        if (f->len - pos < limit)
-            break;
-        if (emit(ctx, f->buf + pos, limit, disk) != 0)
-            return -1;
-        pos += limit;
-        disk += limit;
-    }
-    if (flush && pos < f->len) {
-        if (emit(ctx, f->buf + pos, f->len - pos, disk) != 0)
-            return -1;
-        pos = f->len;
-    }
-    return pos;
-}
-
-static int has_writes(const dis_file *f, int64_t block, int flush) {
-    return f->truncate >= 0 || (flush ? f->len > 0 : f->len >= block - f->disk % block);
-}
-
-static void consumed(dis_file *f, int64_t n) {
-    memmove(f->buf, f->buf + n, (size_t)(f->len - n));
-    f->len -= n;
-    f->disk += n;
-    if (f->cap > (INT64_C(1) << 17) && f->len < f->cap / 4) { /* give back what a big chunk needed */
-        int64_t cap = 256;
-        while (cap < f->len)
-            cap *= 2;
-        char *b = realloc(f->buf, (size_t)cap);
-        if (b) {
-            f->buf = b;
-            f->cap = cap;
-        }
-    }
-}
-
 static PyObject *State_needs_io(State *s, PyObject *flush) {
     int fl = PyObject_IsTrue(flush);
     for (int i = 0; i < s->core.nfiles; i++)
-        if (has_writes(&s->core.files[i], s->core.block, fl))
+        if (dis_has_writes(&s->core.files[i], s->core.block, fl))
             Py_RETURN_TRUE;
     Py_RETURN_FALSE;
 }
@@ -318,7 +256,7 @@ static int collect(void *ctx, const char *p, int64_t n, int64_t offset) {
 /* take_io(flush) -> (truncates, writes): the cuts and writes due, as copies, the state advanced as
  * if they were made (for a file system that makes them itself, one call each) */
 static PyObject *State_take_io(State *s, PyObject *flush) {
-    if (check_idle(s))
+    if (dis_check_idle(s))
         return NULL;
     int fl = PyObject_IsTrue(flush);
     PyObject *cuts = PyList_New(0), *writes = PyList_New(0);
@@ -336,201 +274,16 @@ static PyObject *State_take_io(State *s, PyObject *flush) {
             f->truncate = -1;
         }
         collect_ctx ctx = {writes, i};
-        int64_t n = plan_writes(f, s->core.block, fl, collect, &ctx);
+        int64_t n = dis_plan_writes(f, s->core.block, fl, collect, &ctx);
         if (n < 0)
             goto fail;
-        consumed(f, n);
+        dis_consumed(f, n);
     }
     return Py_BuildValue("(NN)", cuts, writes);
 fail:
     Py_XDECREF(cuts);
     Py_XDECREF(writes);
     return NULL;
-}
-
-#define BUCKETS 9
-static const int64_t BOUNDS[BUCKETS - 1] = {1, 16, 256, 1024, 4096, 16384, 32768, 65536};
-
-typedef struct {
-    int fd;
-    const char *op;
-    int err;
-    int64_t sizes[BUCKETS];
-    int64_t sum;
-} write_ctx;
-
-static int pwrite_whole(void *ctx, const char *p, int64_t n, int64_t offset) {
-    write_ctx *w = ctx;
-    int64_t total = n;
-    while (n > 0) {
-        ssize_t k = pwrite(w->fd, p, (size_t)n, (off_t)offset);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            w->op = "pwrite";
-            w->err = errno;
-            return -1;
-        }
-        p += k;
-        n -= k;
-        offset += k;
-    }
-    int b = 0;
-    while (b < BUCKETS - 1 && total > BOUNDS[b])
-        b++;
-    w->sizes[b]++;
-    w->sum += total;
-    return 0;
-}
-
-typedef struct {
-    State *state;
-    int flush;
-    int *fds;                       /* a pinned descriptor, or -1: open the file for the writes */
-    const char **paths;
-    unsigned long long *dev, *ino;
-    /* out */
-    int failed_file, kind, err;     /* kind: 0 an OS error, 1 the file is gone, 2 replaced */
-    const char *op;
-} job_t;
-
-static void run_job(job_t *j, write_ctx *w, int64_t *transient) {
-    dis_core *c = &j->state->core;
-    j->failed_file = -1;
-    for (int i = 0; i < c->nfiles; i++) {
-        dis_file *f = &c->files[i];
-        if (!has_writes(f, c->block, j->flush))
-            continue;
-        int fd = j->fds[i], own = 0;
-        w->err = 0;
-        if (fd < 0) {
-            fd = open(j->paths[i], O_RDWR | O_CLOEXEC);
-            if (fd < 0) {
-                j->op = "open", j->err = errno, j->kind = errno == ENOENT ? 1 : 0, j->failed_file = i;
-                return;
-            }
-            own = 1;
-            ++*transient;
-            struct stat st;
-            if (fstat(fd, &st) != 0) {
-                j->op = "fstat", j->err = errno, j->kind = 0, j->failed_file = i;
-                close(fd);
-                return;
-            }
-            if ((unsigned long long)st.st_dev != j->dev[i] || (unsigned long long)st.st_ino != j->ino[i]) {
-                j->op = "open", j->err = 0, j->kind = 2, j->failed_file = i;
-                close(fd);
-                return;
-            }
-        }
-        if (f->truncate >= 0) {
-            if (ftruncate(fd, (off_t)f->truncate) != 0) {
-                j->op = "ftruncate", j->err = errno, j->kind = 0, j->failed_file = i;
-                if (own)
-                    close(fd);
-                return;
-            }
-            f->truncate = -1;
-        }
-        w->fd = fd;
-        int64_t n = plan_writes(f, c->block, j->flush, pwrite_whole, w);
-        if (own)
-            close(fd);
-        if (n < 0) {
-            j->op = w->op, j->err = w->err, j->kind = 0, j->failed_file = i;
-            return;
-        }
-        consumed(f, n);
-    }
-}
-
-static PyObject *write_out(PyObject *self, PyObject *arg) {
-    PyObject *jobs_seq = PySequence_Fast(arg, "jobs must be a sequence of (state, files, flush)");
-    if (!jobs_seq)
-        return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(jobs_seq), parsed = 0;
-    job_t *jobs = PyMem_Calloc((size_t)count + 1, sizeof *jobs);
-    PyObject *result = NULL;
-    if (!jobs) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; parsed < count; parsed++) {
-        job_t *j = &jobs[parsed];
-        PyObject *files, *flush;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(jobs_seq, parsed), "O!OO", &StateType, &j->state, &files,
-                              &flush))
-            goto done;
-        if (check_idle(j->state))
-            goto done;
-        int n = j->state->core.nfiles;
-        if (!PyTuple_Check(files) || PyTuple_GET_SIZE(files) != n) {
-            PyErr_Format(PyExc_ValueError, "files must be a tuple of %d", n);
-            goto done;
-        }
-        j->flush = PyObject_IsTrue(flush);
-        j->fds = PyMem_Calloc((size_t)n + 1, sizeof *j->fds);
-        j->paths = PyMem_Calloc((size_t)n + 1, sizeof *j->paths);
-        j->dev = PyMem_Calloc((size_t)n + 1, sizeof *j->dev);
-        j->ino = PyMem_Calloc((size_t)n + 1, sizeof *j->ino);
-        if (!j->fds || !j->paths || !j->dev || !j->ino) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (int i = 0; i < n; i++) {
-            PyObject *f = PyTuple_GET_ITEM(files, i);
-            if (f == Py_None) {
-                j->fds[i] = -2; /* not needed: the file has nothing to write (checked below) */
-            } else if (PyLong_Check(f)) {
-                j->fds[i] = (int)PyLong_AsLong(f);
-            } else if (!PyArg_ParseTuple(f, "yKK;a file is a descriptor or (path, st_dev, st_ino)", &j->paths[i],
-                                         &j->dev[i], &j->ino[i])) {
-                goto done;
-            } else {
-                j->fds[i] = -1;
-            }
-            if (j->fds[i] == -2 && has_writes(&j->state->core.files[i], j->state->core.block, j->flush)) {
-                PyErr_Format(PyExc_ValueError, "file %d has writes due and no descriptor", i);
-                goto done;
-            }
-        }
-    }
-    write_ctx w = {0};
-    int64_t transient = 0;
-    for (Py_ssize_t k = 0; k < count; k++)
-        jobs[k].state->busy++;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < count; k++)
-        run_job(&jobs[k], &w, &transient);
-    Py_END_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < count; k++)
-        jobs[k].state->busy--;
-    PyObject *failures = PyList_New(count), *sizes = PyTuple_New(BUCKETS + 1);
-    if (!failures || !sizes) {
-        Py_XDECREF(failures);
-        Py_XDECREF(sizes);
-        goto done;
-    }
-    for (int b = 0; b < BUCKETS; b++)
-        PyTuple_SET_ITEM(sizes, b, PyLong_FromLongLong(w.sizes[b]));
-    PyTuple_SET_ITEM(sizes, BUCKETS, PyLong_FromLongLong(w.sum));
-    for (Py_ssize_t k = 0; k < count; k++) {
-        job_t *j = &jobs[k];
-        PyObject *v = j->failed_file < 0 ? (Py_INCREF(Py_None), Py_None)
-                                         : Py_BuildValue("(isii)", j->failed_file, j->op, j->err, j->kind);
-        PyList_SET_ITEM(failures, k, v);
-    }
-    result = Py_BuildValue("(NNL)", failures, sizes, (long long)transient);
-done:
-    for (Py_ssize_t k = 0; k < count && jobs; k++) {
-        PyMem_Free(jobs[k].fds);
-        PyMem_Free(jobs[k].paths);
-        PyMem_Free(jobs[k].dev);
-        PyMem_Free(jobs[k].ino);
-    }
-    PyMem_Free(jobs);
-    Py_DECREF(jobs_seq);
-    return result;
 }
 
 /* -- chunks ------------------------------------------------------------------------------------ */
@@ -553,10 +306,10 @@ static PyObject *ingest_batch(PyObject *self, PyObject *arg) {
         dis_item *it = &items[parsed];
         long long base, start;
         int same;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, parsed), "O!y*LLOp", &StateType, &states[parsed],
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, parsed), "O!y*LLOp", &dis_StateType, &states[parsed],
                               &views[parsed], &base, &start, &names[parsed], &same))
             goto done;
-        if (check_idle(states[parsed]) || start < 0 || start > views[parsed].len) {
+        if (dis_check_idle(states[parsed]) || start < 0 || start > views[parsed].len) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "start is outside the chunk");
             PyBuffer_Release(&views[parsed]);
@@ -696,7 +449,7 @@ static PyMethodDef State_methods[] = {
     {NULL},
 };
 
-static PyTypeObject StateType = {
+PyTypeObject dis_StateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "disd.storage.ingestcore.WriteState",
     .tp_basicsize = sizeof(State),
     .tp_dealloc = (destructor)State_dealloc,
@@ -710,7 +463,7 @@ static PyTypeObject StateType = {
 
 static PyMethodDef methods[] = {
     {"ingest_batch", ingest_batch, METH_O, "ingest_batch(items) -> results (see the source)"},
-    {"write_out", write_out, METH_O, "write_out(jobs) -> (failures, write_sizes, transient_opens)"},
+    {"write_out", dis_write_out, METH_O, "write_out(jobs) -> (failures, write_sizes, transient_opens)"},
     {"crc32c", crc32c, METH_O, "crc32c(data) -> the CRC32C of the bytes"},
     {"utf8_valid", utf8_valid, METH_O, "utf8_valid(data) -> whether the bytes are UTF-8"},
     {NULL, NULL, 0, NULL},
@@ -722,15 +475,15 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit_ingestcore(void) {
-    if (PyType_Ready(&StateType) < 0)
+    if (PyType_Ready(&dis_StateType) < 0)
         return NULL;
     dis_crc32c(0, "", 0); /* the tables and the CPU check, made here under the interpreter's lock */
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    Py_INCREF(&StateType);
-    if (PyModule_AddObject(m, "WriteState", (PyObject *)&StateType) < 0) {
-        Py_DECREF(&StateType);
+    Py_INCREF(&dis_StateType);
+    if (PyModule_AddObject(m, "WriteState", (PyObject *)&dis_StateType) < 0) {
+        Py_DECREF(&dis_StateType);
         Py_DECREF(m);
         return NULL;
     }
