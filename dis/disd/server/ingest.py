@@ -35,7 +35,7 @@ from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaError, TableSchema
 from disd.server import metrics
 from disd.server.ingestsessions import EndStream, Session, SessionRegistry, end_stream, error_status
-from disd.storage import LocationError, StorageEngine
+from disd.storage import Location, LocationError, StorageEngine
 from disd.storage.ingest import (
     ChunkResult,
     LocationIngest,
@@ -213,7 +213,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         return newest.at_version(logged.version)
 
     @staticmethod
-    def _rollback(loc, key: LocationKey) -> None:  # noqa: ANN001
+    def _rollback(loc: Location, key: LocationKey) -> None:
         try:
             loc.rollback()
         except Exception as e:  # noqa: BLE001 - the location reports its own error state
@@ -278,7 +278,7 @@ class LocationStream:
         self.session: Session | None = None
         self.key: LocationKey | None = None
         self.tailer_id: str | None = None
-        self.loc = None
+        self.loc: Location | None = None
         self.schema: TableSchema | None = None
         self.owner: threading.Lock | None = None  # the location's owner lock, looked up once
         self.cursor: LocationIngest | None = None  # where the stream is in its logs

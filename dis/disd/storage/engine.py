@@ -41,6 +41,7 @@ from disd.storage.filehandles import TrackedFileHandleFactory, default_max_open_
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location, new_record
 from disd.storage.versionstore import VersionStore
+from disd.storage.writeout import flush_many
 
 log = structlog.get_logger(__name__)
 
@@ -90,13 +91,13 @@ class StorageEngine:
         self.failures = 0
         self._lock = threading.Lock()
         self._open_pool: ThreadPoolExecutor | None = None  # open_many's threads, started on first use
-        self._subscribers: list[Callable] = []
+        self._subscribers: tuple[Callable, ...] = ()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._warned: set[tuple] = set()
         self._closed = False
         self._next_scan = 0.0  # time.monotonic() from which ``locations`` walks the disk again
-        self.flusher = FlushClock(Location.flush_marked, self._stop)
+        self.flusher = FlushClock(Location.flush_marked, self._stop, batch=flush_many)
         self.checkpointer = CheckpointClock(
             Location.checkpoint, lambda loc: loc.import_config.checkpoint_interval_ms / 1000.0, self._stop)
         self._discover()
@@ -352,19 +353,21 @@ class StorageEngine:
     def subscribe(self, callback: Callable) -> Callable[[], None]:
         """``callback(location, published_rows)`` on each new location and each publish."""
         with self._lock:
-            self._subscribers.append(callback)
+            self._subscribers = (*self._subscribers, callback)
 
         def unsubscribe() -> None:
             with self._lock:
                 if callback in self._subscribers:
-                    self._subscribers.remove(callback)
+                    subs = list(self._subscribers)
+                    subs.remove(callback)
+                    self._subscribers = tuple(subs)
 
         return unsubscribe
 
     def _published(self, loc: Location) -> None:
-        with self._lock:
-            subs = list(self._subscribers)
-        for cb in subs:
+        """Tell the subscribers.  The list is replaced, never changed, on (un)subscribe, so a
+        publish reads it without the engine's lock (a batch publishes many locations)."""
+        for cb in self._subscribers:
             try:
                 cb(loc, loc.published_rows)
             except Exception as e:  # a subscriber's failure is its own

@@ -22,6 +22,7 @@ The caller holds each location's lock.
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Sequence
 
 from disd.storage import metrics
@@ -61,6 +62,38 @@ def write_out(jobs: Sequence[tuple["Location", bool]], raise_first: bool = False
             if f is not None:
                 raise f
     return failures
+
+
+def flush_many(locs: Sequence["Location"]) -> int:
+    """Flush these locations together (the flush clock's tick): each one's locks taken (in one
+    order for every caller), their writes made in one call, each published, then the subscribers
+    told off the locks.  A location flushed since it was marked (nothing to write or publish) is
+    passed over; a failed flush puts its location in error.  Returns how many were flushed."""
+    todo = {id(loc): loc for loc in locs if loc.dirty_since is not None}
+    if not todo:
+        return 0
+    t0 = time.perf_counter()
+    held: list["Location"] = []
+    published = []
+    try:
+        for k in sorted(todo):
+            todo[k].lock.acquire()
+            held.append(todo[k])
+        live = [loc for loc in held if not loc.closed and not loc.in_error]
+        now = time.time()
+        for loc, e in zip(live, write_out([(loc, True) for loc in live])):
+            if e is not None:
+                loc.fail_io("flush", e)
+            elif loc.published_locked(now):
+                published.append((loc, (loc.published_rows, loc.published_sizes, loc.epoch)))
+    finally:
+        for loc in reversed(held):
+            loc.lock.release()
+    metrics.FLUSH_DURATION.observe(time.perf_counter() - t0)
+    for loc, what in published:
+        loc.update_lastby(what)
+        loc.published()
+    return len(todo)
 
 
 def _composed(loc: "Location", flush: bool) -> None:
@@ -119,4 +152,4 @@ def _error(loc: "Location", index: int, op: str, code: int, kind: int) -> BaseEx
     return e
 
 
-__all__ = ["FileIdentityError", "write_out"]
+__all__ = ["FileIdentityError", "flush_many", "write_out"]
