@@ -377,7 +377,7 @@ def _compiled(batch: _Batch, i: int, out: tuple) -> None:
         batch.dirty[id(loc)] = loc
 
 
-def _write(batch: _Batch) -> list[tuple[Location, tuple[int, dict[str, int], int]]]:
+def _write(batch: _Batch) -> list[tuple[Location, tuple[int, dict[str, int], int] | None]]:
     """The batch's writes: whole blocks and cuts of every location that took a chunk (a failure
     puts the location in error and refuses its chunks of the batch, as a failed append did),
     then the flush of those whose senders have caught up (a failure puts the location in error;
@@ -397,7 +397,7 @@ def _write(batch: _Batch) -> list[tuple[Location, tuple[int, dict[str, int], int
             if e is not None:
                 loc.fail_io("flush", e)
             elif loc.published_locked(now):
-                flushed.append((loc, (loc.published_rows, loc.published_sizes, loc.epoch)))
+                flushed.append((loc, loc.publish_snapshot()))
         metrics.FLUSH_DURATION.observe(time.perf_counter() - t0)
     for loc in batch.dirty.values():
         if not loc.in_error:

@@ -760,9 +760,16 @@ class Location:
                     self.lastby.pending.clear()  # the state will not take them; a reopen starts afresh
             return None
 
-    def update_lastby(self, published: tuple[int, dict[str, int], int]) -> None:
-        """After a publish, off the lock (``published``: rows, sizes and epoch read under it)."""
-        if self.lastby is not None:
+    def publish_snapshot(self) -> tuple[int, dict[str, int], int] | None:
+        """Under the lock, after a publish: what the last-by state's update needs (the published
+        rows, their files' sizes, the epoch), None without last-by state."""
+        if self.lastby is None:
+            return None
+        return self.published_rows, self.published_sizes, self.epoch
+
+    def update_lastby(self, published: tuple[int, dict[str, int], int] | None) -> None:
+        """After a publish, off the lock (``published``: ``publish_snapshot``'s)."""
+        if self.lastby is not None and published is not None:
             self._update_lastby(*published)
 
     def published(self) -> None:

@@ -85,7 +85,7 @@ def flush_many(locs: Sequence["Location"]) -> int:
             if e is not None:
                 loc.fail_io("flush", e)
             elif loc.published_locked(now):
-                published.append((loc, (loc.published_rows, loc.published_sizes, loc.epoch)))
+                published.append((loc, loc.publish_snapshot()))
     finally:
         for loc in reversed(held):
             loc.lock.release()
