@@ -223,19 +223,39 @@ static int scan(const dis_core *c, const uint8_t *d, int64_t n, int64_t p, frame
 
 static int is_null(const uint8_t *rec, int col) { return (rec[1 + (col >> 3)] >> (col & 7)) & 1; }
 
+/* No byte of the n bytes at s has its top bit set: ASCII, so any of its ranges is UTF-8. */
+static int all_ascii(const uint8_t *s, int64_t n) {
+    uint64_t acc = 0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        acc |= w;
+    }
+    for (; i < n; i++)
+        acc |= s[i];
+    return !(acc & UINT64_C(0x8080808080808080));
+}
+
 /* _decode_records' checks: flags, string lengths against the heap, null strings of no length,
- * UTF-8.  ING_OK, ING_REFUSED or ING_REFERENCE. */
-static int check_rows(const dis_core *c, const uint8_t *d, const frames_t *fs, int64_t n) {
+ * UTF-8.  ING_OK, ING_REFUSED or ING_REFERENCE; ``flags`` gets every row's flag, ``heap_bytes``
+ * the heaps' total. */
+static int check_rows(const dis_core *c, const uint8_t *d, const frames_t *fs, int64_t n, uint8_t *flags,
+                      int64_t *heap_bytes) {
     int max_flag = 0;
     uint64_t lens_total = 0, heap_total = 0;
     int per_frame_ok = 1;
+    int64_t row = 0;
     for (int64_t f = 0; f < fs->n; f++) {
         const uint8_t *rec = d + fs->v[f].start + FRAME_HEADER;
         int64_t heap = fs->v[f].end - fs->v[f].start - FRAME_HEADER - fs->v[f].rows * c->row_size;
         uint64_t frame_lens = 0;
         for (int64_t r = 0; r < fs->v[f].rows; r++, rec += c->row_size) {
+            flags[row++] = rec[0];
             if (rec[0] > max_flag)
                 max_flag = rec[0];
+            if (!c->nstrings)
+                continue;
             for (int k = 0; k < c->ncols; k++) {
                 if (c->cols[k].type != T_STRING)
                     continue;
@@ -250,6 +270,7 @@ static int check_rows(const dis_core *c, const uint8_t *d, const frames_t *fs, i
         lens_total += frame_lens;
         heap_total += (uint64_t)heap;
     }
+    *heap_bytes = (int64_t)heap_total;
     if (n && max_flag > 3)
         return ING_REFUSED;
     if (c->nstrings == 0)
@@ -263,6 +284,8 @@ static int check_rows(const dis_core *c, const uint8_t *d, const frames_t *fs, i
     for (int64_t f = 0; f < fs->n; f++) { /* each value's bytes lie in its own frame's heap */
         const uint8_t *rec = d + fs->v[f].start + FRAME_HEADER;
         const uint8_t *heap = rec + fs->v[f].rows * c->row_size;
+        if (all_ascii(heap, fs->v[f].end - (heap - d)))
+            continue;
         for (int64_t r = 0; r < fs->v[f].rows; r++, rec += c->row_size) {
             for (int k = 0; k < c->ncols; k++) {
                 if (c->cols[k].type != T_STRING)
@@ -280,21 +303,22 @@ static int check_rows(const dis_core *c, const uint8_t *d, const frames_t *fs, i
 /* plan_transactions, a row at a time: keep[i] for the rows [skip, n) of the chunk. */
 typedef struct {
     int rollback_open, open_at_end;
-    int64_t last_commit, abandoned, ends_without_start;
+    int64_t last_commit, abandoned, ends_without_start, dropped;
 } plan_t;
 
-static plan_t plan(const uint8_t *const *flags, int64_t m, int in_txn, uint8_t *keep) {
-    plan_t p = {0, 0, -1, 0, 0};
+static plan_t plan(const uint8_t *flags, int64_t m, int in_txn, uint8_t *keep) {
+    plan_t p = {0, 0, -1, 0, 0, 0};
     int64_t begin = -1;
+    memset(keep, 1, (size_t)m);
     for (int64_t i = 0; i < m; i++) {
-        uint8_t f = *flags[i];
-        keep[i] = 1;
+        uint8_t f = flags[i];
         if (in_txn && (f == 1 || f == 3)) { /* a Start or SingleRow abandons the open transaction */
             p.abandoned++;
             if (begin < 0)
                 p.rollback_open = 1;
-            for (int64_t k = begin < 0 ? 0 : begin; k < i; k++)
-                keep[k] = 0;
+            int64_t from = begin < 0 ? 0 : begin;
+            memset(keep + from, 0, (size_t)(i - from));
+            p.dropped += i - from;
             in_txn = 0;
         }
         if (f == 1) {
@@ -325,12 +349,27 @@ static const uint8_t SENTINEL[T_COUNT][8] = {
     [T_TIMESTAMP] = {0, 0, 0, 0, 0, 0, 0, 0x80},
 };
 
-/* encode_fixed / encode_string of one row, appended (room reserved by the caller) */
-static void append_row(dis_core *c, const uint8_t *rec, const uint8_t *heap) {
+static inline void put(dis_file *f, const uint8_t *src, int width) {
+    char *dst = f->buf + f->len;
+    switch (width) { /* fixed sizes: copies the compiler inlines */
+    case 1: *dst = (char)*src; break;
+    case 2: memcpy(dst, src, 2); break;
+    case 4: memcpy(dst, src, 4); break;
+    default: memcpy(dst, src, 8); break;
+    }
+    f->len += width;
+}
+
+/* encode_fixed / encode_string of one row, appended (room reserved by the caller); returns the
+ * heap after the row's strings */
+static const uint8_t *append_row(dis_core *c, const uint8_t *rec, const uint8_t *heap) {
+    int any_null = 0;
+    for (int b = 0; b < c->null_bytes; b++)
+        any_null |= rec[1 + b];
     for (int k = 0; k < c->ncols; k++) {
         const dis_col *col = &c->cols[k];
         dis_file *f = &c->files[col->file];
-        int null = is_null(rec, k);
+        int null = any_null && is_null(rec, k);
         if (col->type == T_STRING) {
             uint32_t len = u32_at(rec + col->field);
             dis_file *dat = f + 1;
@@ -341,15 +380,14 @@ static void append_row(dis_core *c, const uint8_t *rec, const uint8_t *heap) {
             memcpy(f->buf + f->len, &end, 8);
             f->len += 8;
         } else if (null) {
-            memcpy(f->buf + f->len, SENTINEL[col->type], (size_t)col->width);
-            f->len += col->width;
+            put(f, SENTINEL[col->type], col->width);
         } else if (col->type == T_BOOL) {
             f->buf[f->len++] = rec[col->field] != 0;
         } else {
-            memcpy(f->buf + f->len, rec + col->field, (size_t)col->width);
-            f->len += col->width;
+            put(f, rec + col->field, col->width);
         }
     }
+    return heap;
 }
 
 static int64_t row_string_bytes(const dis_core *c, const uint8_t *rec) {
@@ -362,13 +400,9 @@ static int64_t row_string_bytes(const dis_core *c, const uint8_t *rec) {
 
 /* Location.ingest after the decode: restart at the resume point, skip_rows, the plan, the rows
  * kept appended, the commit and its source position. */
-static int apply(dis_item *it, const frames_t *fs, int64_t n) {
+static int apply(dis_item *it, const frames_t *fs, int64_t n, const uint8_t *flags, int64_t heap_bytes) {
     dis_core *c = it->core;
     const uint8_t *d = it->data;
-    int rc = ING_NOMEM;
-    const uint8_t **flags = NULL, **heaps = NULL;
-    uint8_t *keep = NULL;
-    int64_t *frame_of = NULL;
     if (n == 0)
         return ING_OK;
     int64_t skip = 0;
@@ -383,59 +417,52 @@ static int apply(dis_item *it, const frames_t *fs, int64_t n) {
         if (skip == n)
             return ING_OK;
     }
-    /* every row's record, its heap bytes and its frame, in chunk order */
-    flags = malloc((size_t)n * sizeof *flags);
-    heaps = malloc((size_t)n * sizeof *heaps);
-    frame_of = malloc((size_t)n * sizeof *frame_of);
-    keep = malloc((size_t)(n - skip));
-    if (!flags || !heaps || !frame_of || !keep)
-        goto done;
-    int64_t r = 0;
-    for (int64_t f = 0; f < fs->n; f++) {
-        const uint8_t *rec = d + fs->v[f].start + FRAME_HEADER;
-        const uint8_t *heap = rec + fs->v[f].rows * c->row_size;
-        for (int64_t k = 0; k < fs->v[f].rows; k++, r++, rec += c->row_size) {
-            flags[r] = rec;
-            heaps[r] = heap;
-            frame_of[r] = f;
-            heap += c->nstrings ? row_string_bytes(c, rec) : 0;
-        }
-    }
     int64_t m = n - skip;
+    uint8_t *keep = malloc((size_t)m);
+    if (!keep)
+        return ING_NOMEM;
     plan_t p = plan(flags + skip, m, c->txn_open, keep);
     it->abandoned = p.abandoned;
     it->ends_without_start = p.ends_without_start;
-    /* room for the kept rows, so that nothing below can fail half way */
-    int64_t kept = 0;
-    for (int64_t i = 0; i < m; i++)
-        kept += keep[i];
+    /* room for the kept rows (their strings at most the heaps), so nothing below can fail half way */
+    int64_t kept = m - p.dropped;
     for (int k = 0; k < c->ncols; k++) {
         const dis_col *col = &c->cols[k];
-        if (col->type == T_STRING) {
-            int64_t bytes = 0;
-            for (int64_t i = 0; i < m; i++)
-                if (keep[i])
-                    bytes += u32_at(flags[skip + i] + col->field);
-            if (dis_reserve(&c->files[col->file], kept * 8) || dis_reserve(&c->files[col->file + 1], bytes))
-                goto done;
-        } else if (dis_reserve(&c->files[col->file], kept * col->width)) {
-            goto done;
+        int fail = col->type == T_STRING
+                       ? dis_reserve(&c->files[col->file], kept * 8) || dis_reserve(&c->files[col->file + 1], heap_bytes)
+                       : dis_reserve(&c->files[col->file], kept * col->width);
+        if (fail) {
+            free(keep);
+            return ING_NOMEM;
         }
     }
     if (p.rollback_open)
         dis_rollback(c, &it->rolled_back);
-    int64_t before = c->written, upto = 0, done_rows = 0;
-    for (int64_t i = 0; i < m; i++) {
-        if (!keep[i])
-            continue;
-        append_row(c, flags[skip + i], heaps[skip + i]);
-        done_rows++;
-        if (i == p.last_commit) {
-            upto = done_rows;
-            for (int f = 0; f < c->nfiles; f++)
-                c->files[f].committed = c->files[f].disk + c->files[f].len;
+    int64_t before = c->written, upto = 0, done_rows = 0, row = 0;
+    int64_t commit_frame = -1, commit_first = 0; /* the frame of the last committing row, its first row */
+    for (int64_t f = 0; f < fs->n; f++) {
+        const uint8_t *rec = d + fs->v[f].start + FRAME_HEADER;
+        const uint8_t *heap = rec + fs->v[f].rows * c->row_size;
+        int64_t first = row;
+        for (int64_t r = 0; r < fs->v[f].rows; r++, row++, rec += c->row_size) {
+            int64_t i = row - skip;
+            if (i < 0 || !keep[i]) {
+                if (c->nstrings)
+                    heap += row_string_bytes(c, rec);
+                continue;
+            }
+            heap = append_row(c, rec, heap);
+            done_rows++;
+            if (i == p.last_commit) {
+                upto = done_rows;
+                commit_frame = f;
+                commit_first = first;
+                for (int k = 0; k < c->nfiles; k++)
+                    c->files[k].committed = c->files[k].disk + c->files[k].len;
+            }
         }
     }
+    free(keep);
     c->written += kept;
     it->kept = kept;
     it->nbytes = fs->v[fs->n - 1].end - fs->v[0].start;
@@ -444,31 +471,25 @@ static int apply(dis_item *it, const frames_t *fs, int64_t n) {
         it->committed_delta = now - c->committed;
         c->committed = now;
         /* _position: just past the frame when the row is its last, else the frame and its rows done */
-        int64_t row = p.last_commit + skip, f = frame_of[row], first = row;
-        while (first > 0 && frame_of[first - 1] == f)
-            first--;
-        if (row == first + fs->v[f].rows - 1) {
-            c->src_offset = it->base + fs->v[f].end;
+        int64_t at = p.last_commit + skip;
+        const frame_t *fr = &fs->v[commit_frame];
+        if (at == commit_first + fr->rows - 1) {
+            c->src_offset = it->base + fr->end;
             c->src_skip = 0;
         } else {
-            c->src_offset = it->base + fs->v[f].start;
-            c->src_skip = row - first + 1;
+            c->src_offset = it->base + fr->start;
+            c->src_skip = at - commit_first + 1;
         }
         it->source_moved = 1;
     }
     c->txn_open = p.open_at_end;
     it->dirty = 1;
-    rc = ING_OK;
-done:
-    free(flags);
-    free(heaps);
-    free(frame_of);
-    free(keep);
-    return rc;
+    return ING_OK;
 }
 
 void dis_ingest(dis_item *it) {
     frames_t fs = {NULL, 0, 0};
+    uint8_t *flags = NULL;
     int s = scan(it->core, it->data, it->len, it->start, &fs);
     if (s != 0) {
         it->status = s < 0 ? ING_NOMEM : ING_REFUSED;
@@ -479,12 +500,18 @@ void dis_ingest(dis_item *it) {
         it->status = ING_NO_FRAMES;
         goto done;
     }
-    int64_t n = 0;
+    int64_t n = 0, heap_bytes = 0;
     for (int64_t f = 0; f < fs.n; f++)
         n += fs.v[f].rows;
-    it->status = check_rows(it->core, it->data, &fs, n);
+    flags = malloc((size_t)n + 1);
+    if (!flags) {
+        it->status = ING_NOMEM;
+        goto done;
+    }
+    it->status = check_rows(it->core, it->data, &fs, n, flags, &heap_bytes);
     if (it->status == ING_OK)
-        it->status = apply(it, &fs, n);
+        it->status = apply(it, &fs, n, flags, heap_bytes);
 done:
     free(fs.v);
+    free(flags);
 }
