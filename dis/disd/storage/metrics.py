@@ -74,7 +74,8 @@ WRITE_SIZE = BatchHistogram(
     buckets=(1, 16, 256, 1024, 4096, 16384, 32768, 65536),
 )
 FLUSH_DURATION = Histogram(
-    "dis_flush_duration_seconds", "Time to write a location's dirty buffers and publish",
+    "dis_flush_duration_seconds",
+    "Time to write the dirty buffers of the locations flushed together (a batch of chunks', a flush tick's, or one) and publish them",
     buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0),
 )
 CHECKPOINT_DURATION = Histogram(
