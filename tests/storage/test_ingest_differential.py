@@ -273,6 +273,18 @@ def _chunks(schema: TableSchema, logs: dict[str, Log], sends) -> list[tuple[str,
     return out
 
 
+def test_the_build_has_the_compiled_path():
+    """The product's build has the C modules (a build without a compiler would fall back to the
+    reference quietly, and the tests above would compare nothing): a new location's write state
+    is compiled, the real file system writes compiled states and makes new locations in C."""
+    from disd.storage import fsio
+    from disd.storage.writestate import is_compiled, new_write_state
+
+    assert ingestcore is not None, "disd.storage.ingestcore was not built (no C compiler?)"
+    assert is_compiled(new_write_state(TRADE, 65536))
+    assert fsio.OS.write_states is not None and fsio.OS.create_locations is not None
+
+
 # -- cases a random program rarely reaches --------------------------------------------------------
 
 
