@@ -13,6 +13,10 @@
   compiler the build goes on and the DIS does both from Python (``disd.storage.fsio``'s
   ``create_location`` and ``pwrite_all``), which the tests check against them; with
   ``DIS_REQUIRE_C_MODULES=1`` (``make dist``, the Dockerfile) a failed compile fails the build.
+* ``disd.storage.ingestcore`` (C) is a location's write state and the byte work of a batch of
+  locations' chunks (frame scan and CRC32C, row checks, transactions, column bytes, writes)
+  outside the interpreter's lock; optional the same way: without it the Python reference path
+  (``disd.storage.writestate``, ``disd.storage.ingest``) does all of it.
 """
 
 from __future__ import annotations
@@ -79,6 +83,14 @@ setup(
     packages=packages,
     package_dir={"": "dis", "disd.tailer": "tailer"},
     cmdclass={"build_py": BuildPyWithProtos},
-    ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=optional_c),
-                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=optional_c)],
+    ext_modules=[Extension("disd.storage.newlocation",
+                           ["dis/disd/storage/newlocation.c", "dis/disd/storage/newlocations.c"],
+                           depends=["dis/disd/storage/newlocation.h"], optional=optional_c,
+                           extra_compile_args=["-pthread"], extra_link_args=["-pthread"]),
+                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=optional_c),
+                 Extension("disd.storage.ingestcore",
+                           ["dis/disd/storage/ingestcore.c", "dis/disd/storage/ingestscan.c",
+                            "dis/disd/storage/ingestwrite.c"],
+                           depends=["dis/disd/storage/ingestcore.h", "dis/disd/storage/ingeststate.h"],
+                           optional=optional_c)],
 )

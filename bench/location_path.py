@@ -5,15 +5,22 @@ processes; this bench isolates the DIS's share that no serving change can remove
 path a stream's messages run (``disd.server.ingest.LocationStream``: open, then a chunk and its
 ack; a caught-up chunk is flushed at once, as the tailer marks the last chunk of a location).
 
-Two phases over ``--locations`` new locations of Market.Trade (internal partitions x 5 dates,
-as in ``bench/load.py``), on a started ``StorageEngine`` with ``max_open_files`` as that bench
-gives the DIS (512 by default: 1,000 column files cycle through them, as they do there):
+Phases over ``--locations`` new locations of Market.Trade (internal partitions x 5 dates, as
+in ``bench/load.py``), on a started ``StorageEngine`` with ``max_open_files`` as that bench gives
+the DIS (512 by default: 1,000 column files cycle through them, as they do there):
 
-* *new*: each location's stream opened (the location created: directories, first record,
-  five column files, each fsynced as in production) and its first chunk, the log's header and
-  10 rows, ingested and flushed; then the streams stay open;
-* *live*: ``--rounds`` rounds of one 1-row chunk per location, each flushed (a row per location
-  per write, the live phase of ``bench/load.py`` at one write per location).
+* *new*: the locations opened together, as a ``Multiplex`` request's opens are
+  (``StorageEngine.open_many``: directories, first records and column files made in one batch,
+  fsynced as in production), each one's stream opened, then every first chunk (the log's header
+  and 10 rows) as one batch through the engine's chunk entry (``IngestService.ingest``, as the
+  request's reader hands them over), ingested and flushed; then the streams stay open;
+* *live*: ``--rounds`` rounds of one 1-row chunk per location, each flushed, a chunk at a time
+  (``LocationStream.handle``, what a ``Stream`` call does per message);
+* *live batch*: ``--rounds`` rounds of the same, every location's chunk of a round in one batch
+  (what a ``Multiplex`` request carrying them does).
+
+Each round starts at least 25 ms after the last, so caught-up chunks are flushed as they are
+taken (a location flushed less than 25 ms ago waits for the flush clock's tick).
 
 CPU is the process's user + system time over each phase (the engine's own threads included;
 the new phase's user time is printed too: the system time of creating files varies several-fold
@@ -29,7 +36,10 @@ descriptors.  ``ratio`` = the live write's CPU over its baseline's.
 
 The last JSON line adds ``writes_per_core_s``: location writes one interpreter can make per
 second at this path's cost, however cheap the serving around it (``bench/load.py``'s live
-phase at 10,000 locations asks 10,000 a second of one DIS).
+phase at 10,000 locations asks 10,000 a second of one DIS); ``live_batch_write_us`` (a live
+write in a batch of every location's) and its ``batch_writes_per_core_s``;
+``new_location_ms`` is per location of the batch opened together (``new_location_user_ms``: the
+interpreter's part).
 
     .venv/bin/python bench/location_path.py [--locations 200] [--rounds 10] [--max-open-files 512]
 """
@@ -86,13 +96,13 @@ def write_logs(log_dir: str, keys: list[LocationKey], rounds: int) -> list[tuple
         name = f"Market.Trade.System.{k.internal_partition}.{k.column_partition}.bin.{k.column_partition}.000000.000+0000"
         path = os.path.join(log_dir, name)
         with BinlogWriter(path, schema) as w:
-            for n in [FIRST_ROWS] + [1] * rounds:
+            for n in [FIRST_ROWS] + [1] * (2 * rounds):
                 t = trade_table(n)
                 w.write_rows(normalize_columns(schema, t), np.full(n, RowFlag.SINGLE_ROW, np.uint8))
         with open(path, "rb") as f:
             data = f.read()
         run = scan_frames(data, 0, schema, start=decode_header(data, name).size)
-        assert len(run.ends) == rounds + 1 and LogFileName.parse(name).location == k, name
+        assert len(run.ends) == 2 * rounds + 1 and LogFileName.parse(name).location == k, name
         out.append((name, data, list(run.ends)))
     return out
 
@@ -103,8 +113,9 @@ def chunk(name: str, data: bytes, start: int, end: int) -> dis_pb2.IngestRequest
 
 
 def dis_path(work: str, keys: list[LocationKey], logs: list, rounds: int,
-             max_open_files: int) -> tuple[float, float, list[float]]:
-    """CPU seconds of the new phase (all, and user), and of each live round."""
+             max_open_files: int) -> tuple[float, float, list[float], list[float]]:
+    """CPU seconds of the new phase (all, and user), and of each live round, a chunk at a time
+    and in one batch."""
     schema = load_schema(TRADE_SCHEMA)
     engine = StorageEngine(os.path.join(work, "db"), SchemaRegistry([schema]), StorageConfig(max_open_files=max_open_files))
     engine.start()
@@ -115,30 +126,45 @@ def dis_path(work: str, keys: list[LocationKey], logs: list, rounds: int,
     firsts = [chunk(name, data, 0, ends[0]) for name, data, ends in logs]
     streams = []
     try:
+        time.sleep(0.05)
         c0, u0 = cpu_s(), user_s()
-        for o, c in zip(opens, firsts):
+        # a Multiplex request's opens: the new locations made together, then each stream opened
+        engine.open_many([(k, version.version) for k, version in map(service.open_target, opens)])
+        for o in opens:
             s = LocationStream(service, "bench", lambda code, details: None)
             s.open(o)
-            ack = s.handle(c)
-            assert ack is not None and ack.ack.committed_rows == FIRST_ROWS, ack
             streams.append(s)
+        acks = service.ingest([(s, c.chunk) for s, c in zip(streams, firsts)])
+        assert all(a is not None and a.ack.committed_rows == FIRST_ROWS for a in acks), acks[:3]
         wait_published(engine, len(keys) * FIRST_ROWS)
         new_s, new_user_s = cpu_s() - c0, user_s() - u0
-        live = []
+        live, batched = [], []
+        done = 1
         for r in range(rounds):
-            reqs = [chunk(name, data, ends[r], ends[r + 1]) for name, data, ends in logs]
+            reqs = [chunk(name, data, ends[done - 1], ends[done]) for name, data, ends in logs]
+            time.sleep(0.03)  # past the 25 ms a location waits between caught-up flushes
             c0 = cpu_s()
             for s, c in zip(streams, reqs):
                 s.handle(c)
             # a location published less than 25 ms ago publishes at its next flush tick instead
             # (few locations make quick rounds): that flush, on the engine's clock, counts too
-            wait_published(engine, len(keys) * (FIRST_ROWS + r + 1))
+            wait_published(engine, len(keys) * (FIRST_ROWS + done))
             live.append(cpu_s() - c0)
+            done += 1
+        for r in range(rounds):
+            reqs = [chunk(name, data, ends[done - 1], ends[done]) for name, data, ends in logs]
+            time.sleep(0.03)
+            c0 = cpu_s()
+            acks = service.ingest([(s, c.chunk) for s, c in zip(streams, reqs)])
+            wait_published(engine, len(keys) * (FIRST_ROWS + done))
+            batched.append(cpu_s() - c0)
+            assert all(a is not None and a.ack.committed_rows == FIRST_ROWS + done for a in acks), acks[:3]
+            done += 1
     finally:
         for s in streams:
             s.close()
         engine.close()
-    return new_s, new_user_s, live
+    return new_s, new_user_s, live, batched
 
 
 def wait_published(engine: StorageEngine, rows: int, timeout_s: float = 10.0) -> None:
@@ -219,7 +245,7 @@ def main() -> None:
             os.dup2(sink.fileno(), 2)  # the path's JSON log lines, as dis serve writes them
             try:
                 configure_logging(json=True)
-                new_s, new_user_s, live = dis_path(work, keys, logs, args.rounds, args.max_open_files)
+                new_s, new_user_s, live, batched = dis_path(work, keys, logs, args.rounds, args.max_open_files)
             finally:
                 os.dup2(stderr, 2)
                 os.close(stderr)
@@ -234,18 +260,24 @@ def main() -> None:
     n = len(keys)
     new_ms, new_user_ms, base_new_ms = new_s * 1e3 / n, new_user_s * 1e3 / n, base_new * 1e3 / n
     live_us = statistics.median(live) * 1e6 / n
+    batch_us = statistics.median(batched) * 1e6 / n
     base_live_us = statistics.median(base_live) * 1e6 / n
     per_core = 1e6 / live_us
     print(f"{n} locations, max_open_files {args.max_open_files}, {args.rounds} live rounds (medians)")
-    print(f"new location (open + 10-row chunk): {new_ms:.3f} ms CPU, of which user {new_user_ms:.3f} ms; "
-          f"its file-system work alone {base_new_ms:.3f} ms (ratio {new_ms / base_new_ms:.2f})")
+    print(f"new location ({n} opened together, open + 10-row chunk): {new_ms:.3f} ms CPU, of which user "
+          f"{new_user_ms:.3f} ms; its file-system work alone, one by one, {base_new_ms:.3f} ms "
+          f"(ratio {new_ms / base_new_ms:.2f})")
     print(f"live location write (1-row chunk, flushed): {live_us:.0f} us CPU "
           f"(rounds {min(live) * 1e6 / n:.0f}-{max(live) * 1e6 / n:.0f}); five pwrites alone {base_live_us:.1f} us "
           f"(ratio {live_us / base_live_us:.1f})")
-    print(f"one interpreter at this cost: at most {per_core:,.0f} location writes/s, however cheap the serving")
+    print(f"live location write in a batch of {n}: {batch_us:.1f} us CPU (rounds {min(batched) * 1e6 / n:.1f}-"
+          f"{max(batched) * 1e6 / n:.1f})")
+    print(f"one interpreter at this cost: at most {per_core:,.0f} location writes/s a chunk at a time, "
+          f"{1e6 / batch_us:,.0f} in batches, however cheap the serving")
     emit("location_path", live_us, "us/location write", base_live_us, locations=n, rounds=args.rounds,
          max_open_files=args.max_open_files, live_write_us=live_us, live_write_bare_us=base_live_us,
-         new_location_ms=new_ms, new_location_user_ms=new_user_ms, new_location_bare_ms=base_new_ms, writes_per_core_s=per_core)
+         new_location_ms=new_ms, new_location_user_ms=new_user_ms, new_location_bare_ms=base_new_ms, writes_per_core_s=per_core,
+         live_batch_write_us=batch_us, batch_writes_per_core_s=1e6 / batch_us)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """``bench/location_path.py``, small: the DIS's ingest path run in process over 10 new
-locations and 3 live rounds.  The bench itself asserts every row published; here, that its last
+locations (opened together) and 3 live rounds a chunk at a time, 3 in batches.  The bench itself asserts every row published; here, that its last
 line carries its figures and that they are consistent with one another."""
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ def test_location_path_bench_reports_its_figures(tmp_path):
     assert result["new_location_ms"] >= result["new_location_user_ms"] >= 0
     assert result["new_location_bare_ms"] > 0
     assert result["writes_per_core_s"] == pytest.approx(1e6 / result["live_write_us"], rel=1e-2)
+    assert result["live_batch_write_us"] > 0  # a live write in a batch of every location's
+    assert result["batch_writes_per_core_s"] == pytest.approx(1e6 / result["live_batch_write_us"], rel=1e-2)
     assert list(tmp_path.iterdir()) == []  # its work directory removed
 
 

@@ -158,7 +158,9 @@ class StorageConfig:
     """The storage engine's options (the ``storage`` section of ``dis.yaml``)."""
 
     block_size_bytes: int = DEFAULT_BLOCK_SIZE_BYTES
-    max_open_files: int = 512
+    #: column-file descriptors kept open; None: from the descriptor limit when the engine starts
+    #: (``storage.filehandles.default_max_open_files``)
+    max_open_files: int | None = None
     #: reopen a location in error after an I/O error after this long, then doubling up to the max
     io_retry_initial_ms: int = 1000
     io_retry_max_ms: int = 60000

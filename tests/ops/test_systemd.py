@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from disd.config import load_dis_config
+from disd.storage.filehandles import max_open_files_for
 from disd.tailer.config import load_tailer_config
 from support import ROOT
 
@@ -128,8 +129,13 @@ def test_dis_unit_agrees_with_its_config():
     cfg = load_dis_config(SYSTEMD / "dis.yaml")  # the sample installed there validates
     assert _under(cfg.db_root, _writable(u)), (cfg.db_root, _writable(u))
     assert f"/var/lib/{_one(u, 'StateDirectory')}" in map(str, _writable(u))
-    # every column-file descriptor the cache may hold, a socket per worker, and a margin
-    assert int(_one(u, "LimitNOFILE")) >= cfg.storage.max_open_files + cfg.max_workers + 256
+    # every column-file descriptor the cache may hold, a socket per worker (and per block-endpoint
+    # connection), and a margin; max_open_files left out is derived from the limit to keep this
+    nofile = int(_one(u, "LimitNOFILE"))
+    max_open = cfg.storage.max_open_files or max_open_files_for(nofile, cfg.max_workers)
+    assert nofile >= max_open + 2 * cfg.max_workers + 256
+    assert cfg.storage.max_open_files is None, "the shipped config leaves max_open_files to the descriptor limit"
+    assert max_open_files_for(nofile, cfg.max_workers) == 3328  # what config/systemd/dis.yaml says
     assert cfg.metrics_port == 9464  # what config/prometheus/prometheus.yml scrapes
 
 

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from disd.storage import StorageEngine, fsio
+from disd.storage import StorageEngine, fsio, ingestcore
 from disd.storage.filehandles import TrackedFileHandleFactory, pwrite_files
 from disd.storage.fsio import MeteredFileSystem, OsFileSystem
 from disd.storage.metrics import IO_ERRORS
@@ -149,16 +149,28 @@ def test_a_batch_of_a_closed_handle_is_refused_and_unpins_the_rest(tmp_path):
     assert factory.open_count == 0
 
 
-def test_the_engines_flush_is_one_call(tmp_path, monkeypatch):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_the_engines_flush_is_one_call(tmp_path, monkeypatch, compiled):
+    """A location's flush is one call of the file system for all its column files: of the
+    compiled write states' (``ingestcore.write_out``), or of ``pwrite_all`` for the reference."""
     calls = []
-    native = fsio._native_pwrite_all
+    if compiled:
+        native = ingestcore.write_out
 
-    def spy(writes):  # noqa: ANN001, ANN202
-        calls.append(len(writes))
-        return native(writes)
+        def spy(jobs):  # noqa: ANN001, ANN202
+            calls.append(len(jobs[0][0].sizes()))
+            return native(jobs)
 
-    monkeypatch.setattr(fsio, "_native_pwrite_all", spy)
-    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS)
+        monkeypatch.setattr(ingestcore, "write_out", spy)
+    else:
+        native = fsio._native_pwrite_all
+
+        def spy(writes):  # noqa: ANN001, ANN202
+            calls.append(len(writes))
+            return native(writes)
+
+        monkeypatch.setattr(fsio, "_native_pwrite_all", spy)
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, compiled=compiled)
     try:
         write_log(tmp_path / LOG, TRADE, trade_rows(0, 100), [3] * 100)
         loc = eng.location(KEY)

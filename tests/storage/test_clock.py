@@ -122,3 +122,29 @@ def test_the_flusher_passes_over_a_location_already_flushed_since_it_was_marked(
         assert loc.published_rows == 15 and eng.flusher.visits == before + 1
     finally:
         eng.close()
+
+
+def test_a_ticks_locations_are_flushed_together(tmp_path, monkeypatch):
+    """The flush clock flushes every location due at a tick together: their writes in one call of
+    the file system (``ingestcore.write_out``), each published and its subscribers told."""
+    from disd.storage import ingestcore
+
+    calls: list[int] = []
+    real = ingestcore.write_out
+    monkeypatch.setattr(ingestcore, "write_out", lambda jobs: calls.append(len(jobs)) or real(jobs))
+    eng = _engine(tmp_path, flush_ms=200)
+    try:
+        locs = [eng.location(LocationKey("Market", "Trade", f"ip{i}", "2026-11-22")) for i in range(10)]
+        seen: list = []
+        eng.subscribe(lambda loc, rows: seen.append((loc.key, rows)))
+        for i, loc in enumerate(locs):
+            p = tmp_path / f"Market.Trade.System.ip{i}.2026-11-22.bin.2026-11-22.090000.000+0000"
+            write_log(p, TRADE, trade_rows(0, 3), [3] * 3)
+            ingest_file(loc, p)
+        assert not calls  # nothing written yet: a 3-row chunk fills no block
+        eng.start()
+        wait_for(lambda: all(loc.published_rows == 3 for loc in locs), 5, what="every location published")
+        assert calls == [10], calls  # one call for the ten
+        assert {k for k, rows in seen if rows == 3} == {loc.key for loc in locs}
+    finally:
+        eng.close()

@@ -96,25 +96,31 @@ def test_a_failed_open_lets_the_next_caller_try_again(tmp_path):
         eng.close()
 
 
-def test_open_many_opens_side_by_side(held):
-    """``open_many`` (a request's opens, ``disd.server.ingestmux``): a location held at its
-    disk does not hold up the others asked for with it, and every one is open at the end."""
+def test_open_many_makes_new_locations_together_and_holds_up_nobody_else(held):
+    """``open_many`` (a request's opens, ``disd.server.ingestmux``) makes its new locations in one
+    operation, each step for all of them (``fsio.create_locations``): while it waits for its
+    disk, another location is opened and the engine lists; at the end every one is open."""
     eng, disk = held
     others = [LocationKey("Market", "Trade", f"fast{i}", "2026-11-22") for i in range(5)]
     t = threading.Thread(target=eng.open_many, args=([(SLOW, None)] + [(k, None) for k in others],))
     t.start()
     assert disk.reached.wait(10)
-    deadline = threading.Event()
-    for _ in range(100):  # the others open while the first is held
-        if all(k in {loc.key for loc in eng._open_locations()} for k in others):
-            break
-        deadline.wait(0.05)
-    opened = {loc.key for loc in eng._open_locations()}
-    assert all(k in opened for k in others) and SLOW not in opened and t.is_alive()
+    done = threading.Event()
+
+    def other() -> None:
+        eng.location(FAST)
+        eng.locations()
+        done.set()
+
+    threading.Thread(target=other, daemon=True).start()
+    assert done.wait(10), "opening another location waited for the batch held at its fsync"
+    assert t.is_alive()
     disk.release.set()
     t.join(10)
-    assert not t.is_alive() and SLOW in {loc.key for loc in eng._open_locations()}
+    opened = {loc.key for loc in eng._open_locations()}
+    assert not t.is_alive() and {SLOW, FAST, *others} <= opened
     assert eng.location(SLOW).schema_version == eng.schemas.get("Market", "Trade").version
+    assert not any(eng.location(k).in_error for k in [SLOW, *others])
 
 
 def test_open_many_leaves_failures_to_the_caller(tmp_path):

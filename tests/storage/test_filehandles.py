@@ -5,6 +5,7 @@ engine with 2,000 column files under a limit of 64 descriptors."""
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 
@@ -17,7 +18,7 @@ from disd.schema import SchemaRegistry, TableSchema
 from disd.storage import FileIdentityError, StorageConfig, StorageEngine, TrackedFileHandleFactory
 from disd.storage import filehandles as fh
 from disd.storage.fsio import OsFileSystem
-from support import trade_rows, wait_for, write_log
+from support import running_dis, trade_rows, wait_for, write_log
 
 from .util import KEY, LOG, SCHEMAS, TRADE, fds_under, ingest_file
 
@@ -297,3 +298,125 @@ def test_a_slow_open_holds_up_no_other_handle(tmp_path):
     assert [h.pwrite(b"y", 0) for h in hs] == [1] * 4  # reclaimed handles reopen
     assert f.peak_open <= 4
     f.close_all()
+
+
+@pytest.fixture
+def nofile_3000():
+    """This process's descriptor limit lowered to 3000 for the test (restored after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (3000, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_max_open_files_left_out_is_derived_from_the_descriptor_limit(tmp_path, nofile_3000):
+    """Without ``storage.max_open_files``: the limit less 2 x max_workers + 256, README's relation
+    with LimitNOFILE (an engine made without a server counts the default 256 workers)."""
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS)
+    try:
+        assert eng.file_handles.capacity == 3000 - 2 * 256 - 256 == fh.default_max_open_files()
+    finally:
+        eng.close()
+    with running_dis(tmp_path / "served", max_workers=16) as srv:
+        assert srv.engine.file_handles.capacity == 3000 - 2 * 16 - 256
+    with running_dis(tmp_path / "set", max_workers=16, storage={"max_open_files": 100}) as srv:
+        assert srv.engine.file_handles.capacity == 100  # set: as set
+    assert fh.max_open_files_for(300, 16) == 16  # never below the least the engine works with
+
+
+def _live_writes(eng: StorageEngine, tmp_path, n_locs: int, rounds: int):  # noqa: ANN202
+    """``n_locs`` Market.Trade locations, then ``rounds`` rounds of a 1-row caught-up chunk to
+    each, every round one batch through the chunk entry (as a Multiplex request's)."""
+    from disd.storage.ingest import LocationIngest, ingest_chunks
+
+    class Chunk:
+        def __init__(self, name, offset, data):  # noqa: ANN001, ANN204
+            self.file_name, self.offset, self.data, self.caught_up = name, offset, data, True
+
+    logs, streams = {}, {}
+    keys = [LocationKey("Market", "Trade", f"ip{i}", "2026-11-22") for i in range(n_locs)]
+    eng.open_many([(k, None) for k in keys])
+    for k in keys:
+        name = f"Market.Trade.System.{k.internal_partition}.2026-11-22.bin.2026-11-22.000000.000+0000"
+        p = tmp_path / "logs" / name
+        p.parent.mkdir(exist_ok=True)
+        ends = [write_log(p, TRADE, trade_rows(r, 1), [3]) for r in range(rounds)]
+        logs[k] = (name, p.read_bytes(), ends)
+        loc = eng.location(k)
+        rp, epoch = loc.resume()
+        streams[k] = LocationIngest(loc, TRADE, rp, epoch)
+    for r in range(rounds):
+        items = []
+        for k in keys:
+            name, data, ends = logs[k]
+            start = 0 if r == 0 else ends[r - 1]
+            items.append((streams[k], Chunk(name, start, data[start:ends[r]]), None))
+        results = ingest_chunks(items)
+        assert all(x is not None and x.refused is None and x.committed_rows == r + 1 for x in results)
+    return [eng.location(k) for k in keys]
+
+
+def test_writes_to_reclaimed_descriptors_open_their_files_alone_within_the_limit(tmp_path):
+    """More column files than ``max_open_files`` (40 locations, 200 files, 16 descriptors): a
+    batch's writes to files whose descriptors were reclaimed open them for the writes alone, in
+    the C call, never more descriptors than the limit; every row lands, and the cycling is
+    counted as such."""
+    root = tmp_path / "db"
+    eng = StorageEngine(str(root), SCHEMAS, StorageConfig(max_open_files=16))
+    peak, stop = 0, threading.Event()
+
+    def watch():  # noqa: ANN202
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, fds_under(root, column_files_only=True))
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        locs = _live_writes(eng, tmp_path, 40, 4)
+        assert eng.file_handles.transient_opens >= 100  # the later rounds found most of them closed
+        for loc in locs:
+            loc.flush()  # (a caught-up flush is held back while the last was under 25 ms ago)
+            assert loc.published_rows == 4 and loc.read_table().column("Size").to_pylist() == [0, 1, 2, 3]
+    finally:
+        stop.set()
+        watcher.join()
+        eng.close()
+    assert peak <= 16, peak
+    assert eng.file_handles.peak_open <= 16
+
+
+def test_a_write_that_opens_a_replaced_file_alone_finds_it_replaced(tmp_path):
+    """A file opened for its writes alone is checked as a reopen is: replaced under the DIS, the
+    write is refused and its location stops (FileIdentityError), nothing lands in the new file."""
+    from disd.storage.ingest import LocationIngest, ingest_chunks
+
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, StorageConfig(max_open_files=16))
+    try:
+        loc = _live_writes(eng, tmp_path, 4, 1)[0]
+        eng.file_handles.cleanup()  # every descriptor reclaimed (none busy)
+        while eng.file_handles.open_count:
+            eng.file_handles._cleanup_locked(room=eng.file_handles.capacity)  # noqa: SLF001
+        victim = loc.path / "Price.dat"
+        copy = tmp_path / "copy"
+        copy.write_bytes(victim.read_bytes())
+        os.replace(copy, victim)
+        name = f"Market.Trade.System.ip0.2026-11-22.bin.2026-11-22.000000.000+0000"
+        p = tmp_path / "logs" / name
+        start = p.stat().st_size
+        write_log(p, TRADE, trade_rows(1, 1), [3])
+        rp, epoch = loc.resume()
+
+        class Chunk:
+            file_name, offset, data, caught_up = name, start, p.read_bytes()[start:], True
+
+        result, = ingest_chunks([(LocationIngest(loc, TRADE, rp, epoch), Chunk(), None)])
+        assert result.refused is None  # its rows are in the buffers (a caught-up flush may be held back 25 ms)
+        loc.flush()
+        assert loc.in_error and "was replaced" in loc.error and "Price.dat" in loc.error
+        assert victim.stat().st_size == 8  # the new file got nothing
+    finally:
+        eng.close()

@@ -54,44 +54,70 @@ def sizes_col(loc) -> list[int]:
 # -- writing and flushing ----------------------------------------------------------------------
 
 
-def test_writes_are_at_most_one_block_and_aligned(engine, tmp_path, monkeypatch):
-    from disd.storage import columnwriter
-    from disd.storage.filehandles import TrackedFile
+class SpyDisk(OsFileSystem):
+    """The real calls, noting every write (a subclass: the engine composes its writes of them)."""
 
-    writes: list[tuple[str, int, int]] = []
-    orig, orig_all = TrackedFile.pwrite, columnwriter.pwrite_files
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, int, int]] = []
 
-    def spy(self, data, off):
-        writes.append((os.path.basename(self.path), off, len(memoryview(data).cast("B"))))
-        return orig(self, data, off)
+    def pwrite(self, fd: int, data, offset: int) -> int:  # noqa: ANN001
+        n = os.pwrite(fd, data, offset)
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.endswith((".dat", ".off")):  # the column files' writes
+            self.writes.append((name, offset, n))
+        return n
 
-    def spy_all(batch):  # a flush: every column file's write in one call
-        writes.extend((os.path.basename(h.path), off, len(memoryview(data).cast("B"))) for h, data, off in batch)
-        return orig_all(batch)
 
-    monkeypatch.setattr(TrackedFile, "pwrite", spy)
-    monkeypatch.setattr(columnwriter, "pwrite_files", spy_all)
+def _write_twice(eng: StorageEngine, tmp_path) -> tuple[object, float]:
+    """Ingest 50,000 rows, flush, again, flush; (the location, the writes the histogram saw)."""
     count0 = sample(scrape(), "dis_write_size_bytes_count")
     le_block0 = sample(scrape(), "dis_write_size_bytes_bucket", le="65536.0")
     write_log(tmp_path / LOG, TRADE, trade_rows(0, 50000), [3] * 50000)
-    loc = engine.location(KEY)
+    loc = eng.location(KEY)
     ingest_file(loc, tmp_path / LOG, frames_per_call=1)
     loc.flush()
     ingest_file(loc, tmp_path / LOG, frames_per_call=1)  # a second pass continues after a partial flush
     loc.flush()
-    bs = 65536
-    assert max(n for _, _, n in writes) == bs and min(n for _, _, n in writes) < bs
-    assert all(off // bs == (off + n - 1) // bs for _, off, n in writes), "a write crossed a block boundary"
-    by_file: dict[str, list[tuple[int, int]]] = {}
-    for name, off, n in writes:
-        by_file.setdefault(name, []).append((off, n))
-    for name, ws in by_file.items():  # contiguous, each write starting where the last ended
-        assert all(a + n == b for (a, n), (b, _) in zip(ws, ws[1:])), name
-        assert ws[-1][0] + ws[-1][1] == os.path.getsize(loc.path / name)
-    # the histogram saw every write, none above the block size
-    assert sample(scrape(), "dis_write_size_bytes_count") - count0 == len(writes)
-    assert sample(scrape(), "dis_write_size_bytes_bucket", le="65536.0") - le_block0 == len(writes)
-    assert sizes_col(loc) == list(range(50000)) * 2
+    counted = sample(scrape(), "dis_write_size_bytes_count") - count0
+    assert sample(scrape(), "dis_write_size_bytes_bucket", le="65536.0") - le_block0 == counted  # none above a block
+    return loc, counted
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_writes_are_at_most_one_block_and_aligned(tmp_path, compiled):
+    disk = SpyDisk()
+    eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, fs=disk, compiled=compiled)
+    try:
+        loc, counted = _write_twice(eng, tmp_path)
+        writes = disk.writes
+        bs = 65536
+        assert max(n for _, _, n in writes) == bs and min(n for _, _, n in writes) < bs
+        assert all(off // bs == (off + n - 1) // bs for _, off, n in writes), "a write crossed a block boundary"
+        by_file: dict[str, list[tuple[int, int]]] = {}
+        for name, off, n in writes:
+            by_file.setdefault(name, []).append((off, n))
+        for name, ws in by_file.items():  # contiguous, each write starting where the last ended
+            assert all(a + n == b for (a, n), (b, _) in zip(ws, ws[1:])), name
+            assert ws[-1][0] + ws[-1][1] == os.path.getsize(loc.path / name)
+        assert counted == len(writes)  # the histogram saw every write
+        assert sizes_col(loc) == list(range(50000)) * 2
+    finally:
+        eng.close()
+
+
+def test_compiled_writes_are_the_composed_ones(tmp_path):
+    """The real file system's writes of compiled states, made in C (``ingestcore.write_out``):
+    as many as the composed path makes, to the same bytes."""
+    made = {}
+    for name, fs in (("c", OsFileSystem()), ("composed", SpyDisk())):
+        (tmp_path / name).mkdir()
+        eng = StorageEngine(str(tmp_path / name / "db"), SCHEMAS, fs=fs, compiled=True)
+        try:
+            loc, counted = _write_twice(eng, tmp_path / name)
+            made[name] = (counted, {n: (loc.path / n).read_bytes() for n in loc.file_names})
+        finally:
+            eng.close()
+    assert made["c"] == made["composed"]
 
 
 def test_rows_are_visible_only_after_a_flush(engine, tmp_path):
@@ -680,18 +706,17 @@ def test_bad_input_is_refused_without_an_error_state(engine, tmp_path):
 
 
 def test_one_location_in_error_others_keep_ingesting(tmp_path):
+    from faults.disk import FaultyDisk
+
+    disk = FaultyDisk(record=False)
     eng = StorageEngine(str(tmp_path / "db"), SCHEMAS, import_default=ImportConfig(flush_interval_ms=10,
-                                                                                  checkpoint_interval_ms=50))
+                                                                                  checkpoint_interval_ms=50), fs=disk)
     p1, p2 = tmp_path / LOG, tmp_path / LOG2
     write_log(p1, TRADE, trade_rows(0, 20000), [3] * 20000)
     write_log(p2, TRADE, trade_rows(0, 20000), [3] * 20000)
     bad, good = eng.location(KEY), eng.location(KEY2)
     eng.start()
-
-    def eio(*a, **k):
-        raise OSError(errno.EIO, "Input/output error")
-
-    bad.writers["Price.dat"].handle.pwrite = eio
+    disk.inject("pwrite", errno.EIO, path_contains=str(bad.path / "Price.dat"))
     before = eng.in_error_count()
     with pytest.raises(LocationError, match="Input/output error"):
         ingest_file(bad, p1)
@@ -724,10 +749,9 @@ def test_a_failing_flush_puts_only_that_location_in_error(tmp_path):
     assert bad.in_error and "flush failed" in bad.error and "No space" in bad.error and "Sym.dat" in bad.error
     assert bad.published_rows == 0 and not bad.checkpoint()
     assert good.published_rows == 100 and good.checkpoint()
-    # the writes before the failed one were made, the failed one's bytes dropped, the rest kept
-    sizes = {name: w.disk_size for name, w in bad.writers.items()}
-    assert [bool(sizes[n]) for n in bad.writers] == [True, True, False, False, False], sizes
-    assert [bool(w.buf) for w in bad.writers.values()] == [False, False, False, True, True]
+    # the writes before the failed one were made, nothing after it
+    sizes = {name: os.path.getsize(bad.path / name) for name in bad.file_names}
+    assert [bool(sizes[n]) for n in bad.file_names] == [True, True, False, False, False], sizes
     engine.close()
 
 

@@ -221,3 +221,90 @@ def test_the_c_operation_makes_the_composed_ones_calls_in_their_order(tmp_path):
         ("close", f"{loc}/A.dat"), ("close", f"{loc}/B.dat"),
     ], composed
     assert c == composed
+
+
+# -- many locations together (fsio.create_locations, StorageEngine.open_many) --------------------
+
+BATCH = [f"ROOT/{ip}/{d}/T" for ip in ("p", "q") for d in ("d1", "d2", "d3")]
+
+
+def traced_batch(kind: str, root: pathlib.Path) -> list[tuple[str, ...]]:
+    """The calls ``create_locations`` makes for six new locations under two parents, as
+    ``traced_calls`` gives them (the C one's waits overlap on threads: ``strace -f``)."""
+    script = ("import sys, os\nfrom disd.storage import fsio\nfrom disd.storage.fsio import OsFileSystem\n"
+              "class Composed(OsFileSystem): pass\n"
+              "fs = fsio.OS if sys.argv[1] == 'c' else Composed()\n"
+              "assert (fs.create_locations is not None) == (sys.argv[1] == 'c')\n"
+              "paths = [p.replace('ROOT', sys.argv[2]) for p in sys.argv[3:]]\n"
+              "out = fsio.create_locations(fs, [(p, 'table.size.tmp', 'table.size', b'rec\\n', ['A.dat', 'B.dat'], k % 2 == 0)"
+              " for k, p in enumerate(paths)])\n"
+              "assert all(isinstance(o, list) for o in out), out\n"
+              "[os.close(fd) for o in out for fd, _ in o if fd >= 0]\n")
+    root.mkdir()
+    trace = root.parent / f"{root.name}.strace"
+    r = subprocess.run(["strace", "-f", "-y", "-e", f"trace={_TRACED}", "-o", str(trace), sys.executable, "-c", script,
+                        kind, str(root), *BATCH], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    calls = []
+    for line in trace.read_text().splitlines():
+        m = _CALL_OR_UNFINISHED.match(line)
+        if m is None or str(root) not in line:
+            continue
+        paths = [a or b for a, b in re.findall(r'"([^"]*)"|<([^>]*)>', m.group(2))]
+        calls.append((m.group(1), *[p.replace(str(root), "ROOT") for p in paths if str(root) in p]))
+    return calls
+
+
+#: a call, whole or (on a thread, while another's call runs) "unfinished"
+_CALL_OR_UNFINISHED = re.compile(r"^\d+\s+(\w+)\((.*?)(?:\)\s+=\s+-?\d+| <unfinished \.\.\.>)")
+
+
+def test_many_locations_are_made_with_the_composed_calls_each_in_its_order(tmp_path):
+    """``create_locations`` in C makes the calls the composition makes (each step for every
+    location before the next; some steps' waits on threads, so the order within a step is
+    free) and keeps each location's own order: its directories and their parents' fsyncs, its
+    record written, fsynced, renamed and its directory fsynced, then its column files.  Each
+    directory that gained entries is fsynced once."""
+    assert shutil.which("strace"), "strace is needed (apt-get install strace; .ci/run installs it)"
+    c = traced_batch("c", tmp_path / "c")
+    composed = traced_batch("composed", tmp_path / "composed")
+    significant = {"mkdir", "fsync", "rename", "pwrite64"}
+    assert sorted(x for x in c if x[0] in significant) == sorted(x for x in composed if x[0] in significant)
+    for calls in (c, composed):
+        at = {x: i for i, x in reversed(list(enumerate(calls)))}  # each call's first place
+        synced = [x[1] for x in calls if x[0] == "fsync" and not x[1].endswith(".tmp")]
+        assert len(synced) == len(set(synced)), synced
+        assert synced.count("ROOT") == 1 and synced.count("ROOT/p") == 1  # once for all their children
+        for loc in BATCH:
+            parent = os.path.dirname(loc)
+            tmp = f"{loc}/table.size.tmp"
+            steps = [("mkdir", loc), ("fsync", parent), ("pwrite64", tmp), ("fsync", tmp),
+                     ("rename", tmp, f"{loc}/table.size"), ("fsync", loc), ("openat", f"{loc}/A.dat")]
+            assert [at[s] for s in steps] == sorted(at[s] for s in steps), (loc, [at[s] for s in steps])
+            grand = os.path.dirname(parent)  # it gained the parent's entry: fsynced after, before the record
+            assert at[("mkdir", parent)] < at[("fsync", grand)] < at[("pwrite64", tmp)]
+
+
+@pytest.mark.parametrize("fs", [fsio.OS, Composed()], ids=["c", "composed"])
+def test_many_locations_fail_alone(tmp_path, fs):
+    """A location that cannot be made (here: a file where its directory goes) fails with the
+    call and path named; the others of the batch are made; one that exists is left to the
+    caller; descriptors not kept are closed."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "blocked").write_text("a file")
+    (tmp_path / "p" / "there" / "T").mkdir(parents=True)
+    before = open_fds()
+    paths = [str(tmp_path / "p" / "ok1" / "T"), str(tmp_path / "p" / "blocked" / "T"),
+             str(tmp_path / "p" / "there" / "T"), str(tmp_path / "p" / "ok2" / "T")]
+    out = fsio.create_locations(MeteredFileSystem(fs), [(p, TEMP_NAME, FILE_NAME, RECORD, NAMES, k == 0)
+                                                        for k, p in enumerate(paths)])
+    assert isinstance(out[1], NotADirectoryError) and "blocked" in str(out[1].filename)
+    assert out[2] is None
+    assert [fd >= 0 for fd, _ in out[0]] == [True] * len(NAMES)
+    assert [fd for fd, _ in out[3]] == [-1] * len(NAMES)  # closed again: not kept
+    for fd, _ in out[0]:
+        os.close(fd)
+    assert open_fds() == before
+    for p in (paths[0], paths[3]):
+        assert (pathlib.Path(p) / FILE_NAME).read_bytes() == RECORD and sorted(os.listdir(p)) == sorted(NAMES + [FILE_NAME])
+    assert os.path.isfile(tmp_path / "p" / "blocked")

@@ -14,6 +14,7 @@ accepting and end the streams, then flush and checkpoint every location, exit 0.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import signal
 import threading
@@ -42,6 +43,7 @@ from disd.server.metrics import HEAP_TRIMS
 from disd.server.tabledata import TableDataService
 from disd.storage import StorageEngine
 from disd.storage.dblock import DatabaseLock, lock_database
+from disd.storage.filehandles import default_max_open_files
 
 log = structlog.get_logger(__name__)
 
@@ -84,10 +86,15 @@ class DisServer:
 
     def _start(self, kafka_config) -> int:  # noqa: ANN001 - disd.kafka.KafkaConfig or None
         cfg = self.config
+        # storage.max_open_files left out: from the descriptor limit, less this server's sockets
+        storage = cfg.storage if cfg.storage.max_open_files is not None else dataclasses.replace(
+            cfg.storage, max_open_files=default_max_open_files(cfg.max_workers))
+        log.info("column-file descriptors", max_open_files=storage.max_open_files,
+                 derived=cfg.storage.max_open_files is None)
         self.engine = StorageEngine(
             cfg.db_root,
             self.schemas,
-            cfg.storage,
+            storage,
             cfg.import_default,
             cfg.import_tables,
         )

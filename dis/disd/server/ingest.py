@@ -1,9 +1,11 @@
 """The Ingest service: one bidirectional stream per location, from a tailer.
 
-The protocol is in proto/disd/rpc/v1/dis.proto.  This module validates every message (names,
-schema version and fingerprint, file order, offsets, frame boundaries, checksums) before the
-storage engine sees a byte, so hostile or broken input gets a precise gRPC status and loses
-nothing.  When a stream ends for any reason, the location's open transaction is rolled back: its
+The protocol is in proto/disd/rpc/v1/dis.proto.  This module keeps the protocol and the session rules: it
+validates every message (names, schema version at ``open``, what may follow it), decides who owns
+a location (takeovers, ends) and answers each chunk with what the storage engine's chunk entry
+(``storage.ingest.ingest_chunks``: the file order and offsets, frames and checksums, rows and
+transactions, writes and publishing) made of it, as an ack or a precise gRPC status; hostile or
+broken input loses nothing.  When a stream ends for any reason, the location's open transaction is rolled back: its
 rows were never published, and the tailer resends them from the resume point.
 
 Schema versions (docs/schema-versions.md): a stream's logs are in one version of the table, named
@@ -25,25 +27,26 @@ import grpc
 import structlog
 
 from disd.errors import DisError
-from disd.binlog import (
-    CorruptLogError,
-    InvalidLogFileName,
-    LocationKey,
-    LogFileName,
-    decode_frames,
-    decode_header,
-    scan_frames,
-)
+from disd.binlog import LocationKey
 from disd.names import InvalidNameError
 from disd.rpc.ingeststatus import location_in_error
 from disd.rpc.ingestwire import ChunkView
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.schema import SchemaError, TableSchema, column_differences
+from disd.schema import SchemaError, TableSchema
 from disd.server import metrics
 from disd.server.ingestsessions import EndStream, Session, SessionRegistry, end_stream, error_status
 from disd.server.refusallog import RefusalLog
-from disd.storage import LocationError, StorageEngine
+from disd.storage import Location, LocationError, StorageEngine
+from disd.storage.ingest import (
+    ChunkResult,
+    LocationIngest,
+    Refused,
+    RefusalKind,
+    ingest_chunks,
+    schema_mismatch_message,
+    version_mismatch_message,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -72,17 +75,8 @@ def schema_mismatch(table: TableSchema, fingerprint: str, log_schema: "TableSche
     the DIS holds it)."""
     if isinstance(log_schema, str) and log_schema:
         log_schema = parse_log_schema(log_schema)
-    diff = ""
-    if isinstance(log_schema, TableSchema) and log_schema.fingerprint == fingerprint:
-        diff = column_differences(table, log_schema)
-    detail = f": {diff}" if diff else " (its columns were not sent)"
-    same_number = (f" (both say version {table.version}: a changed schema needs a new version number)"
-                   if isinstance(log_schema, TableSchema) and log_schema.version == table.version else "")
-    return RequestRefused(
-        grpc.StatusCode.FAILED_PRECONDITION,
-        f"{where}schema mismatch: the log's schema differs from table {table.key}{detail}; "
-        f"log fingerprint {fingerprint or '(none)'}, table fingerprint {table.fingerprint}{same_number}",
-    )
+    logged = log_schema if isinstance(log_schema, TableSchema) else None
+    return RequestRefused(grpc.StatusCode.FAILED_PRECONDITION, schema_mismatch_message(table, fingerprint, logged, where))
 
 
 @functools.lru_cache(maxsize=256)
@@ -101,15 +95,22 @@ def parse_log_schema(text: str) -> TableSchema | None:
 def version_mismatch(key: LocationKey, location_version: int, log_version: int, where: str = "") -> RequestRefused:
     """FAILED_PRECONDITION for a log of another schema version than its location: a location is
     written in one version for ever, so the rows must go to another internal partition."""
-    suffixed = f"{key.internal_partition}-{log_version}"
-    return RequestRefused(
-        grpc.StatusCode.FAILED_PRECONDITION,
-        f"{where}location {key} is written in schema version {location_version} of {key.table_key}, the log is "
-        f"version {log_version}: a location keeps the version it was created in, so nothing was written. "
-        f"Write each version to its own internal partition: the logger's "
-        f"set_suffix_internal_partition_with_log_format(True) logs version {log_version} to "
-        f"internal partition {suffixed!r}",
-    )
+    return RequestRefused(grpc.StatusCode.FAILED_PRECONDITION,
+                          version_mismatch_message(key, location_version, log_version, where))
+
+
+_STATUS = {
+    RefusalKind.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    RefusalKind.DATA_LOSS: grpc.StatusCode.DATA_LOSS,
+    RefusalKind.SCHEMA: grpc.StatusCode.FAILED_PRECONDITION,
+    RefusalKind.CANCELLED: grpc.StatusCode.CANCELLED,
+}
+
+
+def refusal(r: Refused) -> RequestRefused:
+    """The gRPC status of a chunk the storage engine refused."""
+    code = error_status(r.errno) if r.kind is RefusalKind.LOCATION else _STATUS[r.kind]
+    return RequestRefused(code, r.message)
 
 
 def count_refusal(said: RefusalLog, r: RequestRefused, peer: str, key: LocationKey | None = None,
@@ -121,8 +122,8 @@ def count_refusal(said: RefusalLog, r: RequestRefused, peer: str, key: LocationK
     said.refused(r.code.name, r.details, peer, str(key) if key else None, tailer_id)
 
 
-def _ack(s: Session, committed: int) -> dis_pb2.IngestResponse:
-    return dis_pb2.IngestResponse(ack=dis_pb2.Ack(file_name=s.file_name or "", offset=s.offset, committed_rows=committed))
+def _ack(r: ChunkResult) -> dis_pb2.IngestResponse:
+    return dis_pb2.IngestResponse(ack=dis_pb2.Ack(file_name=r.file_name, offset=r.offset, committed_rows=r.committed_rows))
 
 
 Request = ChunkView | dis_pb2.IngestRequest
@@ -216,81 +217,55 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         return newest.at_version(logged.version)
 
     @staticmethod
-    def _rollback(loc, key: LocationKey) -> None:  # noqa: ANN001
+    def _rollback(loc: Location, key: LocationKey) -> None:
         try:
             loc.rollback()
         except Exception as e:  # noqa: BLE001 - the location reports its own error state
             log.error("rollback failed", location=str(key), error=str(e))
 
-    def _ingest_chunk(self, s: Session, loc, schema, chunk: ChunkView | dis_pb2.LogChunk) -> None:  # noqa: ANN001
+    def ingest(self, chunks: "list[tuple[LocationStream, ChunkView | dis_pb2.LogChunk]]"
+               ) -> "list[dis_pb2.IngestResponse | RequestRefused | None]":
+        """The chunks of open streams, in order, handed to the storage engine as one batch: each
+        one's ack or refusal, or None for a chunk after its stream's refused one (the stream ends
+        there).  The session rules: the streams' owner locks are held across the batch (a stream
+        taken over or closed ingests nothing after its successor learnt where to resume)."""
+        owners = {id(s.owner): s.owner for s, _ in chunks}
+        now = time.monotonic()
+        held = []
         try:
-            name = LogFileName.parse(chunk.file_name)
-        except InvalidLogFileName as e:
-            raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
-        if name.location != s.key:
-            raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, f"file {chunk.file_name} is not of location {s.key}")
-        data = chunk.data
-        if chunk.file_name == s.file_name:
-            if chunk.offset != s.offset:
-                raise RequestRefused(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"{chunk.file_name}: chunk at offset {chunk.offset}, expected {s.offset}",
-                )
-        else:
-            if chunk.offset != 0:
-                raise RequestRefused(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"{chunk.file_name}: a new file must start at offset 0, got {chunk.offset}",
-                )
-            if s.file_name is not None:
-                cur = LogFileName.try_parse(s.file_name)
-                if cur is not None and (name.sort_key, chunk.file_name) < (cur.sort_key, s.file_name):
-                    raise RequestRefused(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"{chunk.file_name} is older than {s.file_name}, already ingested",
-                    )
-        start = 0
-        if chunk.offset == 0:
-            try:
-                header = decode_header(data, chunk.file_name)
-            except CorruptLogError as e:
-                raise RequestRefused(grpc.StatusCode.DATA_LOSS, str(e)) from None
-            if header is None:
-                raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{chunk.file_name}: first chunk lacks the whole header")
-            logged = header.schema
-            if logged.version != schema.version:
-                raise version_mismatch(s.key, schema.version, logged.version, f"{chunk.file_name}: ")
-            if header.fingerprint != schema.fingerprint:
-                raise schema_mismatch(schema, header.fingerprint, logged, f"{chunk.file_name}: ")
-            start = header.size
-        try:
-            run = scan_frames(data, chunk.offset, schema, start=start, path=chunk.file_name)
-        except CorruptLogError as e:
-            raise RequestRefused(grpc.StatusCode.DATA_LOSS, str(e)) from None
-        if run.end_offset != chunk.offset + len(data):
-            raise RequestRefused(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{chunk.file_name}: chunk at {chunk.offset} does not end on a frame boundary "
-                f"(whole frames end at {run.end_offset}, chunk at {chunk.offset + len(data)})",
-            )
-        if run.starts:
-            try:
-                rows = decode_frames(data, chunk.offset, run, schema)
-            except CorruptLogError as e:
-                raise RequestRefused(grpc.StatusCode.DATA_LOSS, str(e)) from None
-            with self.sessions.owner_lock(s.key):
-                if s.taken_over:
-                    raise RequestRefused(grpc.StatusCode.CANCELLED, f"taken over by a newer ingest stream for {s.key}")
-                if s.closed:
-                    raise RequestRefused(grpc.StatusCode.CANCELLED, f"the ingest stream for {s.key} was closed")
-                try:
-                    loc.ingest(chunk.file_name, run, rows, epoch=s.epoch)
-                except LocationError as e:
-                    why = location_in_error(s.key, e) if loc.in_error else f"location {s.key} refused the chunk: {e}"
-                    raise RequestRefused(error_status(e.errno), why) from None
-            metrics.INGEST_CHUNKS.labels(s.key.table_key).inc()
-        s.file_name = chunk.file_name
-        s.offset = chunk.offset + len(data)
+            for k in sorted(owners):
+                owners[k].acquire()
+                held.append(owners[k])
+            items = []
+            for stream, chunk in chunks:
+                session = stream.session
+                session.last_message = now
+                veto = None
+                if session.taken_over:
+                    veto = Refused(RefusalKind.CANCELLED, f"taken over by a newer ingest stream for {session.key}")
+                elif session.closed:
+                    veto = Refused(RefusalKind.CANCELLED, f"the ingest stream for {session.key} was closed")
+                items.append((stream.cursor, chunk, veto))
+            results = ingest_chunks(items)
+        finally:
+            for lock in reversed(held):
+                lock.release()
+        out: list[dis_pb2.IngestResponse | RequestRefused | None] = []
+        counted: dict[str, int] = {}
+        for (stream, _), r in zip(chunks, results):
+            if r is None:
+                out.append(None)
+            elif r.refused is not None:
+                out.append(refusal(r.refused))
+            else:
+                stream.session.file_name, stream.session.offset = r.file_name, r.offset
+                if r.took:
+                    table = stream.key.table_key
+                    counted[table] = counted.get(table, 0) + 1
+                out.append(_ack(r))
+        for table, n in counted.items():
+            metrics.INGEST_CHUNKS.labels(table).inc(n)
+        return out
 
 
 class LocationStream:
@@ -307,8 +282,10 @@ class LocationStream:
         self.session: Session | None = None
         self.key: LocationKey | None = None
         self.tailer_id: str | None = None
-        self.loc = None
+        self.loc: Location | None = None
         self.schema: TableSchema | None = None
+        self.owner: threading.Lock | None = None  # the location's owner lock, looked up once
+        self.cursor: LocationIngest | None = None  # where the stream is in its logs
         self._closing = threading.Lock()
         self._closed = False
 
@@ -328,7 +305,8 @@ class LocationStream:
         if loc.schema_version != schema.version:
             raise version_mismatch(key, loc.schema_version, schema.version)
         session = Session(key, self.tailer_id, self.peer, self.end)
-        with svc.sessions.owner_lock(key):
+        self.owner = svc.sessions.owner_lock(key)
+        with self.owner:
             if self._closed:  # ended (the call cut) while the location was being opened
                 raise RequestRefused(grpc.StatusCode.CANCELLED, f"the ingest stream for {key} was closed")
             self.session = session
@@ -337,6 +315,7 @@ class LocationStream:
             svc._rollback(loc, key)
             rp, session.epoch = loc.resume()
             session.location = loc
+            self.cursor = LocationIngest(loc, schema, rp, session.epoch)
         session.file_name, session.offset = rp.file_name, rp.offset
         log.info("ingest stream open", location=str(key), tailer=session.tailer_id, peer=session.peer,
                  resume_file=rp.file_name, resume_offset=rp.offset)
@@ -355,10 +334,13 @@ class LocationStream:
         if body != "chunk":
             raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "only 'chunk' and 'report' messages may follow 'open'")
         chunk = req if isinstance(req, ChunkView) else req.chunk
-        self.service._ingest_chunk(session, loc, self.schema, chunk)
-        if chunk.caught_up:
-            loc.publish_soon()
-        return _ack(session, loc.committed_rows)
+        response = self.service.ingest([(self, chunk)])[0]
+        if isinstance(response, RequestRefused):
+            try:
+                raise response
+            finally:  # no cycle through this frame: the message it holds goes with the exception
+                response = None
+        return response
 
     def refused(self, r: RequestRefused) -> None:
         """Count and log a refusal (the caller ends the stream with its status)."""
@@ -373,9 +355,9 @@ class LocationStream:
                 return
             self._closed = True
         session, key = self.session, self.key
-        if key is None:
+        if key is None or self.owner is None:
             return
-        with self.service.sessions.owner_lock(key):
+        with self.owner:
             session = self.session
             if session is None:
                 return

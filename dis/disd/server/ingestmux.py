@@ -29,7 +29,7 @@ from typing import Iterator
 import grpc
 import structlog
 
-from disd.rpc.ingestwire import END, MuxBody, parse_ingest_request, parse_mux_request
+from disd.rpc.ingestwire import END, ChunkView, MuxBody, parse_ingest_request, parse_mux_request
 from disd.rpc.v1 import dis_pb2
 from disd.server.ingest import IngestService, LocationStream, RequestRefused, count_refusal
 from disd.server.ingestsessions import end_stream
@@ -70,15 +70,7 @@ class MuxCall:
                     self.service.sessions.opened(waiting)
                     waiting = None
                 self._open_ahead(frames)
-                replies: list[dis_pb2.MuxReply] = []
-                since = time.monotonic()
-                for number, body in frames:
-                    self._frame(number, body, replies)
-                    if replies and time.monotonic() - since > REPLY_EVERY_S:
-                        self.out.put(replies)  # the answers so far go out while the rest is ingested
-                        replies, since = [], time.monotonic()
-                if replies:
-                    self.out.put(replies)
+                self._request(frames)
         except grpc.RpcError:
             pass  # the call ended (cancelled by the tailer, or the server stopping)
         except Exception:  # noqa: BLE001 - a bug must not leave the call's streams open
@@ -92,6 +84,48 @@ class MuxCall:
             for s in streams:
                 s.close()
             self.out.put(_DONE)
+
+    def _request(self, frames: list[tuple[int, MuxBody]]) -> None:
+        """A request's frames, in order per stream: the chunks of open streams gathered and
+        handed to the engine as one batch (``IngestService.ingest``), any other frame handled
+        alone (a stream's chunks gathered so far go first)."""
+        replies: list[dis_pb2.MuxReply] = []
+        since = time.monotonic()
+        batch: list[tuple[int, LocationStream, ChunkView]] = []
+        in_batch: set[int] = set()
+        streams, ended = self.streams, self.ended
+        for number, body in frames:
+            if type(body) is ChunkView:
+                stream = streams.get(number)  # (only this thread adds streams; a racing end is seen below)
+                if stream is not None and number not in ended:
+                    batch.append((number, stream, body))
+                    in_batch.add(number)
+                    continue
+            if number in in_batch:
+                self._chunks(batch, replies)
+                batch, in_batch = [], set()
+            self._frame(number, body, replies)
+            if replies and time.monotonic() - since > REPLY_EVERY_S:
+                self.out.put(replies)  # the answers so far go out while the rest is ingested
+                replies, since = [], time.monotonic()
+        if batch:
+            self._chunks(batch, replies)
+        if replies:
+            self.out.put(replies)
+
+    def _chunks(self, batch: list[tuple[int, LocationStream, ChunkView]], replies: list[dis_pb2.MuxReply]) -> None:
+        """A batch of chunks of open streams: acks, or the streams refused."""
+        results = self.service.ingest([(stream, chunk) for _, stream, chunk in batch])
+        for (number, stream, _), r in zip(batch, results):
+            if r is None:
+                continue  # after its stream's refused chunk: the stream has ended
+            if isinstance(r, RequestRefused):
+                self._refuse(number, stream, r, replies)
+                continue
+            with self.lock:
+                dead = number in self.ended  # ended by another thread meanwhile: its end is on its way
+            if not dead:
+                replies.append(dis_pb2.MuxReply(stream=number, response=r))
 
     def _open_ahead(self, frames: list[tuple[int, MuxBody]]) -> None:
         """The locations of a request's opens, opened side by side before its frames are handled

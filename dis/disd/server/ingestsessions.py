@@ -14,13 +14,16 @@ import errno
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import grpc
 import structlog
 
 from disd.names import LocationKey
 from disd.rpc.ingeststatus import location_in_error
+
+if TYPE_CHECKING:
+    from disd.storage import Location
 
 log = structlog.get_logger("disd.server.ingest")
 
@@ -62,7 +65,7 @@ class Session:
     idle_cancelled: bool = False
     taken_over: bool = False
     epoch: int = 0  # the location's epoch when this stream learnt its resume point
-    location: object | None = None  # the storage Location this stream feeds
+    location: "Location | None" = None  # the storage Location this stream feeds
     ended_for_error: bool = False
     closed: bool = False  # ended (under the owner lock): it may not ingest any more
 

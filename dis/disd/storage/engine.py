@@ -33,12 +33,15 @@ from disd.config import ImportConfig, StorageConfig
 from disd.errors import DisError
 from disd.names import InvalidNameError, LocationKey
 from disd.schema import SchemaRegistry, TableSchema
-from disd.storage.checkpoint import FILE_NAME
+from disd.storage import columns as colfmt
+from disd.storage import fsio
+from disd.storage.checkpoint import FILE_NAME, TEMP_NAME
 from disd.storage.clock import CheckpointClock, FlushClock
-from disd.storage.filehandles import TrackedFileHandleFactory
+from disd.storage.filehandles import TrackedFileHandleFactory, default_max_open_files
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
-from disd.storage.location import IoRetry, Location
+from disd.storage.location import IoRetry, Location, new_record
 from disd.storage.versionstore import VersionStore
+from disd.storage.writeout import flush_many
 
 log = structlog.get_logger(__name__)
 
@@ -81,17 +84,20 @@ def _creation_interrupted(path: str) -> bool:
 class StorageEngine:
     def __init__(self, db_root: str, schemas: SchemaRegistry, storage: StorageConfig | None = None,
                  import_default: ImportConfig | None = None, import_tables: dict[str, ImportConfig] | None = None,
-                 fs: FileSystem = OS) -> None:
+                 fs: FileSystem = OS, compiled: bool | None = None) -> None:
         self.db_root = str(db_root)
         self.storage = storage or StorageConfig()
         self.import_default = import_default or ImportConfig()
         self.import_tables = dict(import_tables or {})
         self.fs = MeteredFileSystem(fs)
+        #: the locations' write states: compiled when built (None), or as asked (a test comparing
+        #: the two paths; ``storage.writestate.new_write_state``)
+        self.compiled = compiled
         # Each declared schema becomes the table's newest version, with the versions the database
         # holds; raises SchemaError (naming table, versions, column) for a refused change.
         self.versions = VersionStore(self.db_root, self.fs)
         self.schemas = SchemaRegistry(self.versions.declare(s) for s in schemas)
-        self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files, self.fs)
+        self.file_handles = TrackedFileHandleFactory(self.storage.max_open_files or default_max_open_files(), self.fs)
         self.io_retry = IoRetry(self.storage.io_retry_initial_ms / 1000.0, self.storage.io_retry_max_ms / 1000.0)
         self._locs: dict[LocationKey, Location] = {}
         self._opening: dict[LocationKey, threading.Event] = {}  # locations being opened, by one thread each
@@ -101,13 +107,13 @@ class StorageEngine:
         self.failures = 0
         self._lock = threading.Lock()
         self._open_pool: ThreadPoolExecutor | None = None  # open_many's threads, started on first use
-        self._subscribers: list[Callable] = []
+        self._subscribers: tuple[Callable, ...] = ()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._warned: set[tuple] = set()
         self._closed = False
         self._next_scan = 0.0  # time.monotonic() from which ``locations`` walks the disk again
-        self.flusher = FlushClock(Location.flush_marked, self._stop)
+        self.flusher = FlushClock(Location.flush_marked, self._stop, batch=flush_many)
         self.checkpointer = CheckpointClock(
             Location.checkpoint, lambda loc: loc.import_config.checkpoint_interval_ms / 1000.0, self._stop)
         self._discover()
@@ -197,17 +203,8 @@ class StorageEngine:
             path = location_path(self.db_root, key)
             if not create and not os.path.isdir(path):
                 raise LookupError(f"no location {key}")
-            loc = Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
-                           self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
-                           create_version=version, on_dirty=self._dirty, on_error=self._failed)
-            with self._lock:
-                closed = self._closed
-                if not closed:
-                    self._locs[key] = loc
-            if closed:
-                loc.close()
-                raise RuntimeError("the storage engine is closed")
-            self.checkpointer.add(loc)
+            loc = self._new_location(key, schema, path, version)
+            self._register(loc)
         finally:
             with self._lock:
                 del self._opening[key]
@@ -215,34 +212,132 @@ class StorageEngine:
         self._published(loc)
         return loc
 
+    def _new_location(self, key: LocationKey, schema: TableSchema, path: str, version: int | None,
+                      created: object = None) -> Location:
+        return Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
+                        self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
+                        create_version=version, on_dirty=self._dirty, on_error=self._failed,
+                        compiled=self.compiled, created=created)  # type: ignore[arg-type]
+
+    def _register(self, loc: Location) -> None:
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._locs[loc.key] = loc
+        if closed:
+            loc.close()
+            raise RuntimeError("the storage engine is closed")
+        self.checkpointer.add(loc)
+
     def open_many(self, wanted: Sequence[tuple[LocationKey, int | None]]) -> None:
         """Open (creating when absent) the locations ``wanted`` names, with the schema version
-        each is created in, side by side; then ``location`` returns each at once.
+        each is created in; then ``location`` returns each at once.
 
-        Why: opening a new location is some thirty-five file-system calls (directories and
-        ``table.size`` created durably, the column files created), each of which gives up the
-        interpreter's lock and waits to take it back behind whatever else runs.  One after
-        another, 200 new locations took a stream reader 0.4-1.1 s of waiting; side by side the
-        waits overlap.  Failures are not raised here: the caller's own ``location`` call meets
-        them again (a location that cannot be recovered is open, in error state)."""
-        todo = [(k, v) for k, v in wanted if k not in self._locs]
-        if len(todo) < 2:
-            return
+        Why: a burst (a day's start) opens hundreds of new locations at once, each some
+        thirty-five file-system calls (directories and ``table.size`` made durable, column files
+        created).  The new ones are made in one operation of the file system for all of them
+        (``fsio.create_locations``: each step for every location before the next, so a parent
+        directory is fsynced once for all its new children, and in C with the interpreter's lock
+        given up once and the disk waits overlapped); the ones that exist are opened (recovered)
+        side by side on a few threads.  Failures are not raised here: the caller's own
+        ``location`` call meets them again (a location that cannot be made or recovered is open,
+        in error state)."""
+        claimed: list[tuple[LocationKey, int | None, threading.Event]] = []
         with self._lock:
             if self._closed or self._stop.is_set():  # closing: close() has taken the pool away
                 return
+            for k, v in wanted:
+                if k not in self._locs and k not in self._opening:
+                    ev = self._opening[k] = threading.Event()
+                    claimed.append((k, v, ev))
+        if not claimed:
+            return
+        opened: list[Location] = []
+        try:
+            existing = self._create_many(claimed, opened)
+            if existing:
+                opened.extend(self._recover_many(existing))
+        finally:
+            with self._lock:
+                for k, _, _ in claimed:
+                    self._opening.pop(k, None)
+            for _, _, ev in claimed:
+                ev.set()
+        for loc in opened:
+            self._published(loc)
+
+    def _create_many(self, claimed: list[tuple[LocationKey, int | None, threading.Event]],
+                     opened: list[Location]) -> list[tuple[LocationKey, int | None]]:
+        """Make the new locations of ``claimed`` in one operation; returns those that exist."""
+        existing: list[tuple[LocationKey, int | None]] = []
+        new: list[tuple[LocationKey, TableSchema, TableSchema, str, int | None]] = []
+        for k, v, _ in claimed:
+            table = self.schemas.get(k.namespace, k.table)
+            path = location_path(self.db_root, k)
+            if table is None or os.path.isdir(path):
+                existing.append((k, v))  # (an unknown table is refused by the caller's own open)
+            else:
+                new.append((k, table, table.at_version(v or table.version), path, v))
+        if not new:
+            return existing
+        files = self.file_handles
+        names = [colfmt.schema_file_names(schema) for _, _, schema, _, _ in new]
+        keep, room = [], files.room()
+        for n in names:  # the descriptors there is room for are kept open, the rest closed again
+            keep.append(len(n) <= room)
+            room -= len(n) if keep[-1] else 0
+        records = [new_record(schema) for _, _, schema, _, _ in new]
+        items = [(path, TEMP_NAME, FILE_NAME, rec.to_bytes(), n, kept)
+                 for (_, _, _, path, _), rec, n, kept in zip(new, records, names, keep)]
+        most = max(len(n) for n in names)
+        kept_fds = sum(len(n) for n, kept in zip(names, keep) if kept)
+        at_once = max(1, min(8, (files.capacity - kept_fds) // most))  # the limit holds while they are made
+        with files.reserving(kept_fds + most * at_once):
+            answers = fsio.create_locations(self.fs, items, at_once)
+        for (k, table, _schema, path, v), rec, n, answer in zip(new, records, names, answers):
+            if answer is None:  # made meanwhile (not by this engine: it holds the database's lock)
+                existing.append((k, v))
+                continue
+            made = answer if isinstance(answer, BaseException) else (
+                rec, files.adopt([os.path.join(path, f) for f in n], answer))
+            loc = self._new_location(k, table, path, v, created=made)
+            try:
+                self._register(loc)
+            except RuntimeError:  # the engine closed meanwhile (the location is closed again)
+                continue
+            opened.append(loc)
+        return existing
+
+    def _recover_many(self, existing: list[tuple[LocationKey, int | None]]) -> list[Location]:
+        """Open existing locations side by side (each recovery waits on the disk)."""
+        with self._lock:
+            if self._closed or self._stop.is_set():
+                return []
             if self._open_pool is None:
                 self._open_pool = ThreadPoolExecutor(OPEN_AHEAD_THREADS, thread_name_prefix="location-open")
             pool = self._open_pool
+
+        def one(k: LocationKey, v: int | None) -> Location | None:
+            schema = self.schemas.get(k.namespace, k.table)
+            if schema is None:
+                return None
+            loc = self._new_location(k, schema, location_path(self.db_root, k), v)
+            self._register(loc)
+            return loc
+
         try:
-            futures = [pool.submit(self.location, k, True, v) for k, v in todo]
+            futures = [pool.submit(one, k, v) for k, v in existing]
         except RuntimeError:  # the pool was shut down: the engine is closing
-            return
+            return []
+        out = []
         for f in futures:
             try:
-                f.result()
+                loc = f.result()
             except Exception:  # noqa: BLE001 - met again, and answered, by the caller's own open
-                pass
+                continue
+            if loc is not None:
+                out.append(loc)
+        return out
 
     def in_error_count(self) -> int:
         """Open locations in error state (not accepting rows): the ``dis_partitions_in_error``
@@ -258,7 +353,7 @@ class StorageEngine:
         if not self._closed and time.monotonic() >= self._next_scan:
             t0 = time.monotonic()
             for key in self._scan():
-                if key not in self._locs:
+                if key not in self._locs and key not in self._opening:  # (one being opened shows when open)
                     try:
                         self.location(key)
                     except (LookupError, RuntimeError):
@@ -275,19 +370,21 @@ class StorageEngine:
     def subscribe(self, callback: Callable) -> Callable[[], None]:
         """``callback(location, published_rows)`` on each new location and each publish."""
         with self._lock:
-            self._subscribers.append(callback)
+            self._subscribers = (*self._subscribers, callback)
 
         def unsubscribe() -> None:
             with self._lock:
                 if callback in self._subscribers:
-                    self._subscribers.remove(callback)
+                    subs = list(self._subscribers)
+                    subs.remove(callback)
+                    self._subscribers = tuple(subs)
 
         return unsubscribe
 
     def _published(self, loc: Location) -> None:
-        with self._lock:
-            subs = list(self._subscribers)
-        for cb in subs:
+        """Tell the subscribers.  The list is replaced, never changed, on (un)subscribe, so a
+        publish reads it without the engine's lock (a batch publishes many locations)."""
+        for cb in self._subscribers:
             try:
                 cb(loc, loc.published_rows)
             except Exception as e:  # a subscriber's failure is its own

@@ -33,10 +33,12 @@ real one unless a test puts a recording or failing disk underneath.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import resource
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import structlog
 
@@ -52,8 +54,50 @@ FAST_CYCLE_FRACTION = 0.2
 TARGET_FRACTION = 0.9
 
 
+#: descriptors a DIS keeps for what is not a column file: a socket per gRPC worker and per
+#: block-endpoint connection (2 x ``server.max_workers``), and this margin (logs, the block cache's
+#: reads, the metrics endpoint, a checkpoint's record and directory)
+NON_COLUMN_MARGIN = 256
+#: ``server.max_workers``' default (``disd.config.DisConfig``), for an engine made without a server
+DEFAULT_WORKERS = 256
+
+
+def max_open_files_for(nofile: int, max_workers: int = DEFAULT_WORKERS) -> int:
+    """The column-file descriptors a process whose descriptor limit is ``nofile`` may keep: the
+    limit less ``2 x max_workers + NON_COLUMN_MARGIN`` (README, "Configure": LimitNOFILE is at
+    least ``max_open_files + 2 x server.max_workers + 256``; with this, exactly), at least 16."""
+    return max(16, nofile - 2 * max_workers - NON_COLUMN_MARGIN)
+
+
+def default_max_open_files(max_workers: int = DEFAULT_WORKERS) -> int:
+    """``storage.max_open_files`` when ``dis.yaml`` leaves it out: from this process's descriptor
+    limit (RLIMIT_NOFILE, LimitNOFILE under systemd), so a DIS given more descriptors keeps more
+    column files open and cycles fewer (docs/storage-format.md, "File handles")."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max_open_files_for(int(soft), max_workers)
+
+
 class FileIdentityError(DisError, OSError):
     """The path of a tracked file now names another file, or nothing."""
+
+
+def identity_error(path: str, identity: tuple[int, int] | None, now: tuple[int, int] | None) -> FileIdentityError:
+    """A column file deleted (``now`` None) or replaced (``now`` its device and inode) under the
+    DIS."""
+    if now is None:
+        inode = identity[1] if identity is not None else "?"
+        return FileIdentityError(
+            f"{path}: column file was deleted while the DIS had it open "
+            f"(inode {inode}); never delete or replace column files of a running DIS"
+        )
+    old = identity or ("?", "?")
+    return FileIdentityError(
+        f"{path}: column file was replaced while the DIS had it open (device/inode "
+        f"{old[0]}/{old[1]} is now {now[0]}/{now[1]}); "
+        "never delete or replace column files of a running DIS"
+    )
 
 
 class TrackedFile:
@@ -68,6 +112,9 @@ class TrackedFile:
         self.lock = threading.RLock()
         self.fd: int | None = None
         self.identity: tuple[int, int] | None = None  # (st_dev, st_ino), fixed at first open
+        #: (path, st_dev, st_ino), what a write of ``storage.writeout`` opens the file by when the
+        #: handle holds no descriptor; None until the identity is fixed
+        self.spec: tuple[bytes, int, int] | None = None
         self.closed = False
         self.pins = 0  # operations using ``fd`` without holding ``lock`` (fsync)
         self.opens = 0  # descriptors opened for this handle (1 + reopens)
@@ -222,6 +269,7 @@ class TrackedFileHandleFactory:
         self.fast_cycling_total = 0
         self.cleanups = 0
         self.peak_open = 0
+        self.transient_opens = 0  # files a compiled write opened for its writes alone
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -256,16 +304,106 @@ class TrackedFileHandleFactory:
             for path, (fd, identity) in zip(paths, opened, strict=True):
                 f = TrackedFile(self, str(path))
                 f.fd, f.identity, f.opens = fd, identity, 1
+                f.spec = (os.fsencode(f.path), identity[0], identity[1])
                 self._handles[id(f)] = f
                 handles.append(f)
             self.peak_open = max(self.peak_open, len(self._handles))
         return handles
+
+    def adopt(self, paths: Sequence[str], opened: Sequence[tuple[int, tuple[int, int]]]) -> list[TrackedFile]:
+        """Handles for files created and opened elsewhere (a batch of new locations,
+        ``fsio.create_locations``), their identities fixed now.  A descriptor of -1 was closed
+        again (no room to keep it): its handle opens the file when it is first used."""
+        handles = []
+        with self._lock:
+            for path, (fd, identity) in zip(paths, opened, strict=True):
+                f = TrackedFile(self, str(path))
+                f.identity = identity
+                f.spec = (os.fsencode(f.path), identity[0], identity[1])
+                if fd >= 0:
+                    f.fd, f.opens = fd, 1
+                    self._handles[id(f)] = f
+                handles.append(f)
+            self.peak_open = max(self.peak_open, len(self._handles))
+        return handles
+
+    def room(self) -> int:
+        """Descriptors that could be opened now without reclaiming any (to 90% of capacity)."""
+        with self._lock:
+            return max(0, int(self.capacity * TARGET_FRACTION) - len(self._handles) - self._opening)
+
+    @contextlib.contextmanager
+    def reserving(self, n: int) -> Iterator[None]:
+        """``n`` descriptors counted as being opened while a call elsewhere holds them (at most
+        ``n`` at once), so the limit holds; cleanup makes room first if need be."""
+        with self._lock:
+            if len(self._handles) + self._opening + n > self.capacity:
+                self._cleanup_locked(room=n)
+            self._opening += n
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._opening -= n
 
     def holds_at_once(self, n: int) -> bool:
         """Whether one operation may hold ``n`` descriptors at once (a new location's files, a
         flush's): up to a quarter of the limit.  With a limit set lower, such an operation is
         made a file at a time, so the limit still holds with several of them under way."""
         return n * 4 <= self.capacity
+
+    def pin_for_write(self, handles: Sequence[TrackedFile]) -> tuple[tuple, list[TrackedFile]]:
+        """For a compiled write of these handles' files (``storage.writeout``): each file's
+        descriptor, pinned, or, for a handle whose descriptor was reclaimed, the ``spec`` to open
+        it by for the writes alone; and the handles pinned (``unpin`` them after).  A reclaimed
+        handle gets its descriptor back when the factory has room for it (under 90% of capacity):
+        only when the column files outnumber the limit do writes open their files each time."""
+        files: list[object] = []
+        pinned: list[TrackedFile] = []
+        target = int(self.capacity * TARGET_FRACTION)
+        try:
+            for h in handles:
+                with h.lock:
+                    if h.closed:
+                        raise ValueError(f"{h.path}: handle is closed")
+                    if h.fd is None and (h.spec is None or len(self._handles) + self._opening < target):
+                        self._open_fd(h, create=False)
+                    if h.fd is not None:
+                        h.pins += 1
+                        pinned.append(h)
+                        files.append(h.fd)
+                    else:
+                        files.append(h.spec)
+        except BaseException:
+            self.unpin(pinned)
+            raise
+        return tuple(files), pinned
+
+    @staticmethod
+    def unpin(handles: Sequence[TrackedFile]) -> None:
+        for h in handles:
+            h._unpin()
+
+    @contextlib.contextmanager
+    def transient_slot(self) -> Iterator[None]:
+        """Room for the one descriptor a compiled write holds at a time on a file it opened for
+        its writes alone: counted as being opened, so the limit still holds."""
+        with self._lock:
+            if len(self._handles) + self._opening >= self.capacity:
+                self._cleanup_locked(room=1)
+            self._opening += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._opening -= 1
+
+    def note_transient(self, n: int) -> None:
+        """``n`` files were opened for their writes alone: descriptors the limit could not keep,
+        counted towards fast cycling as reclaims are."""
+        with self._lock:
+            self.transient_opens += n
+            self._note_reclaims(0, extra=n)
 
     @property
     def open_count(self) -> int:
@@ -305,10 +443,7 @@ class TrackedFileHandleFactory:
         except FileNotFoundError:
             if f.identity is None:
                 raise
-            raise FileIdentityError(
-                f"{f.path}: column file was deleted while the DIS had it open "
-                f"(inode {f.identity[1]}); never delete or replace column files of a running DIS"
-            ) from None
+            raise identity_error(f.path, f.identity, None) from None
         try:
             st = self.fs.fstat(fd)
         except BaseException:
@@ -317,12 +452,9 @@ class TrackedFileHandleFactory:
         ident = (st.st_dev, st.st_ino)
         if f.identity is not None and ident != f.identity:
             self.fs.close(fd)
-            raise FileIdentityError(
-                f"{f.path}: column file was replaced while the DIS had it open (device/inode "
-                f"{f.identity[0]}/{f.identity[1]} is now {ident[0]}/{ident[1]}); "
-                "never delete or replace column files of a running DIS"
-            )
+            raise identity_error(f.path, f.identity, ident)
         f.identity = ident
+        f.spec = (os.fsencode(f.path), ident[0], ident[1])
         return fd
 
     def _release(self, f: TrackedFile) -> None:
@@ -362,11 +494,14 @@ class TrackedFileHandleFactory:
             self._note_reclaims(closed)
         return closed
 
-    def _note_reclaims(self, n: int, now: float | None = None) -> None:
+    def _note_reclaims(self, n: int, now: float | None = None, extra: int = 0) -> None:
+        """``n`` descriptors reclaimed (and ``extra`` files opened for a write alone, which the
+        limit could not keep either): a warning when 20% of capacity cycled within the window."""
         now = time.monotonic() if now is None else now
         self.reclaimed_total += n
-        metrics.HANDLE_RECLAIMS.inc(n)
-        self._reclaims.extend([now] * n)
+        if n:
+            metrics.HANDLE_RECLAIMS.inc(n)
+        self._reclaims.extend([now] * (n + extra))
         while self._reclaims and now - self._reclaims[0] > FAST_CYCLE_WINDOW_S:
             self._reclaims.popleft()
         if (

@@ -13,14 +13,15 @@ extra Python frame.  ``MeteredFileSystem`` wraps any file system and counts its 
 ``dis_io_errors_total{op, errno}``; the engine always wraps, so injected and real errors are
 counted alike.
 
-One compound operation may be done by the file system itself: ``create_location``, a new
+Compound operations may be done by the file system itself: ``create_location``, a new
 location's directories, ``table.size`` and column files.  ``OsFileSystem`` does it in C
 (``disd.storage.newlocation``), the same calls in the same order in one call that gives up the
 interpreter's lock once instead of some thirty times (docs/benchmarks.md, "new locations in one
 call"); any other file system (the tests' recording and failing disks) gets the composition of
 its own operations below, so every call still passes through it.  ``pwrite_all``, several
 positional writes (a location's flush: a write per column file), is offered the same way: in C
-(``disd.storage.batchwrite``) by ``OsFileSystem`` alone, composed of ``pwrite`` for any other.
+(``disd.storage.batchwrite``) by ``OsFileSystem`` alone, composed of ``pwrite`` for any other; and so are the cuts and writes of compiled write states
+(``write_states``, ``storage.writeout``).
 """
 
 from __future__ import annotations
@@ -39,11 +40,18 @@ try:  # the same: without it, pwrite_all's composition of pwrite
     from disd.storage import batchwrite
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
     batchwrite = None
+try:  # the same: without it, the write states' cuts and writes composed (storage.writeout)
+    from disd.storage import ingestcore
+except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
+    ingestcore = None
 
 #: a new location's column files, opened: (descriptor, (st_dev, st_ino)) each, in the order asked
 Opened = list[tuple[int, tuple[int, int]]]
 #: one positional write of ``pwrite_all``: (descriptor, bytes, offset)
 Write = tuple[int, "memoryview | bytes | bytearray", int]
+#: one location of ``create_locations``: (path, temp name, record name, record, column file names,
+#: keep their descriptors open)
+NewLocation = tuple[str, str, str, bytes, "list[str]", bool]
 
 
 class FileSystem(Protocol):
@@ -122,6 +130,19 @@ class OsFileSystem:
         ``create_location``)."""
         return _native_pwrite_all if batchwrite is not None and type(self) is OsFileSystem else None
 
+    @property
+    def create_locations(self):  # noqa: ANN201
+        """``create_locations`` in C when built, for the plain OS file system only (as
+        ``create_location``)."""
+        return _native_create_locations if newlocation is not None and type(self) is OsFileSystem else None
+
+    @property
+    def write_states(self):  # noqa: ANN201
+        """The due cuts and writes of compiled write states, many locations' in one call
+        (``ingestcore.write_out``, see ``storage.writeout``): for the plain OS file system only
+        (as ``create_location``); any other composes them of its own operations."""
+        return ingestcore.write_out if ingestcore is not None and type(self) is OsFileSystem else None
+
 
 def _native_create_location(path: str, temp_name: str, record_name: str, record: bytes,
                             file_names: list[str]) -> Opened | None:
@@ -133,6 +154,22 @@ def _native_create_location(path: str, temp_name: str, record_name: str, record:
         e.storage_op = op  # type: ignore[attr-defined]
         raise e
     return [(fd, (dev, ino)) for fd, dev, ino in out] if fresh else None
+
+
+def _native_create_locations(items: Sequence["NewLocation"], at_once: int = 8) -> list["Opened | None | OSError"]:
+    """``create_locations`` in one call outside the interpreter's lock (``newlocation``)."""
+    out: list[Opened | None | OSError] = []
+    answers = newlocation.create_many([(path, temp, name, record, [os.fsencode(n) for n in files], keep)
+                                        for path, temp, name, record, files, keep in items], at_once)
+    for fresh, got in answers:
+        if fresh is None:
+            op, code, where = got
+            e = OSError(code, os.strerror(code), where)
+            e.storage_op = op  # type: ignore[attr-defined]
+            out.append(e)
+        else:
+            out.append([(fd, (dev, ino)) for fd, dev, ino in got] if fresh else None)
+    return out
 
 
 def _native_pwrite_all(writes: Sequence[Write]) -> None:
@@ -282,6 +319,28 @@ class MeteredFileSystem:
     def pwrite_all(self):  # noqa: ANN201
         return self._compound("pwrite_all", "pwrite")
 
+    @property
+    def create_locations(self):  # noqa: ANN201
+        """The inner one's, its failures (answered per location, not raised) counted."""
+        inner = getattr(self.inner, "create_locations", None)
+        if inner is None:
+            return None
+
+        def metered(items, at_once=8):  # noqa: ANN001, ANN202
+            out = inner(items, at_once)
+            for e in out:
+                if isinstance(e, OSError):
+                    self._failed(failed_op(e) or "create_location", e)
+            return out
+
+        return metered
+
+    @property
+    def write_states(self):  # noqa: ANN201
+        """The inner one's, unwrapped: it reports failures per location instead of raising, and
+        ``storage.writeout`` counts them."""
+        return getattr(self.inner, "write_states", None)
+
 
 OS = OsFileSystem()
 
@@ -327,6 +386,129 @@ def pwrite_all(fs: FileSystem, writes: Sequence[Write]) -> None:
         except OSError as e:
             e.writes_done = done  # type: ignore[attr-defined]
             raise
+
+
+def create_locations(fs: FileSystem, items: Sequence[NewLocation], at_once: int = 8) -> list[Opened | None | OSError]:
+    """Many new locations (``create_location`` each), each step for all before the next: their
+    missing directories made, then each parent that gained an entry fsynced once; their records
+    written, then each fsynced, renamed over ``table.size``, its directory fsynced; then their
+    column files (closed again unless ``keep``: (-1, identity) each).  Per location, its column
+    files' descriptors and identities, None when its directory existed (the caller opens it the
+    usual way), or the OSError that stopped it (others go on).  The order of each location's own
+    calls is ``create_location``'s, so are the durability rules (docs/storage-format.md, "A new
+    location"); what a batch saves is the parents' repeated fsyncs and, in C, the interpreter's
+    lock given up once, the waits overlapped.  ``at_once``: how many locations' column files are
+    made at the same time (the descriptors the call holds beyond those kept: ``at_once`` times a
+    location's files; here one at a time, in C on up to 8 threads)."""
+    native = getattr(fs, "create_locations", None)
+    if native is not None:
+        return native([(os.path.abspath(p), *rest) for p, *rest in items], at_once)  # type: ignore[misc]
+    out: list[Opened | None | OSError] = [None] * len(items)
+    fresh: list[int] = []
+    parents: dict[str, list[int]] = {}  # a directory that gained an entry -> the locations that made it
+    for i, (path, *_rest) in enumerate(items):
+        try:
+            made, created = _missing_dirs(fs, os.path.abspath(path))
+        except OSError as e:
+            out[i] = e
+            continue
+        for d in made:
+            parents.setdefault(os.path.dirname(d), []).append(i)
+        if created:
+            fresh.append(i)
+    for parent in sorted(parents):
+        try:
+            fs.fsync_dir(parent)
+        except OSError as e:
+            for i in parents[parent]:
+                out[i] = out[i] if isinstance(out[i], OSError) else e
+    fresh = [i for i in fresh if not isinstance(out[i], OSError)]
+    records: dict[int, int] = {}  # location -> its temp record's descriptor
+    for i in fresh:
+        path, temp, _name, record, _files, _keep = items[i]
+        try:
+            records[i] = fs.open(os.path.join(path, temp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            pwrite_whole(fs, records[i], record, 0)
+        except OSError as e:
+            out[i] = e
+    for i, fd in records.items():
+        try:
+            if not isinstance(out[i], OSError):
+                fs.fsync(fd)
+        except OSError as e:
+            out[i] = e
+        finally:
+            try:
+                fs.close(fd)
+            except OSError as e:
+                out[i] = out[i] if isinstance(out[i], OSError) else e
+    for step in (lambda p, t, n: fs.rename(os.path.join(p, t), os.path.join(p, n)),
+                 lambda p, t, n: fs.fsync_dir(p)):
+        for i in fresh:
+            if isinstance(out[i], OSError):
+                continue
+            path, temp, name = items[i][:3]
+            try:
+                step(path, temp, name)
+            except OSError as e:
+                out[i] = e
+    for i in fresh:
+        if isinstance(out[i], OSError):
+            continue
+        path, _temp, _name, _record, files, keep = items[i]
+        try:
+            opened = _open_new_files(fs, path, files)
+        except OSError as e:
+            out[i] = e
+            continue
+        if not keep:
+            for fd, _ in opened:
+                fs.close(fd)
+            opened = [(-1, ident) for _, ident in opened]
+        out[i] = opened
+    return out
+
+
+def _missing_dirs(fs: FileSystem, path: str) -> tuple[list[str], bool]:
+    """Make ``path``'s missing directories, top down; (those made or found made meanwhile,
+    whether ``path`` itself was made here)."""
+    missing: list[str] = []
+    p = path
+    while not exists(fs, p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    created = False
+    for d in reversed(missing):
+        try:
+            fs.mkdir(d)
+            created = d == path
+        except FileExistsError:
+            pass  # made meanwhile by another location of the same table
+    return list(reversed(missing)), created
+
+
+def _open_new_files(fs: FileSystem, path: str, file_names: Sequence[str]) -> Opened:
+    opened: Opened = []
+    try:
+        for name in file_names:
+            fd = fs.open(os.path.join(path, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                st = fs.fstat(fd)
+            except BaseException:
+                fs.close(fd)
+                raise
+            opened.append((fd, (st.st_dev, st.st_ino)))
+    except BaseException:
+        for fd, _ in opened:
+            try:
+                fs.close(fd)
+            except OSError:
+                pass
+        raise
+    return opened
 
 
 def read_file(fs: FileSystem, path: str, limit: int) -> bytes | None:

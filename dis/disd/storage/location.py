@@ -28,7 +28,15 @@ missing under the DIS, a replaced file) is never retried: it needs an operator. 
 ``epoch``, so an ingest stream opened before it cannot append after it (its offsets would skip
 the rows between the checkpoint and the failure).
 
-Locking: ``lock`` (re-entrant) guards the counts, the buffers and the writers; ingestion, flush,
+What a chunk changes in memory (the buffers of the column files, the written and committed rows
+and sizes, the open transaction, the resume point) is the location's write state
+(``storage.writestate``: C data the compiled ingest path works on without the interpreter, or its
+Python reference); the location owns it and makes the cuts and writes it makes due
+(``storage.writeout``).  Rows arrive as a log's chunks (``storage.ingest``), as decoded rows
+(``ingest``, the reference path) or as a pull source's committed batch (``append_committed``);
+the last two are ``storage.decodedrows``.
+
+Locking: ``lock`` (re-entrant) guards the counts, the write state and the files; ingestion, flush,
 rollback and the snapshot half of a checkpoint take it.  The fsyncs of a checkpoint run without
 it, under ``_checkpoint_lock`` alone, so ingestion goes on while the disk syncs.  ``reopen`` takes
 both (``_checkpoint_lock`` first, as a checkpoint does).
@@ -44,7 +52,6 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 import pyarrow as pa
 import structlog
 
@@ -52,7 +59,7 @@ from disd.errors import DisError
 from disd.names import LocationKey
 from disd.storage import metrics
 from disd.binlog import DecodedRows, FrameRun
-from disd.schema import ColumnType, TableSchema
+from disd.schema import TableSchema
 from disd.storage import columns as colfmt
 from disd.storage import fsio
 from disd.storage.checkpoint import (
@@ -65,11 +72,12 @@ from disd.storage.checkpoint import (
     remove_stale_temp,
     write_record,
 )
-from disd.storage.columnwriter import ColumnFileWriter, flush_all
+from disd.storage import decodedrows
 from disd.storage.lastby import LastBy, Snapshot
 from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFileHandleFactory
-from disd.storage.transactions import plan_transactions
 from disd.storage.versionstore import LocationVersionError, location_schema
+from disd.storage.writeout import write_out
+from disd.storage.writestate import WriteState, new_write_state
 
 if TYPE_CHECKING:
     from disd.config import ImportConfig
@@ -128,6 +136,23 @@ CAUGHT_UP_FLUSH_S = 0.025
 IMPORT_STATE_KEYS = ("transactions_abandoned", "ends_without_start", "rows_rolled_back", "restarts", "io_recoveries")
 
 
+def new_record(schema: TableSchema) -> CheckpointRecord:
+    """The first record of a location written in ``schema``: no rows, every column file empty."""
+    names = colfmt.schema_file_names(schema)
+    return CheckpointRecord(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), schema.fingerprint,
+                            {k: 0 for k in IMPORT_STATE_KEYS}, schema_version=schema.version, lastby=None)
+
+
+class ColumnFile:
+    """A column file of a location, as readers reach it: its handle (``writers`` maps names to
+    these)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: TrackedFile) -> None:
+        self.handle = handle
+
+
 class Location:
     def __init__(
         self,
@@ -142,6 +167,8 @@ class Location:
         create_version: int | None = None,
         on_dirty: Callable[["Location", float | None], None] | None = None,
         on_error: Callable[["Location"], None] | None = None,
+        compiled: bool | None = None,
+        created: "tuple[CheckpointRecord, list[TrackedFile]] | BaseException | None" = None,
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be positive")
@@ -174,40 +201,93 @@ class Location:
         self.reopens = 0  # reopen attempts since the location was opened
         self.epoch = 0  # bumped by every successful reopen
         self.closed = False
-        self.writers: dict[str, ColumnFileWriter] = {}
+        self._compiled = compiled
+        self.state: WriteState | None = None  # made once the location's version is known
+        self.handles: list[TrackedFile] = []  # one per column file, in the schema's order
         self.last_flush_time: float | None = None
         #: time.time() since which the location holds rows (or a cut) no flush has written; None
         #: when there is nothing to flush (the flush clock visits only marked locations)
         self.dirty_since: float | None = None
         self.last_checkpoint_time: float | None = None
-        self.written_rows = self.committed_rows = self.published_rows = self.checkpointed_rows = 0
-        self.committed_sizes: dict[str, int] = {}
-        self.published_sizes: dict[str, int] = {}
-        self.source = SourcePosition(None, 0, 0)
+        self.published_rows = self.checkpointed_rows = 0
+        self._published: tuple[int, ...] = ()  # the files' sizes at the published rows
+        self._kafka: tuple[str, int] | None = None  # (topic, partition) of a pull source's resume point
         self.import_state: dict[str, int] = {k: 0 for k in IMPORT_STATE_KEYS}
-        self.txn_open = False
         self._last_checkpoint: tuple | None = None
         self.lastby: LastBy | None = None  # the last-by state, when the table declares keys (docs/lastby.md)
         self._file_names = colfmt.schema_file_names(self.schema)
-        self._recover()
+        self._recover(created)
+
+    # -- the write state's counts, by name -----------------------------------------------------
+    @property
+    def written_rows(self) -> int:
+        return self.state.written_rows if self.state is not None else 0
+
+    @property
+    def committed_rows(self) -> int:
+        return self.state.committed_rows if self.state is not None else 0
+
+    @property
+    def txn_open(self) -> bool:
+        return bool(self.state.txn_open) if self.state is not None else False
+
+    @property
+    def committed_sizes(self) -> dict[str, int]:
+        return dict(zip(self._file_names, self.state.committed_sizes())) if self.state is not None else {}
+
+    @property
+    def published_sizes(self) -> dict[str, int]:
+        return dict(zip(self._file_names, self._published))
+
+    @property
+    def source(self) -> SourcePosition:
+        if self.state is None:
+            return SourcePosition(None, 0, 0)
+        file_name, offset, skip = self.state.source
+        if self._kafka is not None:
+            return SourcePosition(file_name, offset, skip, *self._kafka)
+        return SourcePosition(file_name, offset, skip)
+
+    def set_source(self, source: SourcePosition) -> None:
+        assert self.state is not None
+        self.state.source = (source.file_name, source.offset, source.skip_rows)
+        self._kafka = (source.topic, source.partition) if source.topic is not None else None
+
+    @property
+    def writers(self) -> dict[str, ColumnFile]:
+        """Each column file's handle, by name."""
+        return {n: ColumnFile(h) for n, h in zip(self._file_names, self.handles)}
+
+    @property
+    def file_names(self) -> list[str]:
+        return list(self._file_names)
 
     # -- recovery ------------------------------------------------------------------------------
-    def _recover(self) -> None:
+    def _recover(self, created: "tuple[CheckpointRecord, list[TrackedFile]] | BaseException | None" = None) -> None:
         """Open the location from its checkpoint; any failure puts it in error state."""
         try:
-            self._open_from_checkpoint()
+            self._open_from_checkpoint(created)
         except _Damaged as e:
             self._fail(str(e))
         except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
             self._fail(describe_failure("opening the location", e), e)
 
-    def _open_from_checkpoint(self) -> None:
+    def _open_from_checkpoint(self, made: "tuple[CheckpointRecord, list[TrackedFile]] | BaseException | None" = None
+                              ) -> None:
         """Read ``table.size`` and cut every column file back to it; reset every count to it.
-        Raises _Damaged for what needs an operator, OSError for what the OS refused."""
+        Raises _Damaged for what needs an operator, OSError for what the OS refused.
+
+        ``made``: the record and handles of a location the engine has just created (a batch of
+        new locations, ``storage.newlocations``)."""
         fs, path = self.fs, str(self.path)
         # A new location is made in one operation of the file system (``_create``); otherwise a
         # directory made just now is empty: no temp file, record or column file to look for.
-        created, new_files = self._create() if not self.writers else (None, None)
+        if isinstance(made, BaseException):  # the batch that was to create it failed
+            raise made
+        if made is not None:
+            created, new_files = made
+        else:
+            created, new_files = self._create() if not self.handles else (None, None)
         fresh = created is not None or fsio.make_dirs(fs, path)
         if not fresh and remove_stale_temp(path, fs):
             log.info("removed a table.size.tmp left by an interrupted checkpoint", location=str(self.key))
@@ -244,30 +324,30 @@ class Location:
         problem = colfmt.check_sizes(self.schema, record.rows, sizes)
         if problem:
             raise _Damaged(f"table.size is inconsistent: {problem}")
-        for name in names:
+        if new_files is not None:
+            self.handles = list(new_files)
+        for i, name in enumerate(names):
             fpath = os.path.join(path, name)
-            w = self.writers.get(name)
-            if new_files is not None:
-                handle = new_files[name]
-            elif w is None:
+            if i < len(self.handles):
+                handle = self.handles[i]  # a reopen: same file (the handle checks its identity), buffer dropped
+            else:
                 if sizes[name] > 0 and not fsio.exists(fs, fpath):
                     raise _Damaged(f"column file {name} is missing but the checkpoint records {sizes[name]} bytes")
                 handle = self._files.open(fpath, create=True)
-            else:
-                handle = w.handle  # a reopen: same file (the handle checks its identity), buffer dropped
-            self.writers[name] = ColumnFileWriter(handle, sizes[name], self.block_size)
+                self.handles.append(handle)
             actual = 0 if fresh else handle.size()
             if actual < sizes[name]:
                 raise _Damaged(f"column file {name} has {actual} bytes, fewer than the {sizes[name]} checkpointed")
             if actual > sizes[name]:
                 handle.truncate(sizes[name])  # rows written after the checkpoint
         rows = record.rows
-        self.written_rows = self.committed_rows = self.published_rows = self.checkpointed_rows = rows
+        assert self.state is not None
+        file_sizes = [sizes[n] for n in names]
+        self.state.reset(rows, file_sizes, (None, 0, 0))
+        self.set_source(record.source)
+        self.published_rows = self.checkpointed_rows = rows
+        self._published = tuple(file_sizes)
         self.dirty_since = None
-        self.committed_sizes = dict(sizes)
-        self.published_sizes = dict(sizes)
-        self.source = record.source
-        self.txn_open = False
         self.last_checkpoint_time = record.time
         for k, v in record.import_state.items():
             self.import_state[k] = v
@@ -275,42 +355,47 @@ class Location:
         if self.import_config.last_by:  # the state at exactly the checkpointed rows (a file, or rebuilt)
             if self.lastby is None:
                 self.lastby = LastBy(self.schema, self.import_config.last_by, self.import_config.lastby_max_keys)
-            committed = self._fetch(dict(self.committed_sizes))  # (the files, cut to the checkpoint)
+            committed = self._fetch(dict(sizes))  # (the files, cut to the checkpoint)
             self.lastby.recover(path, fs, record.lastby, rows,
                                 lambda a, b: colfmt.read_rows(self.schema, None, a, b, committed), str(self.key))
 
-    def _create(self) -> tuple[CheckpointRecord, dict[str, TrackedFile]] | tuple[None, None]:
+    def _create(self) -> tuple[CheckpointRecord, list[TrackedFile]] | tuple[None, None]:
         """Make this location if its directory does not exist yet: directories, its first record
         (no rows) and its column files, in the file system's one operation
         (``fsio.create_location``), which the real one does in C outside the interpreter's lock:
         made from Python, each of its thirty-odd calls gave up the lock and waited to take it
-        back behind the threads decoding chunks.  The record and the column files' handles by
-        name; (None, None) when the directory exists, or the descriptor limit is too small to
-        hold a location's files at once: the caller then opens it the usual way."""
+        back behind the threads decoding chunks.  The record and the column files' handles in
+        the schema's order; (None, None) when the directory exists, or the descriptor limit is
+        too small to hold a location's files at once: the caller then opens it the usual way."""
         schema = self.table.at_version(self._create_version)
         names = colfmt.schema_file_names(schema)
         if not self._files.holds_at_once(len(names)):
             return None, None
         path = str(self.path)
-        record = self._record(0, {n: 0 for n in names}, SourcePosition(None, 0, 0), schema)
+        record = self.first_record(schema)
         data = record.to_bytes()
         handles = self._files.open_created(
             [os.path.join(path, n) for n in names],
             lambda: fsio.create_location(self.fs, path, TEMP_NAME, FILE_NAME, data, names))
         if handles is None:
             return None, None
-        self._use_version(schema)
-        return record, dict(zip(names, handles))
+        return record, handles
+
+    def first_record(self, schema: TableSchema) -> CheckpointRecord:
+        """The record of this location new, written in ``schema``: no rows, every file empty."""
+        return new_record(schema)
 
     def _use_version(self, schema: TableSchema) -> None:
         """Open the location in ``schema`` (a version of its table): its column files are that
         version's.  A reopen finds the same version (table.size never changes it)."""
-        if self.writers and schema.version != self.schema_version:
+        if self.handles and schema.version != self.schema_version:
             raise _Damaged(f"table.size now says schema version {schema.version}, the location was opened in "
                            f"version {self.schema_version}")
         self.schema = schema
         self.schema_version = schema.version
         self._file_names = colfmt.schema_file_names(schema)
+        if self.state is None:
+            self.state = new_write_state(schema, self.block_size, self._compiled)
 
     def _record(self, rows: int, files: dict[str, int], source: SourcePosition,
                 schema: TableSchema | None = None) -> CheckpointRecord:
@@ -402,109 +487,15 @@ class Location:
     # -- ingestion -----------------------------------------------------------------------------
     def ingest(self, file_name: str, run: FrameRun, rows: DecodedRows, epoch: int | None = None) -> None:
         """Append the decoded rows of the frames of ``run`` (of log ``file_name``) and apply their
-        transaction flags.  See docs/storage-format.md, "Transactions" and "Resuming".
+        transaction flags: the reference path of a chunk (``storage.decodedrows.ingest``; the
+        compiled one is ``storage.ingest``).  See docs/storage-format.md, "Transactions".
 
         ``epoch``: the location's ``epoch`` when the sender learnt its resume point; refused when
         the location was reopened since (the sender must ask for the resume point again)."""
         with self.lock:
-            self._check_usable()
-            if epoch is not None and epoch != self.epoch:
-                raise LocationError(f"location {self.key} was reopened from its checkpoint after an I/O error; "
-                                    "resume from its resume point")
-            flags = np.asarray(rows.flags, dtype=np.uint8)
-            cols = list(rows.columns)
-            n = len(flags)
-            if len(cols) != len(self.schema.columns):
-                raise ValueError(f"{len(cols)} columns given, {self.schema.key} has {len(self.schema.columns)}")
-            if any(len(c) != n for c in cols):
-                raise ValueError("columns and flags differ in length")
-            if run.starts and sum(run.row_counts) != n:
-                raise ValueError(f"the frames of the run hold {sum(run.row_counts)} rows, {n} rows given")
-            if not run.starts and n:
-                raise ValueError("rows given without frames")
-            if n == 0:
-                return
-            skip = 0
-            restart = file_name == self.source.file_name and run.starts[0] == self.source.offset
-            if restart:
-                # The sender (re)starts at the resume point: whatever was ingested past it and is
-                # not committed is being resent, so abandon it; and skip the frame's rows that
-                # are already committed.
-                if self.txn_open or self.written_rows != self.committed_rows:
-                    self.import_state["restarts"] += 1
-                    self._guarded(self._rollback_locked, "rollback")
-                skip = min(self.source.skip_rows, n)
-                if skip:
-                    flags = flags[skip:]
-                    cols = [c.slice(skip) for c in cols]
-                    if len(flags) == 0:
-                        return
-            plan = plan_transactions(flags, self.txn_open)
-            if plan.abandoned:
-                self.import_state["transactions_abandoned"] += plan.abandoned
-                metrics.MALFORMED_FLAGS.labels(self.schema.key, "abandoned_transaction").inc(plan.abandoned)
-            if plan.end_without_start:
-                self.import_state["ends_without_start"] += plan.end_without_start
-                metrics.MALFORMED_FLAGS.labels(self.schema.key, "end_without_start").inc(plan.end_without_start)
-            if plan.keep is None:
-                segments = [(0, len(flags))]
-            else:  # rows of abandoned transactions are dropped: append the kept ranges
-                edges = np.flatnonzero(np.diff(np.concatenate(([False], plan.keep, [False])).astype(np.int8)))
-                segments = list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
-            n_kept = sum(b - a for a, b in segments)
-            if plan.rollback_open:
-                self._guarded(self._rollback_locked, "rollback")
-            string_ends = self._guarded(lambda: self._append(cols, segments), "write")
-            before = self.written_rows
-            self.written_rows += n_kept
-            metrics.ROWS_INGESTED.labels(self.schema.key).inc(n_kept)
-            metrics.BYTES_INGESTED.labels(self.schema.key).inc(run.ends[-1] - run.starts[0])
-            if plan.last_commit >= 0:
-                upto = (plan.last_commit + 1 if plan.keep is None
-                        else int(np.count_nonzero(plan.keep[: plan.last_commit + 1])))
-                new_committed = before + upto
-                sizes = dict(self.committed_sizes)
-                for c in self.schema.columns:
-                    if c.type is ColumnType.STRING:
-                        off, dat = colfmt.file_names(c)
-                        sizes[off] = new_committed * colfmt.OFFSET_WIDTH
-                        sizes[dat] = int(string_ends[c.name][upto - 1] & colfmt.OFFSET_MASK)
-                    else:
-                        sizes[colfmt.file_names(c)[0]] = new_committed * c.type.width
-                metrics.ROWS_COMMITTED.labels(self.schema.key).inc(new_committed - self.committed_rows)
-                self.committed_rows = new_committed
-                self.committed_sizes = sizes
-                self.source = _position(file_name, run, plan.last_commit + skip)
-            self.txn_open = plan.open_at_end
-            self._mark_dirty()
-
-    def _guarded(self, fn: Callable[[], object], what: str):  # noqa: ANN202
-        """Run a step that touches the column files; any failure puts the location in error
-        (its files may now disagree with its counts) and raises LocationError."""
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
-            self._fail(describe_failure(what, e), e)
-            raise LocationError(self.error, self.error_errno) from e
-
-    def _append(self, cols: list[pa.Array], segments: list[tuple[int, int]]) -> dict[str, np.ndarray]:
-        """Append rows ``[a, b)`` of ``cols`` for each segment; returns each string column's new
-        offsets entries."""
-        string_ends: dict[str, list[np.ndarray]] = {}
-        for a, b in segments:
-            for c, arr in zip(self.schema.columns, cols):
-                part = arr if (a, b) == (0, len(arr)) else arr.slice(a, b - a)
-                if c.type is ColumnType.STRING:
-                    off, dat = colfmt.file_names(c)
-                    ends, _lens, data = colfmt.encode_string(part, self.writers[dat].size)
-                    self.writers[off].append(ends)
-                    self.writers[dat].append(data)
-                    string_ends.setdefault(c.name, []).append(ends)
-                else:
-                    self.writers[colfmt.file_names(c)[0]].append(colfmt.encode_fixed(c, part))
-        if self.lastby is not None:  # its next update takes these arrays rather than reading the files
-            self.lastby.pending.add(self.written_rows, cols, segments)
-        return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in string_ends.items()}
+            self.check_epoch(epoch)
+            decodedrows.ingest(self, file_name, run, rows)
+            self.write_due()
 
     def append_committed(self, cols: list[pa.Array], source: SourcePosition, nbytes: int = 0,
                          epoch: int | None = None) -> None:
@@ -513,33 +504,23 @@ class Location:
         (``disd.kafka``), whose resume point is its own (a Kafka offset), not a log file's.  With
         no rows only the resume point moves.  ``epoch`` as in ``ingest``."""
         with self.lock:
-            self._check_usable()
-            if epoch is not None and epoch != self.epoch:
-                raise LocationError(f"location {self.key} was reopened from its checkpoint after an I/O error; "
-                                    "resume from its resume point")
-            if cols and len(cols) != len(self.schema.columns):
-                raise ValueError(f"{len(cols)} columns given, {self.schema.key} has {len(self.schema.columns)}")
-            n = len(cols[0]) if cols else 0
-            if n:
-                if self.txn_open or self.written_rows != self.committed_rows:
-                    self._guarded(self._rollback_locked, "rollback")
-                string_ends = self._guarded(lambda: self._append(cols, [(0, n)]), "write")
-                new_committed = self.committed_rows + n
-                sizes = dict(self.committed_sizes)
-                for c in self.schema.columns:
-                    if c.type is ColumnType.STRING:
-                        off, dat = colfmt.file_names(c)
-                        sizes[off] = new_committed * colfmt.OFFSET_WIDTH
-                        sizes[dat] = int(string_ends[c.name][n - 1] & colfmt.OFFSET_MASK)
-                    else:
-                        sizes[colfmt.file_names(c)[0]] = new_committed * c.type.width
-                metrics.ROWS_INGESTED.labels(self.schema.key).inc(n)
-                metrics.BYTES_INGESTED.labels(self.schema.key).inc(nbytes)
-                metrics.ROWS_COMMITTED.labels(self.schema.key).inc(n)
-                self.written_rows = self.committed_rows = new_committed
-                self.committed_sizes = sizes
-                self._mark_dirty()
-            self.source = source
+            self.check_epoch(epoch)
+            decodedrows.append_committed(self, cols, source, nbytes)
+            self.write_due()
+
+    def check_epoch(self, epoch: int | None) -> None:
+        """Under the lock: LocationError unless the location takes rows from a sender that learnt
+        its resume point at ``epoch`` (None: any)."""
+        self._check_usable()
+        if epoch is not None and epoch != self.epoch:
+            raise LocationError(f"location {self.key} was reopened from its checkpoint after an I/O error; "
+                                "resume from its resume point")
+
+    def write_due(self) -> None:
+        """Under the lock: make the writes of whole blocks the last rows filled (and the cuts a
+        rollback made due), so memory holds at most a block a file between flushes."""
+        if self.state is not None and self.state.needs_io(False):
+            self.guarded(lambda: write_out([(self, False)], raise_first=True), "write")
 
     def rollback(self) -> None:
         """Abandon the open transaction (its client is gone): truncate its rows away."""
@@ -549,25 +530,44 @@ class Location:
             if not self.txn_open and self.written_rows == self.committed_rows:
                 return
             try:
-                self._guarded(self._rollback_locked, "rollback")
+                self.guarded(self._rollback_now, "rollback")
             except LocationError:
                 pass  # the location is in error state and said so
 
-    def _rollback_locked(self) -> None:
-        rolled = self.written_rows - self.committed_rows
-        for name, w in self.writers.items():
-            w.truncate_to(self.committed_sizes[name])
-        self.written_rows = self.committed_rows
+    def _rollback_now(self) -> None:
+        self.rollback_locked()
+        if self.state is not None and self.state.needs_io(False):  # the cut, made now
+            write_out([(self, False)], raise_first=True)
+
+    def rollback_locked(self) -> None:
+        """Under the lock: cut back to the committed rows (the cut is made with the next writes)."""
+        assert self.state is not None
+        rolled = self.state.rollback()
         if self.lastby is not None:
             self.lastby.pending.truncate(self.committed_rows)
-        self.txn_open = False
-        self._mark_dirty()
+        self.mark_dirty()
+        self.note_rolled_back(rolled)
+
+    def note_rolled_back(self, rolled: int) -> None:
         if rolled:
             self.import_state["rows_rolled_back"] += rolled
             metrics.ROWS_ROLLED_BACK.labels(self.schema.key).inc(rolled)
 
+    def fail_io(self, what: str, e: BaseException) -> None:
+        """Under the lock: ``what`` (a write, a flush) failed with ``e``; the location is in error."""
+        self._fail(describe_failure(what, e), e)
+
+    def guarded(self, fn: Callable[[], object], what: str):  # noqa: ANN201
+        """Run a step that touches the column files; any failure puts the location in error
+        (its files may now disagree with its counts) and raises LocationError."""
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
+            self._fail(describe_failure(what, e), e)
+            raise LocationError(self.error, self.error_errno) from e
+
     # -- flush and checkpoint ------------------------------------------------------------------
-    def _mark_dirty(self) -> None:
+    def mark_dirty(self) -> None:
         """Under the lock, after every change a flush must write or publish (rows taken, rows
         cut back): the first since the last flush tells the engine's flush clock, which visits
         only locations that told it."""
@@ -583,7 +583,7 @@ class Location:
             if self.closed or self.in_error:
                 return
             changed = self._flush_locked()
-            published = (self.published_rows, dict(self.published_sizes), self.epoch)
+            published = (self.published_rows, self.published_sizes, self.epoch)
         if changed and self.lastby is not None:  # off the lock: ingestion goes on meanwhile
             self._update_lastby(*published)
         metrics.FLUSH_DURATION.observe(time.perf_counter() - t0)
@@ -600,31 +600,46 @@ class Location:
         self.flush()
         return True
 
+    def flush_due_soon(self, now: float) -> bool:
+        """A caught-up source's rows: whether to publish them now (else the flush clock does at
+        its next ``CAUGHT_UP_FLUSH_S`` tick, which this tells it); see ``publish_soon``."""
+        last = self.last_flush_time
+        if last is not None and now - last < CAUGHT_UP_FLUSH_S:
+            if self._on_dirty is not None:  # not the flusher's next tick: the next 25 ms one
+                self._on_dirty(self, CAUGHT_UP_FLUSH_S)
+            return False
+        return True
+
     def publish_soon(self) -> bool:
         """Flush now, unless the last flush was under ``CAUGHT_UP_FLUSH_S`` ago (then False:
         the flush clock flushes the location at its next ``CAUGHT_UP_FLUSH_S`` tick): for a source
         that has caught up (a tailer at the end of its files, a Kafka partition drained), whose
         rows are then visible as soon as they are in rather than at the flusher's next tick,
         while a trickle of single rows still costs at most one flush per ``CAUGHT_UP_FLUSH_S``."""
-        last = self.last_flush_time
-        if last is not None and time.time() - last < CAUGHT_UP_FLUSH_S:
-            if self._on_dirty is not None:  # not the flusher's next tick: the next 25 ms one
-                self._on_dirty(self, CAUGHT_UP_FLUSH_S)
+        if not self.flush_due_soon(time.time()):
             return False
         self.flush()
         return True
 
     def _flush_locked(self) -> bool:
-        self.dirty_since = None
         try:
-            flush_all(list(self.writers.values()))
+            write_out([(self, True)], raise_first=True)
         except Exception as e:  # noqa: BLE001
             self._fail(describe_failure("flush", e), e)
             return False
-        changed = self.published_rows != self.committed_rows or self.published_sizes != self.committed_sizes
-        self.published_rows = self.committed_rows
-        self.published_sizes = dict(self.committed_sizes)
-        self.last_flush_time = time.time()
+        return self.published_locked(time.time())
+
+    def published_locked(self, now: float) -> bool:
+        """Under the lock, every write made: the committed rows are the published ones now.
+        Returns whether that changed anything."""
+        self.dirty_since = None
+        state = self.state
+        assert state is not None
+        sizes = state.committed_sizes()
+        changed = self.published_rows != state.committed_rows or self._published != sizes
+        self.published_rows = state.committed_rows
+        self._published = sizes
+        self.last_flush_time = now
         return changed
 
     def checkpoint(self) -> bool:
@@ -643,8 +658,8 @@ class Location:
                     changed = self._flush_locked()
                     if self.in_error:
                         return False
-                    record = self._record(self.committed_rows, dict(self.committed_sizes), self.source)
-                    handles = [w.handle for w in self.writers.values()]
+                    record = self._record(self.committed_rows, self.committed_sizes, self.source)
+                    handles = list(self.handles)
                     epoch = self.epoch
                 state = None
                 if self.lastby is not None:
@@ -687,12 +702,12 @@ class Location:
     def column_files(self) -> dict[str, int]:
         """Each column file's size covering exactly the published rows."""
         with self.lock:
-            return dict(self.published_sizes)
+            return self.published_sizes
 
     def snapshot(self) -> tuple[int, dict[str, int]]:
         """(published rows, column file sizes at that count), consistent with each other."""
         with self.lock:
-            return self.published_rows, dict(self.published_sizes)
+            return self.published_rows, self.published_sizes
 
     def read_block(self, file_name: str, block_index: int, block_size: int | None = None) -> bytes:
         """Block ``block_index`` of a column file, cut at the published size (``b""`` past it)."""
@@ -703,20 +718,28 @@ class Location:
             if self.closed:
                 raise LocationError(f"location {self.key} is closed")
             size = self.published_sizes.get(file_name)
-            w = self.writers.get(file_name)
-        if size is None or w is None:
+            handle = self._handle(file_name)
+        if size is None or handle is None:
             raise KeyError(f"{self.key} has no column file {file_name!r}")
         start = block_index * bs
         if start >= size:
             return b""
-        return w.handle.pread(min(bs, size - start), start)
+        return handle.pread(min(bs, size - start), start)
+
+    def _handle(self, file_name: str) -> TrackedFile | None:
+        try:
+            return self.handles[self._file_names.index(file_name)]
+        except (ValueError, IndexError):
+            return None
 
     def _fetch(self, sizes: dict[str, int]) -> colfmt.Fetch:
         def fetch(name: str, start: int, stop: int) -> bytes:
             stop = min(stop, sizes[name])
             if stop <= start:
                 return b""
-            return self.writers[name].handle.pread(stop - start, start)
+            handle = self._handle(name)
+            assert handle is not None, name
+            return handle.pread(stop - start, start)
 
         return fetch
 
@@ -737,6 +760,23 @@ class Location:
                     self.lastby.pending.clear()  # the state will not take them; a reopen starts afresh
             return None
 
+    def publish_snapshot(self) -> tuple[int, dict[str, int], int] | None:
+        """Under the lock, after a publish: what the last-by state's update needs (the published
+        rows, their files' sizes, the epoch), None without last-by state."""
+        if self.lastby is None:
+            return None
+        return self.published_rows, self.published_sizes, self.epoch
+
+    def update_lastby(self, published: tuple[int, dict[str, int], int] | None) -> None:
+        """After a publish, off the lock (``published``: ``publish_snapshot``'s)."""
+        if self.lastby is not None and published is not None:
+            self._update_lastby(*published)
+
+    def published(self) -> None:
+        """Tell the engine's subscribers of a publish (off the lock)."""
+        if self._on_publish is not None:
+            self._on_publish(self)
+
     def read_table(self, columns: list[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
         """Published rows ``[start, stop)`` as a Table with the schema's Arrow types."""
         rows, sizes = self.snapshot()
@@ -752,20 +792,9 @@ class Location:
             if self.closed:
                 return
             self.closed = True
-            for w in self.writers.values():
-                w.handle.close()
+            for h in self.handles:
+                h.close()
 
     def __repr__(self) -> str:
         state = f"error={self.error!r}" if self.in_error else f"rows={self.published_rows}"
         return f"Location({self.key}, {state})"
-
-
-def _position(file_name: str, run: FrameRun, row: int) -> SourcePosition:
-    """The source record just past batch row ``row``: the end of its frame when it is the
-    frame's last row, else the frame's start and how many of its rows are done."""
-    cum = np.cumsum(run.row_counts)
-    j = int(np.searchsorted(cum, row, side="right"))
-    if row == cum[j] - 1:
-        return SourcePosition(file_name, run.ends[j], 0)
-    first = int(cum[j] - run.row_counts[j])
-    return SourcePosition(file_name, run.starts[j], row - first + 1)

@@ -20,64 +20,60 @@
  *               nothing but the missing parents was made, and the caller opens it the usual way
  *   opened      ((fd, st_dev, st_ino), ...) of the column files, in the order of ``file_names``
  *   failure     (op, errno, path): the call that failed; every descriptor opened is closed again
+ *
+ * create_many(locations, at_once=8) -> [(fresh, opened) | (None, failure), ...]
+ *   locations   ((path, temp_name, record_name, record, file_names, keep), ...)
+ *   keep        False: each column file is closed once created (opened holds -1 for its fd)
+ *   at_once     locations whose column files are created at the same time (on that many
+ *               threads, at most 8): what bounds the descriptors the call holds
+ *   Many new locations (a day's start) in one call, each step for all of them before the next:
+ *   every missing directory made, then each parent that gained entries fsynced once (not once
+ *   an entry); every record written, then each fsynced, renamed, and its directory fsynced;
+ *   then the column files.  Each location's own order is create's (its directories and their
+ *   parents' fsyncs, then its record, durable, then its files), so the durability rules are
+ *   create's; a failure stops only the locations it concerns (docs/storage-format.md, "A new
+ *   location").
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "newlocation.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_DEPTH 64
-#define MAX_FILES 1024
-
-typedef struct {
-    const char *op;
-    int err;
-    char path[PATH_MAX];
-} failure_t;
-
-typedef struct {
-    int fd;
-    dev_t dev;
-    ino_t ino;
-} opened_t;
-
-static int fail(failure_t *f, const char *op, const char *path) {
+int dis_fail(failure_t *f, const char *op, const char *path) {
     f->op = op;
     f->err = errno;
     snprintf(f->path, sizeof f->path, "%s", path);
     return -1;
 }
 
-static int join(char *out, const char *dir, const char *name, failure_t *f) {
+int dis_join(char *out, const char *dir, const char *name, failure_t *f) {
     int n = snprintf(out, PATH_MAX, "%s/%s", dir, name);
     if (n < 0 || n >= PATH_MAX) {
         errno = ENAMETOOLONG;
-        return fail(f, "open", dir);
+        return dis_fail(f, "open", dir);
     }
     return 0;
 }
 
-static int fsync_dir(const char *path, failure_t *f) {
+int dis_fsync_dir(const char *path, failure_t *f) {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return fail(f, "fsync_dir", path);
+        return dis_fail(f, "fsync_dir", path);
     if (fsync(fd) != 0) {
         int e = errno;
         close(fd);
         errno = e;
-        return fail(f, "fsync_dir", path);
+        return dis_fail(f, "fsync_dir", path);
     }
     close(fd);
     return 0;
 }
 
 /* The parent of ``path`` (absolute, no trailing slash) into ``out``. */
-static void parent_of(const char *path, char *out) {
+void dis_parent_of(const char *path, char *out) {
     const char *slash = strrchr(path, '/');
     size_t n = slash == NULL || slash == path ? 1 : (size_t)(slash - path);
     memcpy(out, path, n);
@@ -94,7 +90,7 @@ static int make_dirs(const char *path, failure_t *f) {
     size_t len = strlen(path);
     if (len == 0 || len >= PATH_MAX || path[0] != '/') {
         errno = EINVAL;
-        return fail(f, "mkdir", path);
+        return dis_fail(f, "mkdir", path);
     }
     memcpy(buf, path, len + 1);
     for (;;) {
@@ -102,10 +98,10 @@ static int make_dirs(const char *path, failure_t *f) {
         if (stat(buf, &st) == 0)
             break;
         if (errno != ENOENT)
-            return fail(f, "stat", buf);
+            return dis_fail(f, "stat", buf);
         if (missing == MAX_DEPTH) {
             errno = ENAMETOOLONG;
-            return fail(f, "mkdir", path);
+            return dis_fail(f, "mkdir", path);
         }
         ends[missing++] = len;
         char *slash = strrchr(buf, '/');
@@ -121,10 +117,10 @@ static int make_dirs(const char *path, failure_t *f) {
         if (mkdir(buf, 0755) == 0) {
             created = i == 0;
         } else if (errno != EEXIST) {
-            return fail(f, "mkdir", buf);
+            return dis_fail(f, "mkdir", buf);
         }
-        parent_of(buf, parent);
-        if (fsync_dir(parent, f) != 0)
+        dis_parent_of(buf, parent);
+        if (dis_fsync_dir(parent, f) != 0)
             return -1;
         buf[ends[i]] = saved;
     }
@@ -134,11 +130,11 @@ static int make_dirs(const char *path, failure_t *f) {
 static int write_record(const char *dir, const char *temp_name, const char *record_name,
                         const char *data, size_t size, failure_t *f) {
     char tmp[PATH_MAX], dst[PATH_MAX];
-    if (join(tmp, dir, temp_name, f) != 0 || join(dst, dir, record_name, f) != 0)
+    if (dis_join(tmp, dir, temp_name, f) != 0 || dis_join(dst, dir, record_name, f) != 0)
         return -1;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return fail(f, "open", tmp);
+        return dis_fail(f, "open", tmp);
     size_t done = 0;
     while (done < size) {
         ssize_t n = pwrite(fd, data + done, size - done, (off_t)done);
@@ -148,7 +144,7 @@ static int write_record(const char *dir, const char *temp_name, const char *reco
             int e = errno;
             close(fd);
             errno = e;
-            return fail(f, "pwrite", tmp);
+            return dis_fail(f, "pwrite", tmp);
         }
         done += (size_t)n;
     }
@@ -156,31 +152,31 @@ static int write_record(const char *dir, const char *temp_name, const char *reco
         int e = errno;
         close(fd);
         errno = e;
-        return fail(f, "fsync", tmp);
+        return dis_fail(f, "fsync", tmp);
     }
     if (close(fd) != 0)
-        return fail(f, "close", tmp);
+        return dis_fail(f, "close", tmp);
     if (rename(tmp, dst) != 0)
-        return fail(f, "rename", tmp);
-    return fsync_dir(dir, f);
+        return dis_fail(f, "rename", tmp);
+    return dis_fsync_dir(dir, f);
 }
 
-static int open_files(const char *dir, char **names, Py_ssize_t count, opened_t *out, failure_t *f) {
+int dis_open_files(const char *dir, char **names, Py_ssize_t count, opened_t *out, failure_t *f) {
     char p[PATH_MAX];
     struct stat st;
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (join(p, dir, names[i], f) != 0)
+        if (dis_join(p, dir, names[i], f) != 0)
             goto undo;
         int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0) {
-            fail(f, "open", p);
+            dis_fail(f, "open", p);
             goto undo;
         }
         if (fstat(fd, &st) != 0) {
             int e = errno;
             close(fd);
             errno = e;
-            fail(f, "fstat", p);
+            dis_fail(f, "fstat", p);
             goto undo;
         }
         out[i].fd = fd;
@@ -237,7 +233,7 @@ static PyObject *create(PyObject *self, PyObject *args) {
         status = write_record(path, PyBytes_AS_STRING(temp_obj), PyBytes_AS_STRING(record_name_obj),
                               (const char *)record.buf, (size_t)record.len, &failure);
         if (status == 0)
-            status = open_files(path, names, count, opened, &failure);
+            status = dis_open_files(path, names, count, opened, &failure);
     }
     Py_END_ALLOW_THREADS
 
@@ -285,6 +281,8 @@ done:
 }
 
 static PyMethodDef methods[] = {
+    {"create_many", dis_create_many, METH_VARARGS,
+     "create_many(((path, temp_name, record_name, record, file_names, keep), ...), at_once=8) -> [create's answer, ...]"},
     {"create", create, METH_VARARGS,
      "create(path, temp_name, record_name, record, file_names) -> (fresh, opened) or (None, (op, errno, path))"},
     {NULL, NULL, 0, NULL},
