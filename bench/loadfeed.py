@@ -66,7 +66,7 @@ class FrameFeed:
 
     @property
     def locations(self) -> int:
-        return len(self.fds)
+        return len(self.paths)
 
     def location_names(self) -> list[str]:
         return [f"{ip}/{d}" for ip in self.ips for d in self.dates]
