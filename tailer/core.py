@@ -37,7 +37,6 @@ import time
 
 import structlog
 
-from disd.binlog import LogFileName
 from disd.names import LocationKey
 from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
@@ -48,7 +47,7 @@ from disd.tailer.protocol import OnAck, StreamBroken
 from disd.tailer.retention import LogRetention
 from disd.tailer.single import SingleStream
 from disd.tailer.status import replica_connected
-from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, scan_dirs
+from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, log_name, scan_dirs
 
 log = structlog.get_logger("disd.tailer")
 
@@ -247,17 +246,17 @@ class Tailer:
         """(On the loop)"""
         workers = self._workers
         for n in names:
-            parsed = LogFileName.try_parse(n)
+            parsed = log_name(n)
             if parsed is not None:
-                for w in workers.get(parsed.location, ()):
+                for w in workers.get(parsed[0], ()):
                     w.wake()
         if self.csv is not None and any(".csv." in n for n in names):
             self.csv.wake.set()
 
     def _spool_grew(self, name: str) -> None:
         """(The CSV thread) A spool log grew: wake its location's streams, or rescan for a new one."""
-        parsed = LogFileName.try_parse(name)
-        lf = self._files.get(parsed.location) if parsed else None
+        parsed = log_name(name)
+        lf = self._files.get(parsed[0]) if parsed else None
         if lf is not None and any(f.name == name for f in lf.files) and self.loop is not None:
             self.loop.call_soon(self._wake_names, {name})
         else:

@@ -34,7 +34,7 @@ CSV_MARK = ".csv."
 BIN_MARK = ".bin."
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class LogFile:
     sort_key: int
     name: str
@@ -66,9 +66,19 @@ class LocationFiles:
         return [f for f in self.files if f.order > k]
 
 
-def order_of(name: str) -> tuple[int, str]:
+@functools.lru_cache(maxsize=1 << 17)
+def log_name(name: str) -> tuple[LocationKey, int] | None:
+    """The location and the sort key (its time stamp) a binary log's file name gives; None for
+    a name that is not a binary log's.  Remembered per name: the tailer looks names up at every
+    scan and at every inotify event, thousands of times a second at thousands of locations, and
+    a ``LocationKey`` checks its four names each time it is made."""
     parsed = LogFileName.try_parse(name)
-    return (parsed.sort_key if parsed else 0, name)
+    return (parsed.location, parsed.sort_key) if parsed is not None else None
+
+
+def order_of(name: str) -> tuple[int, str]:
+    parsed = log_name(name)
+    return (parsed[1] if parsed else 0, name)
 
 
 def csv_to_bin_name(name: str) -> str | None:
@@ -171,14 +181,16 @@ def scan_dirs(dirs: Iterable[str], reported: set[str], csv_tables: Iterable[str]
                     continue
             except OSError:
                 continue
-            name = LogFileName.try_parse(e.name)
+            name = log_name(e.name)
             if name is not None:
                 try:
                     size = e.stat().st_size
                 except OSError:  # gone since the listing
                     continue
-                lf = locations.setdefault(name.location, LocationFiles(name.location))
-                lf.files.append(LogFile(name.sort_key, e.name, e.path, size))
+                lf = locations.get(name[0])
+                if lf is None:
+                    lf = locations[name[0]] = LocationFiles(name[0])
+                lf.files.append(LogFile(name[1], e.name, e.path, size))
                 continue
             why = _skip(e.path, e.name, csv_tables)
             if not isinstance(why, Skipped):
