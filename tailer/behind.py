@@ -106,3 +106,13 @@ def file_stat(path: str) -> tuple:
     except OSError:
         return ()
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def repaired(before: tuple, now: tuple) -> bool:
+    """Whether a file (``file_stat`` then and now) changed in a way that can end a problem found in
+    its bytes: removed, replaced (another inode), cut shorter, or rewritten in place (same size,
+    newer time).  Appending cannot repair a frame already complete, and a logger appending to it
+    must not make the location read it again at every row."""
+    if not before or not now:
+        return before != now
+    return now[0] != before[0] or now[1] < before[1] or (now[1] == before[1] and now[2] != before[2])

@@ -82,6 +82,7 @@ class Tailer:
         self.loop: EventLoop | None = None
         self._muxes: dict[str, Multiplexer] = {}  # per DIS address, its current call (on the loop)
         self._no_mux: set[str] = set()  # addresses whose DIS does not know Multiplex
+        self._not_dis: set[str] = set()  # addresses found serving no Ingest at all (a proxy?)
         self._started = False
         self._metrics_server = None
         self.metrics_port: int | None = None  # the endpoint's port once started (metrics_port 0: any)
@@ -114,8 +115,8 @@ class Tailer:
             mux = self._muxes.get(address)
             if mux is not None and mux.broken is not None:
                 if mux.unimplemented:
-                    log.warning("the DIS does not take multiplexed streams: a call per location instead",
-                                dis=address)
+                    log.warning("the address takes no multiplexed streams (a DIS of an older release?): "
+                                "a call per location instead", dis=address)
                     self._no_mux.add(address)
                 mux = None
                 del self._muxes[address]
@@ -124,6 +125,27 @@ class Tailer:
             if mux is not None:
                 return MuxStream(mux, self.config.max_in_flight_bytes, on_ack, on_end)
         return SingleStream(self.loop, address, self.config.max_in_flight_bytes, on_ack, on_end)
+
+    def not_a_dis(self, address: str) -> bool:
+        """A location stream found that ``address`` serves no Ingest service; True for the first worker to
+        find it (since the address last served one), which says so at error level: one line per
+        address, not one per location and retry."""
+        with self._lock:
+            first = address not in self._not_dis
+            self._not_dis.add(address)
+        return first
+
+    def is_a_dis(self, address: str) -> None:
+        """A stream to ``address`` got its resume point: if it was found to be no DIS before, it is
+        one now (its next streams try ``Multiplex`` again)."""
+        if address not in self._not_dis:  # the common case, without the lock
+            return
+        with self._lock:
+            if address not in self._not_dis:
+                return
+            self._not_dis.discard(address)
+            self._no_mux.discard(address)
+        log.info("the address serves the Ingest service now", dis=address)
 
     # -- discovery ---------------------------------------------------------------------------
 

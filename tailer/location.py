@@ -34,22 +34,22 @@ import random
 import threading
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import grpc
 import structlog
 
 from disd.binlog import CorruptLogError, LogHeader
-from disd.errors import DisError
 from disd.names import LocationKey
 from disd.routing import Replica
 from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2
-from disd.tailer.behind import HeaderSizes, bytes_behind, file_stat, is_idle
+from disd.tailer.behind import HeaderSizes, bytes_behind, file_stat, is_idle, repaired
 from disd.tailer.frames import FrameReader, Piece
 from disd.tailer.passed import PassedFiles
 from disd.tailer.problems import Problems
-from disd.tailer.protocol import MultiplexUnsupported, RefusedByDis, StreamBroken, StreamFlow, classify
+from disd.tailer.protocol import (LocationInError, MultiplexUnsupported, NotADis, RefusedByDis, StreamBroken,
+                                  StreamFlow, classify)
 from disd.tailer.schemastep import header_of, previous_header, schema_of, schema_step_problem
 from disd.tailer.status import StreamStatus
 from disd.tailer.watch import LocationFiles, LogFile, order_of
@@ -72,16 +72,6 @@ COALESCE_BELOW_BYTES = 64 << 10
 #: the longest one wait for that ack lasts before the location looks again (the ack, the
 #: stream's end and the tailer's stop all end the wait sooner)
 COALESCE_WAIT_S = 5.0
-
-
-class SchemaStepRefused(DisError):
-    """Two consecutive files of a location whose schemas the rules do not let follow each other;
-    the location stops before ``file`` (``problem`` says why)."""
-
-    def __init__(self, file: str, problem: str) -> None:
-        super().__init__(problem)
-        self.file = file
-        self.problem = problem
 
 
 class LocationStream:
@@ -112,6 +102,7 @@ class LocationStream:
         self._opened = False  # the current attempt got a resume point
         self._opening_file: str | None = None  # the file whose schema the last stream opened with
         self._just_reported = False  # the last stream only reported a refusal: not progress
+        self._stop_said: tuple | None = None  # the stop last logged at error (``_say_stop``)
         # the file being followed and its size when last read: a rescan that finds it no longer
         # need not wake the location
         self._following: tuple[str, int] | None = None
@@ -244,25 +235,32 @@ class LocationStream:
             while True:
                 self._opened = False
                 if self._corrupt is not None:
-                    # stopped at a corrupt frame: look again later (and tell the DIS again: it may
-                    # have restarted and forgotten); a file the operator repaired goes on from there
-                    await asyncio.sleep(retry_s)
+                    # no stream could be opened (every file's header is corrupt): look again once
+                    # the file is repaired, replaced or removed, or after the retry period
+                    path, _, st = self._corrupt
+                    await self._wait_stopped(lambda: repaired(st, file_stat(path)))
                 last_corrupt, self._corrupt = self._corrupt, None
+                acked_before = self.acked_bytes
                 try:
                     if await self._stream():
                         backoff = INITIAL_BACKOFF_S
                         if not self._just_reported:
                             reported.clear()
                     self._just_reported = False
-                except SchemaStepRefused as e:
-                    self._set(state="refused", error=e.problem, in_flight_bytes=0)
-                    first = e.problem not in reported
-                    reported.add(e.problem)
-                    (self.log.error if first else self.log.info)(
-                        "schema change refused: this location stops before the file until it is replaced",
-                        file=e.file, problem=e.problem, retry_s=retry_s)
+                except NotADis as e:
+                    address = self._status.dis or ""
+                    why = (f"{address} is not a DIS: it does not serve the Ingest service ({e}); a dis proxy serves "
+                           "readers only: point the tailer at the DIS itself (dis: or routing:)")
+                    with self._lock:
+                        self.refusals[e.code] += 1
+                        self.reachable = False  # nothing there takes the location's rows
+                        self.problems.not_a_dis = why
+                    self._set(state="refused", error=why, in_flight_bytes=0)
+                    first = self.tailer.not_a_dis(address)  # one line per address, not per location
+                    (self.log.error if first else self.log.debug)(
+                        "the address is not a DIS (a dis proxy?); retrying later in case a DIS takes it over",
+                        dis=address, error=str(e), retry_s=retry_s)
                     await asyncio.sleep(retry_s)
-                    self.problems.forget_missing_files(self.files())
                 except RefusedByDis as e:
                     with self._lock:
                         self.refusals[e.code] += 1
@@ -275,7 +273,12 @@ class LocationStream:
                     (self.log.warning if first else self.log.info)(
                         "location refused by the DIS; retrying later", code=e.code, error=e.details,
                         file=self._opening_file, dis=self._status.dis, retry_s=retry_s)
-                    await asyncio.sleep(retry_s)
+                    if self.problems.report_refusal_of is None:
+                        # no stream can carry the problem: look again after the retry period, or
+                        # once the refused file is gone
+                        await self._wait_stopped(self._forget_missing_files)
+                    # else at once: a stream of the schema before the refused file reports it, and
+                    # waits there (``_follow``)
                 except CorruptLogError as e:
                     path = e.path or ""
                     self._corrupt = (path, e.offset, file_stat(path))
@@ -285,6 +288,25 @@ class LocationStream:
                     (self.log.info if self._corrupt == last_corrupt else self.log.error)(
                         "corrupt binary log: this location stops here until the file is repaired",
                         file=path, offset=e.offset, problem=e.problem, retry_s=retry_s)
+                except LocationInError as e:
+                    # the DIS answers, and holds the location in error: it may take it back by
+                    # itself (space freed) or need an operator; try again with a backoff that grows
+                    # to the retry period, saying it at warning once and at info after (once again
+                    # after a stream that the DIS acknowledged rows on: a new failure)
+                    if self.acked_bytes > acked_before:
+                        backoff = INITIAL_BACKOFF_S
+                        reported.clear()
+                    with self._lock:
+                        self.reconnects += 1
+                        self.reachable = True
+                    self._set(state="reconnecting", error=str(e), in_flight_bytes=0)
+                    first = str(e) not in reported
+                    reported.add(str(e))
+                    (self.log.warning if first else self.log.info)(
+                        "the DIS holds the location in error; trying again later", error=str(e),
+                        backoff_s=round(backoff, 2))
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, max(self.cfg.max_backoff_ms, self.cfg.retry_refused_ms) / 1000)
                 except (grpc.RpcError, StreamBroken, OSError) as e:
                     if self.tailer.stopping:
                         break
@@ -308,6 +330,47 @@ class LocationStream:
                     await asyncio.sleep(self.cfg.max_backoff_ms / 1000)
         finally:
             self._set(state="stopped")
+
+    async def _wait_stopped(self, cause_gone: Callable[[], bool]) -> None:
+        """The wait of a location stopped with no stream open: ``retry_refused_ms``, or less once
+        ``cause_gone()`` says so, looked at whenever the location's files change (the scans and
+        inotify wake the location)."""
+        deadline = time.monotonic() + self.cfg.retry_refused_ms / 1000
+        while not cause_gone():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await self._idle_wait(left)
+
+    async def _hold(self, s: StreamFlow, accepts: bool, told: list, cause_gone: Callable[[], bool]) -> None:
+        """The wait of a location stopped at a problem, on its open stream: until ``cause_gone()``
+        (looked at whenever the location's files change) or ``retry_refused_ms`` passed, and the
+        DIS is kept told of the problem meanwhile.  On the open stream, because a DIS that restarts
+        (``kill -9``) ends it: the location then reconnects at once, and the rows before the
+        problem that the DIS lost, and the problem itself, are sent again within its backoff
+        instead of after the retry period.  StreamBroken when the stream ends."""
+        deadline = time.monotonic() + self.cfg.retry_refused_ms / 1000
+        while True:
+            s.check()
+            self._forget_missing_files()
+            self._sync_problem(s, accepts, told)
+            if cause_gone():
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                told[0] = None  # told again when looked at next: a report also keeps the stream alive
+                return
+            await self._idle_wait(left)
+
+    def _say_stop(self, key: tuple, event: str, **kw: object) -> None:
+        """Log why the location stops: at error the first time, at info when it is looked at again
+        and still stops there for the same reason."""
+        first = key != self._stop_said
+        self._stop_said = key
+        (self.log.error if first else self.log.info)(event, retry_s=self.cfg.retry_refused_ms / 1000, **kw)
+
+    def _forget_missing_files(self) -> bool:
+        return self.problems.forget_missing_files(self.files())
 
     async def _stream(self) -> bool:
         """Open a stream and send until it must be reopened (True) or there is nothing to open
@@ -339,9 +402,11 @@ class LocationStream:
                 resume = await session.open(request)  # type: ignore[attr-defined]
             with self._lock:
                 self.reachable = True
+                self.problems.not_a_dis = None
                 r = self.problems.refused
                 if r is not None and r[2] and r[0] == self._opening_file:
                     self.problems.refused = None  # the DIS takes the file it refused
+            self.tailer.is_a_dis(replica.address)
             await self._follow(session, header, resume)
         finally:
             self._session = None
@@ -403,31 +468,63 @@ class LocationStream:
                 lf = self.files()
                 problems.check_stranded(self.passed_files, lf, name, self.log)
                 problems.past_corruption(name, offset)
+                self._forget_missing_files()
                 self._sync_problem(s, accepts, told)
                 piece: Piece | None = None
-                if cur is not None:
-                    if reader is None:
+                if cur is None:  # the file at the position is gone: it may be back (replaced)
+                    cur = lf.find(name)
+                if cur is not None and reader is None and not problems.is_truncated(name):
+                    try:
                         reader = FrameReader(cur.path)
+                    except FileNotFoundError:
+                        # removed (or being replaced) since the last scan: gone once a scan says so
+                        cur = self.files().find(name)
+                        if cur is not None:
+                            await self._idle_wait(cfg.poll_interval_ms / 1000)
+                        continue
+                if cur is not None and reader is not None and not problems.is_truncated(name):
                     try:
                         piece = reader.read(offset, cfg.chunk_bytes)
                     except CorruptLogError as e:
                         await s.drain()  # the good frames before the corruption reach the DIS
-                        problems.note_corrupt(e)
-                        self._sync_problem(s, accepts, told)
-                        if accepts:
-                            await s.finish()  # the report reaches the DIS before the stream is cut
-                        raise
+                        await self._stop_at_corrupt(s, accepts, told, e)
+                        # looked at again: read there anew (the file may be another one now); a
+                        # file removed is left for the ones after it
+                        reader.close()
+                        reader, checked, cur = None, False, self.files().find(name)
+                        continue
                     problems.past_corruption(name, offset, read_there=True)
+                    if not piece.data and offset > 0 and piece.file_size < offset:
+                        if problems.note_truncated(name, piece.file_size, offset):
+                            self.log.warning("log file truncated below what was sent; nothing more of it is sent",
+                                             file=cur.path, size=piece.file_size, sent_offset=offset)
+                        continue
                     if piece.data and not checked:
                         # checked only when bytes of this file are to be sent: a resume point at
                         # the end of an older file of another schema must not cause a reopen
                         header = reader.header()
                         if header is not None and schema_of(header) != schema:
-                            await self._check_step(s, accepts, told, lf, cur, header)
+                            if await self._check_step(s, accepts, told, self.files(), cur, header):
+                                # held before the file until it changed, or for the retry period:
+                                # look at it anew
+                                reader.close()
+                                reader, cur = None, self.files().find(name)
+                                continue
                             if problems.report_refusal_of == cur.name:
                                 # opened with the schema before the file the DIS refused, to say so:
-                                # said (at the top of the loop); now try that file again
+                                # said (at the top of the loop); wait here (a DIS that restarts ends
+                                # the wait, and is sent again what it lost), then try the file again
                                 await s.drain()
+                                refused = problems.refused
+                                self._set(state="refused", error=refused[1] if refused else None, in_flight_bytes=0)
+                                self._hint = self._opening_file  # a reconnect reports it the same way
+                                path = cur.path
+                                st = file_stat(path)
+                                await self._hold(s, accepts, told, lambda: repaired(st, file_stat(path)))
+                                if problems.refused is None:  # the file is gone: on with the ones after it
+                                    reader.close()
+                                    reader, cur = None, self.files().find(name)
+                                    continue
                                 if accepts:
                                     await s.finish()
                                 problems.report_refusal_of = None
@@ -450,7 +547,7 @@ class LocationStream:
                         torn_since = None
                         self._set(state="streaming", file=name, sent_offset=offset, in_flight_bytes=s.inflight_bytes)
                         continue
-                newer = lf.after(name)
+                newer = self.files().after(name)
                 if newer:
                     if piece is not None and not piece.complete:
                         now = time.monotonic()
@@ -463,8 +560,10 @@ class LocationStream:
                     if reader is not None:
                         reader.close()
                         reader = None
-                    if piece is not None:
-                        self.passed_files.passed(name, piece.file_size if piece.file_size >= 0 else offset)
+                    # its size as last read; a file not read (truncated below what was sent, gone):
+                    # the offset sent, so only bytes beyond it would be stranded
+                    self.passed_files.passed(name, piece.file_size if piece is not None and piece.file_size >= 0
+                                             else offset)
                     with self._lock:
                         self._passed[name] = offset
                     cur = newer[0]
@@ -485,6 +584,8 @@ class LocationStream:
     def _sync_problem(self, s: StreamFlow, accepts: bool, told: list) -> None:
         """Send the problem when it changed since the DIS was last told (``told[0]``)."""
         p = self.problem()
+        if not p:
+            self._stop_said = None  # a stop found again later is new
         if accepts and p != told[0]:
             s.report(p)
             told[0] = p
@@ -502,8 +603,8 @@ class LocationStream:
             file = self._status.file or self._opening_file or ""
         else:
             file = self._opening_file or ""
-        if reporting is not None:  # the earlier schema is refused too: go on trying the file itself
-            self._hint = reporting
+        if reporting is not None and self._opening_file != reporting:
+            self._hint = reporting  # the earlier schema is refused too: go on trying the file itself
             return
         problem = (f"the DIS refuses the stream of {file}: {e.details}; its rows stay in the log and are "
                    f"sent once the DIS takes them")
@@ -523,11 +624,26 @@ class LocationStream:
             problems.report_refusal_of = file
             self._hint = prev[0]
 
+    async def _stop_at_corrupt(self, s: StreamFlow, accepts: bool, told: list, e: CorruptLogError) -> None:
+        """A complete frame fails its checks: the frames before it are acknowledged (``drain``
+        first); the location stops there, told to the DIS, until the file is repaired, replaced
+        or removed (or the retry period passes: it is read there again)."""
+        path = e.path or ""
+        st = file_stat(path)
+        self.problems.note_corrupt(e)
+        self._sync_problem(s, accepts, told)
+        self._set(state="corrupt", error=str(e), in_flight_bytes=0)
+        self._say_stop(("corrupt", path, e.offset, e.problem, st[:1]),
+                       "corrupt binary log: this location stops here until the file is repaired",
+                       file=path, offset=e.offset, problem=e.problem)
+        await self._hold(s, accepts, told, lambda: repaired(st, file_stat(path)))
+
     async def _check_step(self, s: StreamFlow, accepts: bool, told: list, lf: LocationFiles, cur: LogFile,
-                          header: LogHeader) -> None:
-        """Before a file of another schema is sent: refuse (SchemaStepRefused, after telling the
-        DIS) a change from the file before it that the rules refuse; a file that now passes ends
-        the problem it stopped the location at."""
+                          header: LogHeader) -> bool:
+        """Before a file of another schema is sent: a change from the file before it that the
+        rules refuse stops the location before the file (True), told to the DIS and held there
+        (``_hold``) until the file is replaced or removed, or the retry period passes; a file that
+        now passes ends the problem it stopped the location at (False)."""
         problems = self.problems
         prev = previous_header(lf, cur.name)
         problem = None if prev is None else schema_step_problem(prev[0], prev[1].schema, cur.name, header.schema)
@@ -535,15 +651,19 @@ class LocationStream:
             with self._lock:
                 if problems.schema_stop is not None and problems.schema_stop[0] == cur.name:
                     problems.schema_stop = None
-            return
+            return False
         await s.drain()  # what went before the file is the DIS's
         with self._lock:
             problems.schema_stop = (cur.name, problem)
-        self._hint = prev[0]  # type: ignore[index] - the next attempt comes back here with the schema before the file
+        self._hint = prev[0]  # type: ignore[index] - a reconnect comes back here with the schema before the file
         self._sync_problem(s, accepts, told)
-        if accepts:
-            await s.finish()  # the report reaches the DIS before the stream is cut
-        raise SchemaStepRefused(cur.name, problem)
+        self._set(state="refused", error=problem, in_flight_bytes=0)
+        self._say_stop(("schema", problem), "schema change refused: this location stops before the file until it "
+                       "is replaced", file=cur.name, problem=problem)
+        path = cur.path
+        st = file_stat(path)
+        await self._hold(s, accepts, told, lambda: repaired(st, file_stat(path)))
+        return True
 
 
 def _resolve(w: asyncio.Future) -> None:

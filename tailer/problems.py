@@ -3,11 +3,13 @@
 
 A location stream (``disd.tailer.location``) keeps one ``Problems``: the corrupt frame it stopped
 at, a schema change between two of its files that the rules refuse, the DIS's FAILED_PRECONDITION
-refusal of a file's stream, bytes stranded in files its stream passed (``disd.tailer.passed``);
+refusal of a file's stream, a followed file truncated below what was sent, bytes stranded in
+files its stream passed (``disd.tailer.passed``), an address that is no DIS;
 with the misnamed files the last scan found for the location, their text is the location's
 problem.  Each is resolved when its cause goes: the stream gets past the corrupt offset (or the
-file reads fine there), the refused file is replaced, taken or removed, the stranded bytes'
-file leaves the log directories.
+file reads fine there), the refused file is replaced, taken or removed, a corrupt or truncated
+file leaves the log directories, the stranded bytes' file leaves them, the address answers as a
+DIS.
 
 Fields are written on the tailer's event loop and read by other threads (``status``, the
 metrics) under the location's lock.
@@ -43,6 +45,10 @@ class Problems:
         # the file before it, is to report
         self.refused: tuple[str, str, bool] | None = None
         self.report_refusal_of: str | None = None
+        # a file found shorter than the offset already sent of it: (name, size, offset, problem);
+        # nothing more of it is read, until it leaves the log directories
+        self.truncated: tuple[str, int, int, str] | None = None
+        self.not_a_dis: str | None = None  # the replica's address serves no Ingest: why
         self.stranded: list[Stranded] = []
         self._stranded_seen: tuple[LocationFiles, str] | None = None  # (scan, file) last checked
         self._stranded_logged: set[tuple[str, int]] = set()
@@ -80,16 +86,45 @@ class Problems:
         if r is not None and not r[2] and ack_file and order_of(ack_file) >= order_of(r[0]):
             self.refused = None  # (under the lock: called from the ack callback)
 
-    def forget_missing_files(self, lf: LocationFiles) -> None:
-        """A problem about a file that is gone from the log directories is over."""
-        if self.schema_stop is None and self.refused is None:
-            return
+    def forget_missing_files(self, lf: LocationFiles) -> bool:
+        """A problem about a file that is gone from the log directories is over: True if one was
+        (a refused schema change, the DIS's refusal of a file, a corrupt frame, a truncation)."""
+        if self.schema_stop is None and self.refused is None and self.corrupt_at is None and self.truncated is None:
+            return False
+        gone = False
         with self._lock:
             if self.schema_stop is not None and lf.find(self.schema_stop[0]) is None:
-                self.schema_stop = None
+                self.schema_stop, gone = None, True
             if self.refused is not None and lf.find(self.refused[0]) is None:
-                self.refused = None
+                self.refused, gone = None, True
                 self.report_refusal_of = None
+            if self.corrupt_at is not None and lf.find(self.corrupt_at[0]) is None:
+                self.corrupt_at = self.corrupt_problem = None
+                gone = True
+            if self.truncated is not None and lf.find(self.truncated[0]) is None:
+                self.truncated, gone = None, True
+        return gone
+
+    # -- truncated files ---------------------------------------------------------------------
+
+    def note_truncated(self, name: str, size: int, offset: int) -> bool:
+        """The file being sent is shorter than what was sent of it: a log is only ever appended
+        to, so its bytes from ``size`` on changed under the DIS.  Nothing more of it is sent (not
+        again from the start, and not bytes at the old offset, which now belong to other rows);
+        the location's problem until the file leaves the log directories.  True when new (the
+        caller warns once)."""
+        problem = (f"log {name} was truncated to {size} bytes, below the {offset} bytes of it already sent to "
+                   "the DIS: nothing more of it is sent (a log must only be appended to); move it out of the log "
+                   "directory once its rows are dealt with")
+        with self._lock:
+            if self.truncated is not None and self.truncated[0] == name:
+                return False
+            self.truncated = (name, size, offset, problem)
+        return True
+
+    def is_truncated(self, name: str) -> bool:
+        t = self.truncated
+        return t is not None and t[0] == name
 
     # -- stranded bytes ----------------------------------------------------------------------
 
@@ -121,14 +156,18 @@ class Problems:
     def text(self, skipped: list[Skipped]) -> str:
         """What is wrong on this side of the location, for the DIS ("" when nothing)."""
         if (self.corrupt_problem is None and self.schema_stop is None and self.refused is None
-                and not self.stranded and not skipped):
+                and self.truncated is None and not self.stranded and self.not_a_dis is None and not skipped):
             return ""
         with self._lock:
             parts = [self.corrupt_problem] if self.corrupt_problem else []
             parts += [x[1] for x in (self.schema_stop, self.refused) if x is not None]  # type: ignore[index]
+            if self.truncated is not None:
+                parts.append(self.truncated[3])
             parts += [x.describe() for x in self.stranded[:NAMED]]
             if len(self.stranded) > NAMED:
                 parts.append(f"and {len(self.stranded) - NAMED} more files with bytes the stream passed")
+            if self.not_a_dis is not None:
+                parts.append(self.not_a_dis)
         parts += [f"file {sk.name} is not streamed: {sk.problem}" for sk in skipped[:NAMED]]
         if len(skipped) > NAMED:
             parts.append(f"and {len(skipped) - NAMED} more files whose names do not parse")

@@ -19,6 +19,7 @@ from typing import Callable
 import grpc
 
 from disd.errors import DisError
+from disd.rpc.ingeststatus import says_location_in_error
 from disd.rpc.v1 import dis_pb2
 from disd.tailer.frames import Piece
 
@@ -44,9 +45,21 @@ class RefusedByDis(DisError):
         self.details = details
 
 
+class NotADis(RefusedByDis):
+    """The address does not serve the Ingest service (``UNIMPLEMENTED``): it is no DIS, most likely
+    a ``dis proxy``, which serves readers only.  Retried after the long wait, in case a DIS takes
+    the address over."""
+
+
 class StreamBroken(DisError):
     """The stream ended without a refusal (a DIS restart, the network, the tailer stopping):
     reconnect with backoff."""
+
+
+class LocationInError(StreamBroken):
+    """The DIS holds the location in error (a full disk, an I/O error, damage to its files).  The
+    DIS may take it back by itself (space freed) or need an operator, so the tailer reconnects with
+    a backoff that grows to ``retry_refused_ms`` rather than ``max_backoff_ms``."""
 
 
 class MultiplexUnsupported(StreamBroken):
@@ -63,8 +76,12 @@ def classify(e: grpc.RpcError) -> Exception:
 
 def classify_status(code: grpc.StatusCode | None, details: str) -> Exception:
     """``classify`` of a status given by its parts (a ``Multiplex`` call's ``StreamEnd``)."""
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return NotADis(code.name, details)
     if code in REFUSALS:
         return RefusedByDis(code.name, details)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED) and says_location_in_error(details):
+        return LocationInError(f"{code.name}: {details}")
     return StreamBroken(f"{code.name if code else 'error'}: {details}")
 
 

@@ -1,10 +1,12 @@
 """A tailer's ``report`` on its Ingest stream: the DIS keeps the location's last problem after the
 stream ends, shows it in ``Status``, ``dis status`` (table and ``--json``) and the metric
-``dis_location_tailer_problem``, and forgets it when the tailer reports it resolved."""
+``dis_location_tailer_problem``, and forgets it when the tailer reports it resolved, or once no
+stream of its location has been open for ``server.idle_timeout_s``."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import structlog
 
@@ -83,3 +85,43 @@ def test_a_huge_report_is_kept_cut_short(dis):
     st = wait_for(lambda: (lambda x: x if x.tailer_problem else None)(_status(dis)))
     assert st.tailer_problem == "x" * MAX_PROBLEM_CHARS + f" ... ({(1 << 20) - MAX_PROBLEM_CHARS} more characters)"
     s.close()
+
+
+def test_a_problem_nobody_stands_behind_is_dropped_after_the_idle_timeout(tmp_path):
+    """A problem outlives its stream (a tailer stopped at it reopens one now and then, and says it
+    again), but once no stream of its location has been open for ``server.idle_timeout_s`` its
+    tailer is gone or no longer has the location's files: it is dropped, and the alert stops."""
+    from support import running_dis
+
+    with running_dis(tmp_path / "db", idle_timeout_s=1.5) as dis:
+        s = IngestStream(dis.port)
+        s.open(fingerprint=TRADE.fingerprint, tailer_id="host1:42")
+        _report(s, PROBLEM)
+        wait_for(lambda: _status(dis).tailer_problem == PROBLEM)
+        # a stream that stays open keeps it (it says something within the idle timeout)
+        for _ in range(3):
+            time.sleep(0.6)
+            _report(s, PROBLEM)
+        assert _status(dis).tailer_problem == PROBLEM and _problem_gauge(dis) == 1.0
+        s.close()
+        wait_for(lambda: not _status(dis).tailer)
+        ended = time.monotonic()
+        assert _status(dis).tailer_problem == PROBLEM  # not at once: its tailer may come back
+        with structlog.testing.capture_logs() as logs:
+            wait_for(lambda: not _status(dis).tailer_problem, 10, 0.1, "the problem dropped")
+        assert time.monotonic() - ended >= 1.0
+        assert _problem_gauge(dis) == 0.0
+        assert [(x["log_level"], x["location"], x["problem"]) for x in logs if x["event"].startswith(
+            "tailer problem dropped")] == [("info", str(KEY), PROBLEM)]
+        # a stream of the location that comes back in time keeps it
+        s = IngestStream(dis.port)
+        s.open(fingerprint=TRADE.fingerprint, tailer_id="host1:42")
+        _report(s, PROBLEM)
+        wait_for(lambda: _status(dis).tailer_problem == PROBLEM)
+        s.close()
+        wait_for(lambda: not _status(dis).tailer)
+        s = IngestStream(dis.port)
+        s.open(fingerprint=TRADE.fingerprint, tailer_id="host1:43")
+        time.sleep(1.0)
+        assert _status(dis).tailer_problem == PROBLEM
+        s.close()

@@ -35,12 +35,14 @@ from disd.binlog import (
     scan_frames,
 )
 from disd.names import InvalidNameError
+from disd.rpc.ingeststatus import location_in_error
 from disd.rpc.ingestwire import ChunkView
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaError, TableSchema, column_differences
 from disd.server import metrics
 from disd.server.ingestsessions import EndStream, Session, SessionRegistry, end_stream, error_status
+from disd.server.refusallog import RefusalLog
 from disd.storage import LocationError, StorageEngine
 
 log = structlog.get_logger(__name__)
@@ -110,12 +112,13 @@ def version_mismatch(key: LocationKey, location_version: int, log_version: int, 
     )
 
 
-def count_refusal(r: RequestRefused, peer: str, key: LocationKey | None = None, tailer_id: str | None = None) -> None:
-    """Count and log a refused request (``dis_ingest_rejections_total``), naming what is known of
-    its stream."""
+def count_refusal(said: RefusalLog, r: RequestRefused, peer: str, key: LocationKey | None = None,
+                  tailer_id: str | None = None) -> None:
+    """Count a refused request (``dis_ingest_rejections_total``) and log it, naming what is known
+    of its stream: at warning the first time, its repeats counted and said now and then
+    (``RefusalLog``)."""
     metrics.INGEST_REJECTIONS.labels(r.code.name).inc()
-    log.warning("ingest refused", code=r.code.name, details=r.details, peer=peer,
-                location=str(key) if key else None, tailer=tailer_id)
+    said.refused(r.code.name, r.details, peer, str(key) if key else None, tailer_id)
 
 
 def _ack(s: Session, committed: int) -> dis_pb2.IngestResponse:
@@ -134,6 +137,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         self.engine = engine
         self.sessions = sessions
         self.routed = routed
+        self.refusals = RefusalLog()
 
     def Stream(self, request_iterator: Iterator[Request], context: grpc.ServicerContext):  # noqa: N802
         """One location's stream on its own call (the ``Multiplex`` call carries many:
@@ -282,8 +286,8 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 try:
                     loc.ingest(chunk.file_name, run, rows, epoch=s.epoch)
                 except LocationError as e:
-                    state = "is in error" if loc.in_error else "refused the chunk"
-                    raise RequestRefused(error_status(e.errno), f"location {s.key} {state}: {e}") from None
+                    why = location_in_error(s.key, e) if loc.in_error else f"location {s.key} refused the chunk: {e}"
+                    raise RequestRefused(error_status(e.errno), why) from None
             metrics.INGEST_CHUNKS.labels(s.key.table_key).inc()
         s.file_name = chunk.file_name
         s.offset = chunk.offset + len(data)
@@ -318,9 +322,9 @@ class LocationStream:
         try:
             loc = self.loc = svc.engine.location(key, create=True, version=schema.version)
         except LocationError as e:
-            raise RequestRefused(grpc.StatusCode.UNAVAILABLE, f"location {key} is in error: {e}") from None
+            raise RequestRefused(grpc.StatusCode.UNAVAILABLE, location_in_error(key, e)) from None
         if loc.in_error:
-            raise RequestRefused(error_status(loc.error_errno), f"location {key} is in error: {loc.error}")
+            raise RequestRefused(error_status(loc.error_errno), location_in_error(key, loc.error))
         if loc.schema_version != schema.version:
             raise version_mismatch(key, loc.schema_version, schema.version)
         session = Session(key, self.tailer_id, self.peer, self.end)
@@ -358,7 +362,7 @@ class LocationStream:
 
     def refused(self, r: RequestRefused) -> None:
         """Count and log a refusal (the caller ends the stream with its status)."""
-        count_refusal(r, self.peer, self.key, self.tailer_id)
+        count_refusal(self.service.refusals, r, self.peer, self.key, self.tailer_id)
 
     def close(self) -> None:
         """End the stream: forget it and, if it still owned its location, roll back what it left

@@ -153,7 +153,7 @@ class MuxCall:
             stream.refused(r)
             stream.close()
         else:
-            count_refusal(r, self.peer)
+            count_refusal(self.service.refusals, r, self.peer)
         if not ended_meanwhile:
             replies.append(_end_reply(number, r.code, r.details))
 

@@ -20,6 +20,7 @@ import grpc
 import structlog
 
 from disd.names import LocationKey
+from disd.rpc.ingeststatus import location_in_error
 
 log = structlog.get_logger("disd.server.ingest")
 
@@ -120,6 +121,10 @@ class SessionRegistry:
         self._owner_locks: dict[LocationKey, threading.Lock] = {}
         self._pending: set[Pending] = set()
         self._problems: dict[LocationKey, TailerProblem] = {}
+        # when the last stream of a location ended (monotonic), while no other is open: a problem
+        # reported on it is dropped ``idle_timeout_s`` later (``_expire_problems``)
+        self._ended: dict[LocationKey, float] = {}
+        self._expire_after = float("inf")  # the first time one of them may be dropped
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="ingest-idle-reaper", daemon=True)
@@ -137,6 +142,7 @@ class SessionRegistry:
         with self._lock:
             old = self._by_key.get(s.key)
             self._by_key[s.key] = s
+            self._ended.pop(s.key, None)
         if old is not None:
             old.taken_over = True
             log.warning("ingest stream taken over", location=str(s.key), old=old.tailer_id, new=s.tailer_id)
@@ -148,6 +154,10 @@ class SessionRegistry:
         with self._lock:
             if self._by_key.get(s.key) is s:
                 del self._by_key[s.key]
+                if s.key in self._problems:
+                    now = time.monotonic()
+                    self._ended[s.key] = now
+                    self._expire_after = min(self._expire_after, now + self.idle_timeout_s)
                 return True
             return False
 
@@ -160,8 +170,12 @@ class SessionRegistry:
             return list(self._by_key.values())
 
     def report(self, s: Session, problem: str) -> None:
-        """Record what the tailer of ``s`` reports about its location (empty: no problem); it
-        outlives the stream, until that location's tailer reports otherwise."""
+        """Record what the tailer of ``s`` reports about its location (empty: no problem).  It
+        outlives the stream, until that location's tailer reports otherwise (a tailer stopped at
+        a problem keeps a stream open, or opens one now and then to say it again), or until no
+        stream of the location has been open for ``idle_timeout_s``: its tailer is gone (the
+        ``DisTailerDisconnected`` alert says so) or no longer has the location's files, and a
+        problem nobody stands behind any more must not keep an alert firing for ever."""
         if len(problem) > MAX_PROBLEM_CHARS:
             problem = problem[:MAX_PROBLEM_CHARS] + f" ... ({len(problem) - MAX_PROBLEM_CHARS} more characters)"
         with self._lock:
@@ -177,12 +191,33 @@ class SessionRegistry:
             log.info("tailer problem resolved", location=str(s.key), tailer=s.tailer_id, problem=old.problem)
 
     def problem(self, key: LocationKey) -> TailerProblem | None:
+        self._expire_problems()
         with self._lock:
             return self._problems.get(key)
 
     def problems(self) -> dict[LocationKey, TailerProblem]:
+        self._expire_problems()
         with self._lock:
             return dict(self._problems)
+
+    def _expire_problems(self) -> None:
+        """Drop the problems of locations whose last stream ended ``idle_timeout_s`` ago (looked
+        for only once one may be due: ``Status`` asks for every location's problem)."""
+        now = time.monotonic()
+        if now < self._expire_after:
+            return
+        with self._lock:
+            gone = [k for k, t in self._ended.items() if now - t > self.idle_timeout_s]
+            dropped = []
+            for k in gone:
+                del self._ended[k]
+                p = self._problems.pop(k, None)
+                if p is not None:
+                    dropped.append((k, p))
+            self._expire_after = min(self._ended.values(), default=float("inf")) + self.idle_timeout_s
+        for k, p in dropped:
+            log.info("tailer problem dropped: no stream of the location for server.idle_timeout_s", location=str(k),
+                     tailer=p.tailer_id, problem=p.problem, idle_timeout_s=self.idle_timeout_s)
 
     def wait_open(self, peer: str, end: EndStream) -> Pending:
         p = Pending(peer, end)
@@ -241,7 +276,7 @@ class SessionRegistry:
         if loc is None or s.ended_for_error:
             return
         if loc.in_error:
-            code, why = error_status(loc.error_errno), f"location {s.key} is in error: {loc.error}"
+            code, why = error_status(loc.error_errno), location_in_error(s.key, loc.error)
         elif loc.epoch != s.epoch:
             code, why = (grpc.StatusCode.UNAVAILABLE, f"location {s.key} was reopened from its checkpoint after an "
                          "I/O error: reconnect and resume from its resume point")
