@@ -103,9 +103,10 @@ class LocationStream:
         self._opening_file: str | None = None  # the file whose schema the last stream opened with
         self._just_reported = False  # the last stream only reported a refusal: not progress
         self._stop_said: tuple | None = None  # the stop last logged at error (``_say_stop``)
-        # the file being followed and its size when last read: a rescan that finds it no longer
-        # need not wake the location
-        self._following: tuple[str, int] | None = None
+        # the scan the location last looked at while following its last file, and that file's
+        # size when last read: a rescan that finds the same files, that one no longer, need not
+        # wake the location
+        self._following: tuple[LocationFiles, int] | None = None
         # files the stream moved past: their end of complete frames (bytes after it are never sent)
         self._passed: dict[str, int] = {}
         self._headers = HeaderSizes()  # for bytes_behind (any thread but the loop)
@@ -136,13 +137,16 @@ class LocationStream:
             w.set_result(None)
 
     def needs_look(self, lf: LocationFiles) -> bool:
-        """Whether a rescan that lists ``lf`` found something this stream has not seen: a file
-        other than the one it follows at its end, or that file longer than when last read."""
+        """Whether a rescan that lists ``lf`` found something this stream has not seen: other files
+        than when it last looked, or the one it follows (the last) longer than when last read."""
         f = self._following
         if f is None or not lf.files:
             return True
+        seen, size = f
         last = lf.files[-1]
-        return last.name != f[0] or last.size < 0 or last.size > f[1]
+        if last.size < 0 or last.size > size or len(lf.files) != len(seen.files):
+            return True
+        return any(a.name != b.name for a, b in zip(lf.files, seen.files))
 
     def cancel(self) -> None:
         if self._task is not None:
@@ -571,7 +575,8 @@ class LocationStream:
                     self._hint = name
                     self.log.info("next file", file=name)
                     continue
-                self._following = (name, piece.file_size if piece is not None else -1)
+                self._following = (lf, piece.file_size if piece is not None else -1) if lf.files and \
+                    lf.files[-1].name == name else None
                 if self._status.state != "following":
                     self._set(state="following", in_flight_bytes=s.inflight_bytes)
                 await self._idle_wait()
