@@ -58,6 +58,17 @@ class Logs:
                     os.write(fd, _frame(j * SPAN + self.next[j], len(part)))
                     self.next[j] += len(part)
 
+    def encode_ticks(self, ticks: int) -> list[list[bytes]]:
+        """The frames of ``ticks`` live writes, a row to every location each, encoded ahead: a
+        tick is then a write per location, not 2,000 encodings."""
+        return [[_frame(j * SPAN + self.next[j] + k, 1) for j in range(len(self.fds))] for k in range(ticks)]
+
+    def write(self, frames: list[bytes]) -> None:
+        """One tick of ``encode_ticks``: a frame of one row to every location."""
+        for j, (fd, frame) in enumerate(zip(self.fds, frames)):
+            os.write(fd, frame)
+            self.next[j] += 1
+
     @property
     def total(self) -> int:
         return sum(self.next)
@@ -106,28 +117,25 @@ def test_2000_live_locations_through_real_processes(tmp_path):
     try:
         wait_for(lambda: _published(port) == (n, n), 90, 0.5, f"the first row of each of {n} locations")
         threads = psutil.Process(tailer.p.pid).num_threads()
-        late, lags = [], []
+        ticks_frames = logs.encode_ticks(ticks)
+        lags = []  # rows written and not yet published, a second after each tick
         t0 = time.monotonic()
-        for k in range(ticks):
-            logs.append(1)
-            # every location's row of this tick is published before the next tick is due, or
-            # the tick after it at the latest (lag bounded: it does not grow with the ticks)
-            deadline = t0 + k + 2.0
-            while _published(port)[0] < logs.total and time.monotonic() < deadline:
-                time.sleep(0.2)
-            rows = _published(port)[0]
-            lags.append(logs.total - rows)
-            if rows < logs.total:
-                late.append(k)
+        for k, frames in enumerate(ticks_frames):
+            logs.write(frames)
             time.sleep(max(0.0, t0 + k + 1 - time.monotonic()))
+            lags.append(logs.total - _published(port)[0])
+        t_end = time.monotonic()
         wait_for(lambda: _published(port)[0] == logs.total, 60, 0.2, "every live row published")
+        drained_s = time.monotonic() - t_end
         assert _sizes(port) == logs.expected_sizes()
         # a thread per location was 2,000 threads in this tailer
         assert threads < 64, threads
-        # a write or two may miss its second on a loaded machine; most must not, and the lag
-        # must not grow from tick to tick
-        assert len(late) <= ticks // 2, (late, lags)
-        assert max(lags[ticks // 2:]) <= n, lags
+        # the lag is bounded: it does not grow from tick to tick (the second half's worst is no
+        # worse than the first half's and one tick more: a loaded machine may leave a tick
+        # behind), and it drains within seconds of the last write
+        half = ticks // 2
+        assert max(lags[half:]) <= max(lags[:half]) + n, lags
+        assert drained_s < 30, (drained_s, lags)
     finally:
         logs.close()
         tailer.terminate()
