@@ -82,7 +82,6 @@ beyond the baseline's, per location), among others.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import multiprocessing as mp
@@ -105,11 +104,9 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
 import yaml  # noqa: E402
 
-from _common import SYMS, TRADE_SCHEMA, Published, emit, wait_serving  # noqa: E402
+from _common import TRADE_SCHEMA, Published, emit, wait_serving  # noqa: E402
 from disd.client import connect  # noqa: E402
 from disd.schema import load_schema  # noqa: E402
 from loadfeed import FrameFeed  # noqa: E402

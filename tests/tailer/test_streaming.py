@@ -307,7 +307,7 @@ def test_a_waiting_location_does_not_hold_the_others_back(tmp_path, dis):
     write(tmp_path / name(ip="bad"), 5)
     dis.refuse["bad"] = (grpc.StatusCode.NOT_FOUND, "unknown table Market.Trade")
     ips = ["ip1", "ip2", "ip3"]
-    with Tailer(config(dis.address, tmp_path, retry_refused_ms=60_000)) as t:
+    with Tailer(config(dis.address, tmp_path, retry_refused_ms=60_000)):
         wait_for(lambda: dis.log_of("bad").opens, 20, what="the refusal")
         for round_ in range(3):
             for ip in ips:
