@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-test
 RUN_STAMP := $(VENV)/.installed
 DEPS   := pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto)
 
-.PHONY: test run install bench clean jar
+.PHONY: test run install bench clean jar dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,17 @@ install: $(STAMP)
 jar: $(STAMP)
 	$(PY) jvm/build.py --require
 
+# dist/: the source distribution and a wheel built from it (PyPA's `build`, isolated), carrying the
+# JVM reader's jar (compiled against this venv's PySpark, whose Spark and Scala versions its
+# manifest names) and the C modules.  Both are required here: without javac or gcc this fails.  A
+# machine with a Java runtime but neither compiler installs the wheel and gets both (README.md,
+# "Deploy").
+dist: $(STAMP)
+	rm -rf dist
+	DIS_REQUIRE_JAR=1 DIS_REQUIRE_C_MODULES=1 \
+	DIS_PYSPARK_HOME="$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
+	$(PY) -m build --outdir dist .
+
 test: $(STAMP) jar
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -38,4 +49,4 @@ bench: $(STAMP) jar
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) var build *.egg-info
+	rm -rf $(VENV) var build dist *.egg-info

@@ -4,22 +4,31 @@
 * The gRPC contract in ``proto/`` is compiled to Python by the build itself (``build_py``), so
   the generated modules are never edited by hand nor committed.
 * The JVM Spark reader's jar is built from ``jvm/`` into ``disd/spark/jars/`` by ``jvm/build.py``
-  when a JDK and PySpark are present (optional here; ``make jar`` and ``make test`` require it).
+  when a JDK and PySpark are present: optional here, unless ``DIS_REQUIRE_JAR=1`` is set (``make
+  dist`` and the Dockerfile's ``build-spark`` stage set it, so a wheel meant to carry the reader
+  never quietly lacks it; ``make jar`` and ``make test`` require it too).
 * ``disd.storage.newlocation`` and ``disd.storage.batchwrite`` (C, no dependency but the C
   library) create a new location's directories, record and column files, and write a location's
   flush, each in one call outside the interpreter's lock.  They are optional: without a C
   compiler the build goes on and the DIS does both from Python (``disd.storage.fsio``'s
-  ``create_location`` and ``pwrite_all``), which the tests check against them.
+  ``create_location`` and ``pwrite_all``), which the tests check against them; with
+  ``DIS_REQUIRE_C_MODULES=1`` (``make dist``, the Dockerfile) a failed compile fails the build.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = pathlib.Path(__file__).parent.resolve()
+
+
+def _required(name: str) -> bool:
+    """Whether the environment variable ``name`` asks for a part the build may otherwise skip."""
+    return os.environ.get(name, "") not in ("", "0")
 
 
 def generate_protos() -> None:
@@ -50,7 +59,10 @@ def build_jar() -> None:
     spec = importlib.util.spec_from_file_location("dis_jvm_build", ROOT / "jvm" / "build.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.build(require=False)
+    try:
+        mod.build(require=_required("DIS_REQUIRE_JAR"))
+    except mod.BuildError as e:  # only with DIS_REQUIRE_JAR: the wheel must carry the reader
+        raise SystemExit(f"dis: cannot build the JVM Spark reader (DIS_REQUIRE_JAR is set): {e}") from None
 
 
 class BuildPyWithProtos(build_py):
@@ -60,12 +72,13 @@ class BuildPyWithProtos(build_py):
         super().run()
 
 
+optional_c = not _required("DIS_REQUIRE_C_MODULES")
 packages = find_packages("dis", include=["disd", "disd.*"]) + ["disd.tailer"]
 
 setup(
     packages=packages,
     package_dir={"": "dis", "disd.tailer": "tailer"},
     cmdclass={"build_py": BuildPyWithProtos},
-    ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=True),
-                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=True)],
+    ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=optional_c),
+                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=optional_c)],
 )

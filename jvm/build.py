@@ -6,6 +6,9 @@
 reader uses is there: Spark's DataSource V2 API, Jackson, SnakeYAML, SLF4J), and the classes,
 ``META-INF/services`` and a ``disd/spark/build.json`` stamp (PySpark version, digest of the
 sources) are zipped into ``dis/disd/spark/jars/dis-spark.jar``, inside the ``disd`` package.
+The jar's ``META-INF/MANIFEST.MF`` names the Spark and Scala versions it was compiled against
+(``Spark-Version``, ``Scala-Version``, ``Scala-Binary-Version``, read off those jars), for
+``disd.spark.jvm`` and for anyone who finds the jar alone.
 Nothing happens when the stamp already matches: the jar is rebuilt only when the sources or the
 installed PySpark's version change.
 
@@ -34,6 +37,8 @@ SRC = HERE / "src" / "main"
 OUT = ROOT / "dis" / "disd" / "spark" / "jars" / "dis-spark.jar"
 STAMP_ENTRY = "disd/spark/build.json"
 RELEASE = "17"
+#: raised when what the jar's manifest holds changes, so jars built before are rebuilt
+MANIFEST_VERSION = 2
 
 
 class BuildError(Exception):
@@ -79,6 +84,31 @@ def find_pyspark() -> tuple[pathlib.Path, str] | None:
     return None
 
 
+def spark_versions(jars: pathlib.Path) -> dict[str, str]:
+    """The Spark and Scala versions of a Spark ``jars/`` directory, from its file names
+    (``spark-core_2.13-4.1.0.jar``, ``scala-library-2.13.16.jar``); {} for what is not there."""
+    out: dict[str, str] = {}
+    for p in jars.glob("spark-core_*-*.jar"):
+        binary, _, version = p.name[len("spark-core_"):-len(".jar")].partition("-")
+        out.update({"Spark-Version": version, "Scala-Binary-Version": binary})
+    for p in jars.glob("scala-library-*.jar"):
+        out["Scala-Version"] = p.name[len("scala-library-"):-len(".jar")]
+    return out
+
+
+def manifest(jars: pathlib.Path) -> str:
+    """The jar's ``META-INF/MANIFEST.MF``: what built it and the Spark and Scala it was compiled
+    against (a reader of the jar alone needs nothing else to know which Spark it is for)."""
+    versions = spark_versions(jars)
+    missing = {"Spark-Version", "Scala-Version", "Scala-Binary-Version"} - set(versions)
+    if missing:
+        raise BuildError(f"{jars} holds no spark-core_<scala>-<spark>.jar or scala-library-<scala>.jar: "
+                         "not a Spark distribution's jars directory")
+    lines = ["Manifest-Version: 1.0", "Created-By: dis jvm/build.py", "Implementation-Title: dis-spark",
+             f"Build-Jdk-Spec: {RELEASE}", *(f"{k}: {v}" for k, v in sorted(versions.items()))]
+    return "\r\n".join(lines) + "\r\n\r\n"
+
+
 def find_javac() -> str | None:
     home = os.environ.get("JAVA_HOME")
     if home and (pathlib.Path(home) / "bin" / "javac").is_file():
@@ -107,7 +137,7 @@ def build(out: pathlib.Path = OUT, require: bool = False, log=print) -> pathlib.
         missing("PySpark is not installed in this environment (pip install '.[spark]' or '.[test]')")
         return None
     jars, version = found
-    want = {"pyspark": version, "sources": sources_digest(), "release": RELEASE}
+    want = {"pyspark": version, "sources": sources_digest(), "release": RELEASE, "manifest": MANIFEST_VERSION}
     have = stamp_of(out)
     if have is not None and {k: have.get(k) for k in want} == want:
         return out
@@ -128,7 +158,7 @@ def build(out: pathlib.Path = OUT, require: bool = False, log=print) -> pathlib.
         out.parent.mkdir(parents=True, exist_ok=True)
         part = out.with_name(out.name + ".part")
         with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
-            z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: dis jvm/build.py\r\n\r\n")
+            z.writestr("META-INF/MANIFEST.MF", manifest(jars))
             for base in (classes, SRC / "resources"):
                 for p in sorted(x for x in base.rglob("*") if x.is_file()):
                     z.write(p, p.relative_to(base).as_posix())

@@ -46,7 +46,7 @@ from disd.rpc.channel import open_channel
 from disd.rpc.keys import key_from_proto, key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaError, TableSchema
-from disd.schemaversions import Projection, origins, projection
+from disd.schemaversions import Projection, projection
 from disd.security import ClientSecurity
 from disd.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from disd.storage.checkpoint import CheckpointError, CheckpointRecord, read_record
@@ -172,27 +172,16 @@ def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapsh
 def version_projection(schema: TableSchema, version: int, columns: Sequence[str] | None = None,
                        what: str = "a location") -> Projection:
     """How rows stored in ``version`` of ``schema``'s table read as ``schema``'s columns (all, or
-    ``columns``); ``schema.versions`` must hold ``version``.
-
-    Normally ``version`` is older (``disd.schemaversions.projection``: renamed, widened, added
-    columns null).  It may also be newer, when ``schema`` is the version a long-running reader
-    (a streaming query) started with and the table has moved on: each of ``schema``'s columns
-    is then read from the column it became (renamed forward; null when a later version dropped
-    it), cast back to ``schema``'s type: exact unless a widened column holds a value the older
-    type cannot hold, which ``Projection.apply`` refuses (``pyarrow.ArrowInvalid``)."""
+    ``columns``): ``disd.schemaversions.projection`` (an older version: renamed, widened, added
+    columns null; a newer one, for a reader that started before the table moved on: renamed
+    back, narrowed back only where every value fits).  A ``version`` that ``schema.versions``
+    does not hold is a BlockSourceError naming ``what``."""
     if version not in schema.versions:
         known = ", ".join(str(v) for v in schema.versions)
         raise BlockSourceError(f"{what} is written in schema version {version} of {schema.key}, which this "
                                f"reader does not know (it knows versions {known}); read again to pick up "
                                "the table's newest version")
-    if version <= schema.version:
-        return projection(schema, version, columns)
-    newer = schema.at_version(version).with_history(schema.versions.values())
-    back = {old: new for new, old in origins(newer, schema.version).items() if old is not None}
-    wanted = list(columns) if columns is not None else schema.column_names
-    for c in wanted:
-        schema.column(c)  # KeyError naming the table for an unknown column
-    return Projection(newer.at_version(version), schema, {c: back.get(c) for c in wanted})
+    return projection(schema, version, columns)
 
 
 def open_block_source(*, db_root: str | None = None, address: str | None = None,

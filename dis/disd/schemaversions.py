@@ -152,6 +152,17 @@ class Projection:
         return self.stored.version == self.newest.version and all(
             k == v for k, v in self.sources.items())
 
+    def listed(self) -> list[dict[str, str | None]]:
+        """The projection as a listing carries it to a reader that does not apply these rules
+        itself (the JVM reader; docs/grpc-contract.md): for each presented column, in order, its
+        ``name`` and ``type``, the ``stored`` column it is read from and that column's
+        ``stored_type`` (both None: the column is null in every row).  A reader converts a stored
+        value whose type differs exactly (wider) or refuses it (a value the presented type
+        cannot hold)."""
+        return [{"name": name, "type": self.newest.column(name).type.value, "stored": src,
+                 "stored_type": None if src is None else self.stored.column(src).type.value}
+                for name, src in self.sources.items()]
+
     def apply(self, stored: pa.Table) -> pa.Table:
         """``stored`` (decoded with ``self.stored``'s types; at least ``stored_columns``) as the
         wanted newest columns: renamed, widened by an exact cast, absent ones all null."""
@@ -184,14 +195,27 @@ def _exact_cast(col: pa.ChunkedArray, to: pa.DataType, name: str) -> pa.ChunkedA
     return pc.cast(col, to, safe=True)
 
 
-def projection(newest: TableSchema, version: int, columns: Sequence[str] | None = None) -> Projection:
+def projection(schema: TableSchema, version: int, columns: Sequence[str] | None = None) -> Projection:
     """The projection of rows stored in ``version`` onto ``columns`` (default: every column) of
-    ``newest``."""
-    o = origins(newest, version)
-    wanted = list(columns) if columns is not None else newest.column_names
+    ``schema``; ``schema.versions`` must hold ``version``.
+
+    Normally ``version`` is older (or the same): each column is read from its ``origins``
+    there.  It may also be newer, when ``schema`` is the version a long-running reader (a
+    streaming query) started with and the table has moved on: each of ``schema``'s columns is
+    then read from the column it became (renamed forward; none when a later version dropped it,
+    and a column added since is no column's source), cast back to ``schema``'s type: exact
+    unless a widened column holds a value the older type cannot hold, which ``Projection.apply``
+    refuses (``pyarrow.ArrowInvalid``)."""
+    if version <= schema.version:
+        found = origins(schema, version)
+    else:
+        newer = schema.at_version(version).with_history(schema.versions.values())
+        back = {old: new for new, old in origins(newer, schema.version).items() if old is not None}
+        found = {c: back.get(c) for c in schema.column_names}
+    wanted = list(columns) if columns is not None else schema.column_names
     for c in wanted:
-        newest.column(c)  # KeyError naming the table for an unknown column
-    return Projection(newest.at_version(version), newest, {c: o[c] for c in wanted})
+        schema.column(c)  # KeyError naming the table for an unknown column
+    return Projection(schema.at_version(version), schema, {c: found[c] for c in wanted})
 
 
 def declare(stored: Sequence[TableSchema], declared: TableSchema) -> list[TableSchema]:

@@ -1,7 +1,7 @@
-"""The container files.  No Docker engine runs on the development and CI machines, so the image is
-never built here: the Dockerfile is linted (hadolint) and checked for what it must hold, the
-compose file is validated by Docker Compose itself (`config`, which needs no engine), and both are
-checked against the files they use."""
+"""The container files, read: the Dockerfile is linted (hadolint) and checked for what it must
+hold, the compose file is validated by Docker Compose itself (`config`, which needs no engine),
+and both are checked against the files they use.  The image is built and run with podman by
+tests/deploy/test_podman_image.py."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_hadolint_can_fail(tmp_path):
 def test_dockerfile_has_slim_base_non_root_user_and_grpc_healthcheck():
     text = (DOCKER / "Dockerfile").read_text()
     st = stages(text)
-    assert list(st) == ["build", "runtime", "spark"]
+    assert list(st) == ["build", "runtime", "spark-base", "build-spark", "spark"]
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M).group(1)
     assert re.fullmatch(r"python:3\.11-slim-\w+", base)
     runtime = st["runtime"]
@@ -97,12 +97,22 @@ def test_dockerfile_has_slim_base_non_root_user_and_grpc_healthcheck():
     hc = next(a for op, a in runtime if op == "HEALTHCHECK")
     argv = json.loads(hc[hc.index("CMD") + 3:].strip())
     assert argv[:2] == ["dis", "health"] and "--address" in argv  # the gRPC health service
-    # Java only in the spark stage, never in the runtime image
+    # Java only where Spark is: a runtime in the spark image, a JDK only in the stage that compiles
+    # the JVM reader's jar into the wheel, never in the runtime image
     assert "openjdk" not in " ".join(a for _, a in st["runtime"] + st["build"])
-    assert any("openjdk-17-jre-headless" in a for op, a in st["spark"] if op == "RUN")
+    assert any("openjdk-17-jre-headless" in a for op, a in st["spark-base"] if op == "RUN")
+    assert any("openjdk-17-jdk-headless" in a for op, a in st["build-spark"] if op == "RUN")
+    assert "jdk-headless" not in " ".join(a for _, a in st["spark-base"] + st["spark"])
+    # the jar is compiled on top of the spark image's own PySpark (its wheel must carry it: an
+    # error otherwise), and the spark image takes that wheel alone, keeping that PySpark
+    assert st["build-spark"][0] == ("FROM", "spark-base AS build-spark")
+    assert st["spark"][0] == ("FROM", "spark-base AS spark")
+    assert any("DIS_REQUIRE_JAR=1" in a for op, a in st["build-spark"] if op == "RUN")
+    spark_run = next(a for op, a in st["spark"] if op == "RUN" and "pip install" in a)
+    assert "from=build-spark" in spark_run and "--no-deps" in spark_run
     exposed = {int(p) for op, a in runtime if op == "EXPOSE" for p in a.split()}
     cfg = load_dis_config(DOCKER / "dis.yaml")
-    assert exposed == {cfg.port, cfg.metrics_port}
+    assert exposed == {cfg.port, cfg.http_port, cfg.metrics_port}  # gRPC, the block endpoint, Prometheus
     entry = json.loads(next(a for op, a in runtime if op == "ENTRYPOINT"))
     command = json.loads(next(a for op, a in runtime if op == "CMD"))
     assert entry + command == ["dis", "serve", "--config", "/etc/dis/dis.yaml", "--json-logs"]
@@ -118,8 +128,10 @@ def test_dockerfile_version_and_copied_files_match_the_repository():
             for s in sources:
                 assert (ROOT / s).exists(), f"COPY {s}: not in the repository"
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text()
-    for s in ("pyproject.toml", "setup.py", "README.md", "proto/**", "dis/**", "tailer/**", "config/schemas/**"):
+    for s in ("pyproject.toml", "setup.py", "README.md", "MANIFEST.in", "proto/**", "jvm/build.py", "jvm/src/main/**",
+              "dis/**", "tailer/**", "config/schemas/**"):
         assert f"!{s}" in ignore  # what the build copies is in the context
+    assert "\ndis/disd/spark/jars\n" in ignore  # a jar built here never slips into an image's wheel
 
 
 def test_compose_config_is_valid_docker_compose():

@@ -1,11 +1,11 @@
 """Routing entries with ``proxies:``: what readers read through (``read_replicas``) and what
-tailers and proxies keep using (``members``, ``upstream()``); errors naming the entry and key; the
-JVM reader's Routing.java agreeing with ``disd.routing`` on both."""
+tailers and proxies keep using (``members``, ``upstream()``); errors naming the entry and key.
+The JVM reader's Routing.java is held to the same answers by the shared test vectors
+(tests/vectors/routing.json, whose cases include these)."""
 
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from disd.config import ConfigError
 from disd.routing import Replica, load_routing, parse_routing
@@ -84,68 +84,3 @@ def test_the_example_routing_file_parses():
     assert any(i.proxies for i in r.instances)
     for i in r.instances:
         assert not {p.address for p in i.proxies} & {m.address for m in i.members}
-
-
-# -- the JVM reader's Routing.java ------------------------------------------------------------
-def test_routing_java_reads_proxies_as_python_does(tmp_path):
-    """Routing.java lists and reads an entry through its proxies (their block endpoints: each
-    ``http_address`` or the address's port + 1), through its DISes when it has none, and fails on
-    a bad ``proxies`` entry with ``disd.routing``'s message."""
-    cases = [PROXIED] + [{"instances": [{"address": "h:1", **extra}]} for extra, _, _ in BAD] + [
-        {"instances": [{"replicas": [{"address": "h:1"}, {"address": "h:2"}], "proxies": [{"address": "h:2"}]}]}]
-    paths = []
-    for i, data in enumerate(cases):
-        p = (tmp_path / f"routing{i}.yaml").resolve()
-        p.write_text(yaml.safe_dump(data))
-        paths.append(str(p))
-    got = _run_probe(tmp_path, {"plan": [], "admit": [], "options": [], "glob": [], "filters": [], "keys": [],
-                                "readRouting": paths})["readRouting"]
-    errors = 0
-    for path, answer in zip(paths, got):
-        try:
-            routing = load_routing(path)
-        except ConfigError as e:
-            errors += 1
-            assert answer == f"dis source: option 'routing': cannot use {path}: {e}", (path, answer)
-            continue
-        assert answer == [[i.name, [[r.name, r.address, r.http_address or _plus_one(r.address)]
-                                    for r in i.read_replicas]] for i in routing.instances], (path, answer)
-    assert errors == len(cases) - 1
-    assert got[0][0][1][0] == ["tdcp-1", "10.0.1.1:22051", "10.0.1.1:22052"]
-
-
-def _plus_one(address: str) -> str:
-    host, port = address.rsplit(":", 1)
-    return f"{host}:{int(port) + 1}"
-
-
-def _run_probe(tmp_path, request: dict) -> dict:
-    """Compile and run ``jvm/src/test/java/disd/spark/Probe.java`` against the jar (as
-    tests/spark/test_jvm_units.py does)."""
-    import json
-    import os
-    import shutil
-    import subprocess
-
-    import pyspark
-
-    from disd.spark import jvm
-    from support import ROOT
-
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if os.environ.get("JAVA_HOME"):
-        javac = os.path.join(os.environ["JAVA_HOME"], "bin", "javac")
-        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java")
-    assert javac and java, "a JDK 17 (javac) is needed: it builds the JVM reader"
-    jar, why = jvm.jar_status()
-    assert jar is not None, why
-    out = tmp_path / "probe"
-    out.mkdir()
-    cp = f"{jar}{os.pathsep}{os.path.join(os.path.dirname(pyspark.__file__), 'jars', '*')}"
-    src = ROOT / "jvm" / "src" / "test" / "java" / "disd" / "spark" / "Probe.java"
-    subprocess.run([javac, "--release", "17", "-nowarn", "-cp", cp, "-d", str(out), str(src)], check=True,
-                   capture_output=True, timeout=300)
-    r = subprocess.run([java, "-cp", f"{out}{os.pathsep}{cp}", "disd.spark.Probe"], input=json.dumps(request),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])

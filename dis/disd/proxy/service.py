@@ -9,6 +9,7 @@ upstream DIS published, as it would on the DIS itself.  Errors use the DIS's sta
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Callable, Iterator
@@ -22,7 +23,9 @@ from disd.proxy.cache import CachedBlocks
 from disd.proxy.upstream import Upstream, snapshot_info
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.server.blockhttp import Refused
+from disd.schema import TableSchema
+from disd.server.blockhttp import Refused, listing_refused
+from disd.server.listing import ListingRefused, messages, missing, projections, versions_of_json, versions_of_messages
 from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates, batches, listing, ranges_messages
 
 #: Seconds between a wildcard subscription's looks for tables that appeared upstream.
@@ -50,7 +53,13 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
 
     def ListLocations(self, request, context):  # noqa: N802
         feeds = self._upstream(context, lambda: self.upstream.matching_feeds(request.namespace, request.table))
-        return dis_pb2.ListLocationsResponse(locations=[snapshot_info(s) for f in feeds for s in sorted_snaps(f)])
+        infos = [snapshot_info(s) for f in feeds for s in sorted_snaps(f)]
+        try:
+            found = self._upstream(context, lambda: upstream_projections(
+                self.upstream, versions_of_messages(infos), request.namespace, request.table, request.version))
+        except ListingRefused as r:
+            context.abort(r.code, str(r))
+        return dis_pb2.ListLocationsResponse(locations=infos, projections=messages(found))
 
     def Subscribe(self, request, context):  # noqa: N802
         for snaps, _listed in self._subscription(request, context):
@@ -181,6 +190,40 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
                                       locations=[l for r in replies for l in r.locations])
 
 
+@functools.lru_cache(maxsize=256)
+def _schema(versions_json: str, schema_json: str) -> TableSchema:
+    """A table's newest schema with its other versions, as its DISes list it (``TableInfo``)."""
+    if versions_json:
+        return TableSchema.from_history_json(versions_json, "the upstream DIS's versions_json")
+    return TableSchema.from_json(schema_json, "the upstream DIS's schema_json")
+
+
+def upstream_projections(upstream: Upstream, listed: list[tuple[str, str, int]], namespace: str, table: str,
+                         version: int) -> list[dict]:
+    """``disd.server.listing.projections`` of a proxy's listing, from the versions its DISes
+    list (``ListTables``, reused for a few seconds): when a listed location, or the version a
+    reader presents, is of a version that listing predates (a DIS restarted with a newer
+    schema), the tables are listed again first.  So a proxy's listing carries what its DISes'
+    would, resolved by the same rules."""
+    found: list[dict] = []
+    for refresh in (False, True):
+        infos = {(t.namespace, t.table): t for t in upstream.tables(refresh=refresh)}
+
+        def schema_of(ns: str, tb: str) -> TableSchema | None:
+            info = infos.get((ns, tb))
+            return None if info is None else _schema(info.versions_json, info.schema_json)
+
+        try:
+            found = projections(schema_of, listed, namespace, table, version)
+        except ListingRefused:
+            if refresh:
+                raise
+            continue
+        if not missing(found, listed):
+            break
+    return found
+
+
 def sorted_snaps(feed) -> list[LocationSnapshot]:  # noqa: ANN001
     return sorted(feed.snapshots(), key=lambda s: (s.key.column_partition, s.key.internal_partition))
 
@@ -231,7 +274,7 @@ class ProxyBlockBackend:
                             "schema_json": t.schema_json, "fingerprint": t.fingerprint,
                             "versions_json": t.versions_json} for t in infos]}
 
-    def locations(self, namespace: str, table: str) -> dict:
+    def locations(self, namespace: str, table: str, version: int = 0) -> dict:
         feeds = self._call(lambda: self.upstream.matching_feeds(namespace, table))
         out, block_size = [], 0
         for f in feeds:
@@ -241,7 +284,12 @@ class ProxyBlockBackend:
                 out.append({"namespace": k.namespace, "table": k.table, "internal_partition": k.internal_partition,
                             "column_partition": k.column_partition, "rows": s.rows, "files": dict(s.files),
                             "schema_version": s.schema_version})
-        return {"block_size": block_size or 65536, "locations": out}
+        try:
+            found = self._call(lambda: upstream_projections(self.upstream, versions_of_json(out), namespace, table,
+                                                            version))
+        except ListingRefused as r:
+            raise listing_refused(r) from None
+        return {"block_size": block_size or 65536, "locations": out, "projections": found}
 
     def open_range(self, key: LocationKey, name: str, start: int, stop: int) -> Callable[[int, int], bytes]:
         snap, size = self._call(lambda: published(self.upstream, key, name))

@@ -9,8 +9,11 @@ TLS (and client certificates) and the same bearer token:
 ``GET /v1/tables``                          JSON: every table this DIS serves, with its newest
                                             schema and every version (``versions_json``)
 ``GET /v1/locations?namespace=&table=``     JSON: each location's published rows, the sizes
-                                            of its column files at that count and the schema
-                                            version it is written in (as ListLocations)
+``[&version=]``                             of its column files at that count and the schema
+                                            version it is written in, and how each listed
+                                            version reads as the presented one (``version``,
+                                            default the newest; ``disd.server.listing``), as
+                                            ListLocations
 ``GET /v1/read?namespace=&table=&``         the bytes ``[start, stop)`` of one column file, as
 ``internal_partition=&column_partition=&``  one response body (``Content-Length``); refused
 ``file=&start=&stop=``                      (416) when ``stop`` is past the published size
@@ -48,6 +51,7 @@ from disd.errors import DisError
 from disd.names import InvalidNameError
 from disd.server import metrics
 from disd.server.httpconns import BACKLOG, ConnectionLoop
+from disd.server.listing import ListingRefused, projections, versions_of_json
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +144,8 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path == "/v1/tables":
                 self._json(200, self.server.backend.tables())
             elif url.path == "/v1/locations":
-                self._json(200, self.server.backend.locations(q.get("namespace", ""), q.get("table", "")))
+                self._json(200, self.server.backend.locations(q.get("namespace", ""), q.get("table", ""),
+                                                              _version(q.get("version", ""))))
             elif url.path == "/v1/read":
                 self._read(q)
             else:
@@ -193,6 +198,24 @@ class _Handler(BaseHTTPRequestHandler):
             pos += len(data)
 
 
+def _version(raw: str) -> int:
+    """The ``version`` a listing presents (0, absent: the newest); 400 unless a whole number."""
+    if not raw.strip():
+        return 0
+    try:
+        v = int(raw)
+    except ValueError:
+        raise Refused(400, f"version must be a schema version number, got {raw!r}") from None
+    if v < 0:
+        raise Refused(400, f"version must be a schema version number, got {raw!r}")
+    return v
+
+
+def listing_refused(r: ListingRefused) -> Refused:
+    """A listing the backend cannot give, as the endpoint answers it (404 or 400)."""
+    return Refused(404 if r.not_found else 400, str(r))
+
+
 class BlockBackend(Protocol):
     """What the block endpoint serves: a DIS's storage engine (``EngineBackend``) or a proxy's
     published snapshots and cache (``disd.proxy.service``).  Errors are ``Refused``."""
@@ -201,8 +224,9 @@ class BlockBackend(Protocol):
         """``{"tables": [...]}``: every table served, as ``GET /v1/tables`` answers."""
         ...
 
-    def locations(self, namespace: str, table: str) -> dict:
-        """``{"block_size": n, "locations": [...]}``: as ``GET /v1/locations`` answers."""
+    def locations(self, namespace: str, table: str, version: int = 0) -> dict:
+        """``{"block_size": n, "locations": [...], "projections": [...]}``: as ``GET
+        /v1/locations`` answers, presenting ``version`` (0: each table's newest)."""
         ...
 
     def open_range(self, key: LocationKey, file: str, start: int, stop: int) -> Callable[[int, int], bytes]:
@@ -227,7 +251,7 @@ class EngineBackend:
              "schema_json": s.to_json(), "fingerprint": s.fingerprint, "versions_json": s.history_json()}
             for s in self.engine.schemas if self.routed(s.namespace, s.table)]}
 
-    def locations(self, namespace: str, table: str) -> dict:
+    def locations(self, namespace: str, table: str, version: int = 0) -> dict:
         out = []
         for loc in self.engine.locations():
             k = loc.key
@@ -237,7 +261,11 @@ class EngineBackend:
             out.append({"namespace": k.namespace, "table": k.table, "internal_partition": k.internal_partition,
                         "column_partition": k.column_partition, "rows": rows, "files": files,
                         "schema_version": loc.schema_version})
-        return {"block_size": self.block_size, "locations": out}
+        try:
+            found = projections(self.engine.schemas.get, versions_of_json(out), namespace, table, version)
+        except ListingRefused as r:
+            raise listing_refused(r) from None
+        return {"block_size": self.block_size, "locations": out, "projections": found}
 
     def open_range(self, key: LocationKey, name: str, start: int, stop: int) -> Callable[[int, int], bytes]:
         if self.engine.schemas.get(key.namespace, key.table) is None:

@@ -19,6 +19,9 @@ from disd.server import lastby, metrics
 from disd.server.blockcache import BlockCache
 from disd.server.ingest import RequestRefused, location_key
 from disd.server.ingestsessions import SessionRegistry
+from disd.server.listing import ListingRefused, versions_of_messages
+from disd.server.listing import messages as projection_messages
+from disd.server.listing import projections as listing_projections
 from disd.storage import StorageEngine
 
 
@@ -133,9 +136,13 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         )
 
     def ListLocations(self, request, context):  # noqa: N802
-        return dis_pb2.ListLocationsResponse(
-            locations=[location_info(loc, self.block_size) for loc in self._matching(request.namespace, request.table)]
-        )
+        infos = [location_info(loc, self.block_size) for loc in self._matching(request.namespace, request.table)]
+        try:
+            found = listing_projections(self.engine.schemas.get, versions_of_messages(infos), request.namespace,
+                                        request.table, request.version)
+        except ListingRefused as r:
+            context.abort(r.code, str(r))
+        return dis_pb2.ListLocationsResponse(locations=infos, projections=projection_messages(found))
 
     def Subscribe(self, request, context):  # noqa: N802
         for locs, _listed in self._subscription(request, context):

@@ -10,12 +10,18 @@ registered as ``dis_python``; the JVM reader hands it the reads it does not do i
 ``reader`` or the session setting ``spark.dis.reader`` set to ``python``, ``source`` historical or
 all, column files without a DIS, a schema that asks for a cast).  Without the jar (or without a
 JDK to build it), the Python source is ``dis`` as before and says once, in the log, why.
+
+The jar's manifest names the Spark and Scala versions it was compiled against; it is put on the
+classpath only of that Spark (``jar_status``, ``mismatch``).  Any other Spark is refused, with a
+message that names both versions, and reads with the Python reader.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 import pathlib
 import zipfile
 
@@ -42,22 +48,83 @@ class DisPythonDataSource(DisDataSource):
         return PYTHON_NAME
 
 
-def jar_status() -> tuple[pathlib.Path | None, str]:
-    """(the jar to load, "") or (None, why there is none usable)."""
+def jar_status(spark=None) -> tuple[pathlib.Path | None, str]:  # noqa: ANN001 - pyspark.sql.SparkSession
+    """(the jar to load, "") or (None, why there is none usable).  The jar is usable only with
+    the Spark its manifest says it was compiled against (same Spark version, same Scala binary
+    version): ``spark``'s when a session is given, else the Spark a new session would start
+    (PySpark's ``SPARK_HOME``)."""
     if not JAR.is_file():
         return None, (f"{JAR} is missing: build it with `make jar` (needs a JDK 17: javac), or reinstall the "
                       "project where javac is on the PATH")
     try:
-        with zipfile.ZipFile(JAR) as z:
-            stamp = json.loads(z.read(STAMP_ENTRY))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
+        built = manifest()
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
         return None, f"{JAR} is unreadable ({e}): rebuild it with `make jar`"
+    if spark is not None:
+        running = SparkVersions(spark.version, spark._jvm.scala.util.Properties.versionNumberString())
+    else:
+        running = spark_home_versions()
+    why = mismatch(built, running)
+    return (None, why) if why else (JAR, "")
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkVersions:
+    """A Spark and the Scala it runs on, e.g. ``SparkVersions("4.1.0", "2.13.16")``."""
+
+    spark: str
+    scala: str
+
+    @property
+    def scala_binary(self) -> str:
+        """``2.13`` of ``2.13.16``: Scala libraries are binary compatible within it."""
+        return ".".join(self.scala.split(".")[:2])
+
+
+def manifest(jar: pathlib.Path | None = None) -> dict[str, str]:
+    """The main attributes of the jar's ``META-INF/MANIFEST.MF`` (``jvm/build.py`` writes
+    ``Spark-Version``, ``Scala-Version`` and ``Scala-Binary-Version`` there)."""
+    with zipfile.ZipFile(jar or JAR) as z:
+        text = z.read("META-INF/MANIFEST.MF").decode("utf-8")
+    out: dict[str, str] = {}
+    for line in text.replace("\r\n", "\n").split("\n"):
+        key, sep, value = line.partition(": ")
+        if sep:
+            out[key] = value
+    return out
+
+
+def spark_home_versions() -> SparkVersions:
+    """The versions of the Spark a new session starts: the jars of PySpark's ``SPARK_HOME``
+    (pip's PySpark itself unless ``SPARK_HOME`` names another Spark).  The jar names are read
+    here as ``jvm/build.py`` reads them at build time (that script runs before the package is
+    installed, so it cannot share this code)."""
     import pyspark
 
-    if stamp.get("pyspark") != pyspark.__version__:
-        return None, (f"{JAR} was built for pyspark {stamp.get('pyspark')}, this is pyspark {pyspark.__version__}: "
-                      "rebuild it with `make jar`")
-    return JAR, ""
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)  # as PySpark's launcher finds it
+    jars = pathlib.Path(home) / "jars"
+    spark = scala = ""
+    for p in jars.glob("spark-core_*-*.jar"):
+        spark = p.name[len("spark-core_"):-len(".jar")].partition("-")[2]
+    for p in jars.glob("scala-library-*.jar"):
+        scala = p.name[len("scala-library-"):-len(".jar")]
+    return SparkVersions(spark or pyspark.__version__, scala)
+
+
+def mismatch(built: dict[str, str], running: SparkVersions) -> str:
+    """Why a jar whose manifest is ``built`` must not be loaded into ``running`` ("" when it may):
+    a class compiled against one Spark can fail at any call in another, so the JVM reader is
+    refused rather than let a query fail half way.  The message names both."""
+    spark, scala = built.get("Spark-Version"), built.get("Scala-Binary-Version")
+    if not spark or not scala:
+        return (f"{JAR} names no Spark-Version and Scala-Binary-Version in its manifest (built by an older "
+                "jvm/build.py): rebuild it with `make jar`")
+    if spark == running.spark and (not running.scala or scala == running.scala_binary):
+        return ""
+    this = f"Spark {running.spark}" + (f" (Scala {running.scala_binary})" if running.scala else "")
+    return (f"{JAR} was compiled against Spark {spark} (Scala {scala}), this is {this}: the JVM reader is not "
+            "loaded into a Spark it was not compiled against; rebuild it against this Spark with `make jar` (or "
+            "reinstall dis where javac is on the PATH)")
 
 
 def stamp() -> dict:
@@ -103,7 +170,7 @@ def attach(spark) -> bool:  # noqa: ANN001
     True when the JVM reader is then loaded."""
     if jvm_source_loaded(spark):
         return True
-    jar, why = jar_status()
+    jar, why = jar_status(spark)
     if jar is None:
         tell_once(why)
         return False

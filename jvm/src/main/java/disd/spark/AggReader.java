@@ -1,12 +1,6 @@
 package disd.spark;
 
-import java.util.ArrayList;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
 import org.apache.spark.sql.connector.read.PartitionReader;
-import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
-import org.apache.spark.sql.execution.vectorized.Dictionary;
 import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
@@ -15,16 +9,16 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
-import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * A task of a pushed aggregation ({@link AggPlan}): the input partition's batches, decoded by
  * {@link ColumnarReader} exactly as a plain scan decodes them, folded into one row per group, then
  * handed to Spark as ColumnarBatches of partial aggregates.
  *
- * <p>Each group key's values get small dense ids (0: null, so null keys form their own group); a
- * dictionary-encoded string column maps its dictionary ids to them through an array, and the
- * partition column is one lookup per batch.  The ids of a row's keys give its group.  Past
+ * <p>Each group key's values get small dense ids ({@link KeyColumn}; 0: null, so null keys form
+ * their own group); a dictionary-encoded string column maps its dictionary ids to them through an
+ * array, and the partition column is one lookup per batch.  The ids of a row's keys give its
+ * group.  Past
  * {@link #MAX_GROUPS} groups the partials so far go out and the task starts afresh: Spark's final
  * aggregation merges rows of the same group, so memory stays bounded whatever the key's cardinality.
  *
@@ -74,7 +68,7 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
         this.aggs = plan.aggs.toArray(new AggPlan.Agg[0]);
         this.keyCols = new KeyColumn[k];
         for (int j = 0; j < k; j++) {
-            keyCols[j] = new KeyColumn(plan.keys.get(j));
+            keyCols[j] = new KeyColumn(plan.keys.get(j), in);
         }
         this.comps = new int[k][0];
         this.rem = new long[aggs.length];
@@ -300,10 +294,14 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
     }
 
     private long[] longs(ColumnVector v, DataType t, int n) {
-        if (lbuf.length < n) {
-            lbuf = new long[n];
-        }
-        long[] x = lbuf;
+        lbuf = integers(v, t, n, lbuf);
+        return lbuf;
+    }
+
+    /** Rows [0, n) of an integral (or timestamp) vector as longs, in {@code buf} when it is large
+     *  enough (else a new array): the returned array. */
+    static long[] integers(ColumnVector v, DataType t, int n, long[] buf) {
+        long[] x = buf.length < n ? new long[n] : buf;
         if (t.equals(DataTypes.LongType) || t.equals(DataTypes.TimestampType)) {
             for (int i = 0; i < n; i++) {
                 x[i] = v.getLong(i);
@@ -351,7 +349,7 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
             if (comps[j].length < n) {
                 comps[j] = new int[n];
             }
-            if (!keyCols[j].ids(b.column(keyCols[j].key.input), n, comps[j], j)) {
+            if (!keyCols[j].ids(b.column(keyCols[j].key.input), n, comps[j])) {
                 varying = j;
                 nonConstant++;
             }
@@ -478,169 +476,6 @@ final class AggReader implements PartitionReader<ColumnarBatch> {
             v.putByte(row, (byte) x);
         } else {
             throw new IllegalStateException("not integral: " + t);
-        }
-    }
-
-    // -- group keys -------------------------------------------------------------------------------
-    /** One key column's values and their ids (1, 2, ...; 0 is null). */
-    final class KeyColumn {
-        final AggPlan.Key key;
-        Map<UTF8String, Integer> strings;
-        List<byte[]> stringValues;
-        LongIntMap longs;
-        long[] longValues;
-        Dictionary dict;        // the dictionary {@link #dictIds} belongs to
-        int[] dictIds = new int[0]; // dictionary id -> key id + 1 (0: not looked up yet)
-
-        KeyColumn(AggPlan.Key key) {
-            this.key = key;
-        }
-
-        void reset() {
-            strings = new HashMap<>();
-            stringValues = new ArrayList<>();
-            longs = new LongIntMap();
-            longValues = new long[16];
-            dict = null;
-            dictIds = new int[0];
-        }
-
-        int size() {
-            return key.string ? stringValues.size() : longs.size();
-        }
-
-        /** The ids of rows [0, n) into {@code ids}; true when the vector is one value for them all. */
-        boolean ids(ColumnVector v, int n, int[] ids, int keyIndex) {
-            if (v instanceof ConstantColumnVector) {
-                int id = v.isNullAt(0) ? 0 : string(v.getUTF8String(0));
-                java.util.Arrays.fill(ids, 0, n, id);
-                return true;
-            }
-            boolean nulls = v.hasNull();
-            if (key.string) {
-                WritableColumnVector w = (WritableColumnVector) v;
-                if (w.hasDictionary()) {
-                    Dictionary d = in.dictionary(plan.keys.get(keyIndex).input);
-                    if (d != dict) {
-                        dict = d;
-                        dictIds = new int[0];
-                    }
-                    WritableColumnVector di = w.getDictionaryIds();
-                    for (int i = 0; i < n; i++) {
-                        if (nulls && v.isNullAt(i)) {
-                            ids[i] = 0;
-                            continue;
-                        }
-                        int d0 = di.getInt(i);
-                        if (d0 >= dictIds.length) {
-                            dictIds = java.util.Arrays.copyOf(dictIds, Math.max(d0 + 1, dictIds.length * 2));
-                        }
-                        int id = dictIds[d0] - 1;
-                        if (id < 0) {
-                            id = string(UTF8String.fromBytes(d.decodeToBinary(d0)));
-                            dictIds[d0] = id + 1;
-                        }
-                        ids[i] = id;
-                    }
-                } else {
-                    for (int i = 0; i < n; i++) {
-                        ids[i] = nulls && v.isNullAt(i) ? 0 : string(v.getUTF8String(i));
-                    }
-                }
-            } else {
-                long[] x = longs(v, key.type, n);
-                for (int i = 0; i < n; i++) {
-                    ids[i] = nulls && v.isNullAt(i) ? 0 : longId(x[i]);
-                }
-            }
-            return false;
-        }
-
-        private int string(UTF8String s) {
-            Integer id = strings.get(s);
-            if (id == null) {
-                byte[] b = s.getBytes();
-                if (b == s.getBaseObject()) {
-                    b = b.clone(); // the vector's own buffer is reused by the next batch
-                }
-                stringValues.add(b);
-                id = stringValues.size();
-                strings.put(UTF8String.fromBytes(b), id);
-            }
-            return id;
-        }
-
-        private int longId(long x) {
-            int before = longs.size();
-            int id = longs.getOrAdd(x) + 1;
-            if (id - 1 == before) {
-                if (before == longValues.length) {
-                    longValues = java.util.Arrays.copyOf(longValues, before * 2);
-                }
-                longValues[before] = x;
-            }
-            return id;
-        }
-
-        void put(WritableColumnVector v, int row, int id) {
-            if (id == 0) {
-                v.putNull(row);
-            } else if (key.string) {
-                v.putByteArray(row, stringValues.get(id - 1));
-            } else {
-                putLong(v, key.type, row, longValues[id - 1]);
-            }
-        }
-    }
-
-    /** long -> dense int id (0, 1, ... in order of first appearance), open addressing. */
-    static final class LongIntMap {
-        private long[] keys = new long[64];
-        private int[] vals = new int[64]; // id + 1; 0: empty
-        private int size;
-
-        int size() {
-            return size;
-        }
-
-        int getOrAdd(long key) {
-            int mask = keys.length - 1;
-            long h = key * 0x9E3779B97F4A7C15L;
-            int slot = (int) (h ^ (h >>> 32)) & mask;
-            while (true) {
-                int v = vals[slot];
-                if (v == 0) {
-                    keys[slot] = key;
-                    vals[slot] = ++size;
-                    if (size * 2 > keys.length) {
-                        grow();
-                    }
-                    return size - 1;
-                }
-                if (keys[slot] == key) {
-                    return v - 1;
-                }
-                slot = (slot + 1) & mask;
-            }
-        }
-
-        private void grow() {
-            long[] ok = keys;
-            int[] ov = vals;
-            keys = new long[ok.length * 2];
-            vals = new int[ok.length * 2];
-            int mask = keys.length - 1;
-            for (int i = 0; i < ok.length; i++) {
-                if (ov[i] != 0) {
-                    long h = ok[i] * 0x9E3779B97F4A7C15L;
-                    int slot = (int) (h ^ (h >>> 32)) & mask;
-                    while (vals[slot] != 0) {
-                        slot = (slot + 1) & mask;
-                    }
-                    keys[slot] = ok[i];
-                    vals[slot] = ov[i];
-                }
-            }
         }
     }
 }

@@ -28,27 +28,27 @@ final class Dis {
         final String columnPartition;
         final long rows;
         final TreeMap<String, Long> files;
-        /** The schema version its rows are written in (0: not known, read as the newest). */
+        /** The schema version its rows are written in (0: not known, read as the presented one). */
         final int version;
         /** The replica (index into the owner's readReplicas) that listed it: where a task reads it. */
         final int replica;
+        /** How its version reads as the presented one, from the listing (null: it is written in
+         *  the presented version, read as it is). */
+        final VersionProjection projection;
 
         Location(String internalPartition, String columnPartition, long rows, TreeMap<String, Long> files) {
-            this(internalPartition, columnPartition, rows, files, 0, 0);
+            this(internalPartition, columnPartition, rows, files, 0, 0, null);
         }
 
         Location(String internalPartition, String columnPartition, long rows, TreeMap<String, Long> files,
-                 int version, int replica) {
+                 int version, int replica, VersionProjection projection) {
             this.internalPartition = internalPartition;
             this.columnPartition = columnPartition;
             this.rows = rows;
             this.files = files;
             this.version = version;
             this.replica = replica;
-        }
-
-        Location withVersion(int v) {
-            return new Location(internalPartition, columnPartition, rows, files, v, replica);
+            this.projection = projection;
         }
 
         /** The name of a location in streaming offsets. */
@@ -143,10 +143,8 @@ final class Dis {
     }
 
     /**
-     * The table's newest schema carrying its earlier versions: the DIS's {@code versions_json}
-     * (a DIS older than schema versions sends only {@code schema_json}); with option
-     * {@code dbRoot}, also the versions the database's {@code schema.versions} record holds.
-     * Asked of the owner's replicas in order until one that knows the table answers.
+     * The table's newest schema (the DIS's {@code schema_json}), asked of the owner's replicas in
+     * order until one that knows the table answers.
      */
     TableSchema schema() {
         Routing.Instance inst = owner();
@@ -166,10 +164,7 @@ final class Dis {
                 for (JsonNode t : tables) {
                     if (t.get("namespace").asText().equals(options.namespace)
                         && t.get("table").asText().equals(options.table)) {
-                        JsonNode vj = t.get("versions_json");
-                        return vj != null && !vj.isNull() && !vj.asText().isEmpty()
-                            ? TableSchema.fromHistoryJson(vj.asText(), "the DIS at " + r.address + " sent")
-                            : TableSchema.fromJson(t.get("schema_json").asText());
+                        return TableSchema.fromJson(t.get("schema_json").asText());
                     }
                 }
             }
@@ -181,63 +176,62 @@ final class Dis {
         if (s == null) {
             throw unknownTable();
         }
-        return options.dbRoot == null ? s : SchemaVersions.withStoredHistory(options.dbRoot, s);
+        return s;
     }
 
     /**
      * The table's locations, as listed now, each from the replica a task is to read it from (see
-     * {@link Listing#pick}) and with the schema version it is written in: the DIS's
-     * {@code schema_version}; when the DIS does not say (0 or absent), with option {@code dbRoot}
-     * the location's own {@code table.size}, else {@code newest}'s version.  A version
-     * {@code newest} does not know is an error here, on the driver.
+     * {@link Listing#pick}), with the schema version it is written in and the listing's
+     * projection of that version onto {@code presented}'s ({@link #readable}).
      */
-    List<Location> locations(TableSchema newest) {
-        Listing listing = listing();
+    List<Location> locations(TableSchema presented) {
+        Listing listing = listing(presented.version);
         List<Location> out = new ArrayList<>();
         for (String key : listing.keys()) {
-            out.add(versioned(listing.pick(key, 0), newest));
+            out.add(readable(listing.pick(key, 0), presented));
         }
         return out;
     }
 
-    /** {@code l} with its schema version settled (see {@link #locations(TableSchema)}). */
-    Location versioned(Location l, TableSchema newest) {
-        int v = versionOf(l, newest);
-        newest.atVersion(v);
-        return v == l.version ? l : l.withVersion(v);
-    }
-
-    /** The schema version {@code l}'s rows are written in (see {@link #locations(TableSchema)}),
-     *  whether or not {@code newest} knows it. */
-    int versionOf(Location l, TableSchema newest) {
-        int v = l.version;
-        if (v <= 0 && options.dbRoot != null && l.rows > 0) {
-            v = SchemaVersions.locationVersion(options.dbRoot, newest, l);
+    /**
+     * {@code l}, once it is known to be readable as {@code presented}: written in that version
+     * (or in one the DIS did not say: 0), or with the listing's projection of its version.  A
+     * DIS older than projections sends none: such a location is an error here, on the driver,
+     * that says what to do.
+     */
+    Location readable(Location l, TableSchema presented) {
+        if (l.version > 0 && l.version != presented.version && l.projection == null) {
+            throw new DisSourceError(presented.key() + " location " + l.offsetKey() + " is written in schema version "
+                + l.version + ", and the listing of " + options.where() + " says nothing of how it reads as version "
+                + presented.version + " (a DIS older than this reader: upgrade it, or read with option reader "
+                + "'python')");
         }
-        return v <= 0 ? newest.version : v;
+        return l;
     }
 
     /**
-     * What every replica of the owner publishes now: each is asked at once; the listing is what
-     * those that answered said.  While none answers (a restart) it is asked again, with backoff,
-     * for up to option {@code retrySeconds}.  A replica that has not answered a short while after
+     * What every replica of the owner publishes now, its locations' versions read as version
+     * {@code presented}: each is asked at once; the listing is what those that answered said.
+     * While none answers (a restart) it is asked again, with backoff, for up to option
+     * {@code retrySeconds}.  A replica that has not answered a short while after
      * the first one did is left out (it is down or slow: no location is read from it).
      */
-    Listing listing() {
+    Listing listing(int presented) {
         Routing.Instance inst = owner();
-        String pq = "/v1/locations?namespace=" + DisHttp.q(options.namespace) + "&table=" + DisHttp.q(options.table);
+        String pq = "/v1/locations?namespace=" + DisHttp.q(options.namespace) + "&table=" + DisHttp.q(options.table)
+            + "&version=" + presented;
         return retrying(options.retryS, () -> {
             List<Routing.Replica> members = inst.readReplicas; // its proxies, if it lists any
             List<Map<String, Location>> per = new ArrayList<>();
             DisSourceError failure = null;
             if (members.size() == 1) {
-                per.add(parse(http(members.get(0)).json(pq), 0));
+                per.add(parse(http(members.get(0)).json(pq), 0, presented));
                 return new Listing(per);
             }
             List<CompletableFuture<Map<String, Location>>> asks = new ArrayList<>();
             for (int i = 0; i < members.size(); i++) {
                 final int r = i;
-                asks.add(CompletableFuture.supplyAsync(() -> parse(http(members.get(r)).json(pq), r), ASKS));
+                asks.add(CompletableFuture.supplyAsync(() -> parse(http(members.get(r)).json(pq), r, presented), ASKS));
             }
             long graceNs = (long) (Math.min(options.timeoutS, LATE_REPLICA_S) * 1e9);
             long until = System.nanoTime() + (long) (options.timeoutS * 1e9) + 1_000_000_000L;
@@ -298,20 +292,33 @@ final class Dis {
         return t;
     });
 
-    /** One replica's {@code /v1/locations} answer, by offset key. */
-    private Map<String, Location> parse(JsonNode n, int replica) {
+    /** One replica's {@code /v1/locations} answer, by offset key, each location with the
+     *  answer's projection of its version onto {@code presented} (none for that version itself). */
+    private Map<String, Location> parse(JsonNode n, int replica, int presented) {
+        Map<Integer, VersionProjection> projections = new TreeMap<>();
+        JsonNode ps = n.get("projections");
+        if (ps != null) {
+            for (JsonNode p : ps) {
+                if (p.get("namespace").asText().equals(options.namespace)
+                    && p.get("table").asText().equals(options.table)
+                    && p.get("presented_version").asInt() == presented) {
+                    VersionProjection vp = VersionProjection.of(p, "in the listing of " + options.where());
+                    projections.put(vp.storedVersion, vp);
+                }
+            }
+        }
         Map<String, Location> out = new TreeMap<>();
         for (JsonNode l : n.get("locations")) {
             if (!l.get("namespace").asText().equals(options.namespace) || !l.get("table").asText().equals(options.table)) {
                 continue;
             }
-            Location loc = location(l, replica);
+            Location loc = location(l, replica, projections, presented);
             out.put(loc.offsetKey(), loc);
         }
         return out;
     }
 
-    static Location location(JsonNode l, int replica) {
+    static Location location(JsonNode l, int replica, Map<Integer, VersionProjection> projections, int presented) {
         TreeMap<String, Long> files = new TreeMap<>();
         Iterator<Map.Entry<String, JsonNode>> it = l.get("files").properties().iterator();
         while (it.hasNext()) {
@@ -319,8 +326,10 @@ final class Dis {
             files.put(e.getKey(), e.getValue().asLong());
         }
         JsonNode sv = l.get("schema_version");
+        int version = sv == null || sv.isNull() ? 0 : sv.asInt();
         return new Location(l.get("internal_partition").asText(), l.get("column_partition").asText(),
-            l.get("rows").asLong(), files, sv == null || sv.isNull() ? 0 : sv.asInt(), replica);
+            l.get("rows").asLong(), files, version, replica,
+            version == 0 || version == presented ? null : projections.get(version));
     }
 
     /**

@@ -3,7 +3,10 @@ package disd.spark;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.AccessDeniedException;
+import java.nio.file.FileSystemException;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -194,7 +197,7 @@ final class DisOptions implements Serializable {
             try {
                 token = new String(Files.readAllBytes(Paths.get(tokenFile)), StandardCharsets.UTF_8).trim();
             } catch (IOException e) {
-                throw new DisSourceError("option 'tokenFile': cannot read '" + tokenFile + "': " + e.getMessage());
+                throw new DisSourceError("option 'tokenFile': cannot read '" + tokenFile + "': " + strerror(e));
             }
         }
         for (String name : new String[] {"ca", "cert", "key"}) {
@@ -281,6 +284,21 @@ final class DisOptions implements Serializable {
             }
         }
         return true;
+    }
+
+    /** Why a file could not be read, in the words of the system's error (as Python's
+     *  {@code OSError.strerror} gives them to the Python reader's messages). */
+    static String strerror(IOException e) {
+        if (e instanceof NoSuchFileException) {
+            return "No such file or directory";
+        }
+        if (e instanceof AccessDeniedException) {
+            return "Permission denied";
+        }
+        if (e instanceof FileSystemException && ((FileSystemException) e).getReason() != null) {
+            return ((FileSystemException) e).getReason();
+        }
+        return e.getMessage();
     }
 
     private static String abs(String p) {

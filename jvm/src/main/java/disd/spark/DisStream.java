@@ -61,24 +61,17 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
     final Projection projection;
     final boolean offHeap;
     private Map<String, Long> target;
-    /**
-     * The query's schema: its version and columns are fixed when the query starts (Spark fixes a
-     * stream's schema), but it learns the table's later versions when a location written in one
-     * appears, so those rows are read back onto the query's columns instead of failing the query.
-     */
-    private TableSchema schema;
 
     DisStream(DisOptions options, Projection projection, boolean offHeap) {
         this.options = options;
         this.projection = projection;
         this.offHeap = offHeap;
-        this.schema = projection.table;
     }
 
     /** What every replica of the table's owner publishes now; while none can be reached (a
      *  restart), asked again for up to option 'retrySeconds'. */
     private Dis.Listing listing() {
-        return new Dis(options).listing();
+        return new Dis(options).listing(projection.table.version);
     }
 
     private boolean wanted(String key) {
@@ -241,7 +234,10 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         Dis dis = new Dis(options);
         Map<String, Dis.Location> snaps = new TreeMap<>();
         while (true) {
-            Dis.Listing listing = dis.listing();
+            // The query's version and columns are fixed when it starts (Spark fixes a stream's
+            // schema): a location of a version the DIS admitted since is read through the
+            // listing's projection of it onto the query's version.
+            Dis.Listing listing = dis.listing(projection.table.version);
             Map<String, Long> most = listing.mostRows();
             String shortKey = null;
             long have = 0;
@@ -255,11 +251,7 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
                     need = e.getValue()[1];
                     break;
                 }
-                if (!schema.versions.containsKey(dis.versionOf(l, schema))) {
-                    // admitted since the query started (a DIS restarted with a newer YAML): ask again
-                    schema = schema.knowing(dis.schema());
-                }
-                snaps.put(e.getKey(), dis.versioned(l, schema));
+                snaps.put(e.getKey(), dis.readable(l, projection.table));
             }
             if (shortKey == null) {
                 break;
@@ -280,14 +272,7 @@ final class DisStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         for (Map.Entry<String, long[]> e : wanted.entrySet()) {
             ranges.add(new Planner.Slice(snaps.get(e.getKey()), e.getValue()[0], e.getValue()[1]));
         }
-        Planner.Part[] parts = Planner.plan(ranges, dis.owner().readReplicas, options.rowsPerPartition,
-            options.minPartitions);
-        if (schema != projection.table) {
-            for (int i = 0; i < parts.length; i++) {
-                parts[i] = parts[i].withSchema(schema);
-            }
-        }
-        return parts;
+        return Planner.plan(ranges, dis.owner().readReplicas, options.rowsPerPartition, options.minPartitions);
     }
 
     @Override

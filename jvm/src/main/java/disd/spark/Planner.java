@@ -41,27 +41,11 @@ final class Planner {
         final int index;
         final List<Routing.Replica> replicas;  // the owner's replicas (one for a plain entry)
         final List<Slice> slices;
-        /**
-         * The query's schema knowing versions its reader factory's does not (null: that one
-         * knows every version the slices are in).  A streaming query learns the versions the DIS
-         * admitted after it started while it plans a micro-batch; they travel with the partitions
-         * so a task never depends on when Spark asks for the reader factory.
-         */
-        final TableSchema schema;
 
         Part(int index, List<Routing.Replica> replicas, List<Slice> slices) {
-            this(index, replicas, slices, null);
-        }
-
-        Part(int index, List<Routing.Replica> replicas, List<Slice> slices, TableSchema schema) {
             this.index = index;
             this.replicas = replicas;
             this.slices = slices;
-            this.schema = schema;
-        }
-
-        Part withSchema(TableSchema s) {
-            return new Part(index, replicas, slices, s);
         }
 
         long rows() {

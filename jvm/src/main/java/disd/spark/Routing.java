@@ -161,6 +161,8 @@ final class Routing {
             return kind.cast(v);
         }
 
+        /** Refuse a key no {@code get} asked for, offering the closest known key (as
+         *  {@code ConfigReader.refuse_unknown}). */
         void finish() {
             TreeSet<String> unknown = new TreeSet<>();
             for (Object k : data.keySet()) {
@@ -169,7 +171,11 @@ final class Routing {
                 }
             }
             if (!unknown.isEmpty()) {
-                throw new Problem(source, key(unknown.first()), "unknown key");
+                String name = unknown.first();
+                TreeSet<String> known = new TreeSet<>(used);
+                String close = Misspelt.closest(name, known);
+                throw new Problem(source, key(name), "unknown key (" + (close != null ? "did you mean " + close + "?"
+                    : "known keys: " + String.join(", ", known)) + ")");
             }
         }
     }

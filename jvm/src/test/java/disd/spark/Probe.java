@@ -5,7 +5,6 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.InputStream;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
@@ -23,7 +22,9 @@ import org.apache.spark.sql.sources.StringStartsWith;
 /**
  * Unit tests of the reader's pure parts, driven by tests/spark/test_jvm_units.py: cases come in
  * as JSON on stdin, answers go out as JSON on stdout, and pytest compares them with the Python
- * reader's own functions (planning, admission control, option errors) or with expected values.
+ * reader's own functions (planning, admission control) or with expected values (partition
+ * pruning, client keys).  The rules both readers share by file (routing, options, column files,
+ * projections) are {@link VectorTests}'.
  */
 public final class Probe {
     private Probe() {
@@ -35,8 +36,6 @@ public final class Probe {
         ObjectNode out = DisHttp.JSON.createObjectNode();
         out.set("plan", plans(req.get("plan")));
         out.set("admit", admits(req.get("admit")));
-        out.set("options", options(req.get("options")));
-        out.set("glob", globs(req.get("glob")));
         out.set("filters", filters(req.get("filters")));
         ArrayNode keys = DisHttp.JSON.createArrayNode();
         for (JsonNode k : req.get("keys")) {
@@ -47,17 +46,8 @@ public final class Probe {
             }
         }
         out.set("keys", keys);
-        if (req.has("versions")) {
-            out.set("versions", versions(req.get("versions")));
-        }
-        if (req.has("routing")) {
-            out.set("routing", routings(req.get("routing")));
-        }
-        if (req.has("readRouting")) {
-            out.set("readRouting", readRoutings(req.get("readRouting")));
-        }
-        if (req.has("stored")) {
-            out.set("stored", stored(req.get("stored")));
+        if (req.has("readable")) {
+            out.set("readable", readable(req.get("readable")));
         }
         System.out.println(DisHttp.JSON.writeValueAsString(out));
     }
@@ -86,61 +76,36 @@ public final class Probe {
         return res;
     }
 
-    /** Each case: a {@code history_json()} -> for each version, {"origins": {...}, "fingerprint": "...",
-     *  "sources": {each version: what a query in this version reads from it}}, or the error's message. */
-    static ArrayNode versions(JsonNode cases) {
+    /** Each case: {"version": v, "presented": p, "projection": whether the listing carried one}
+     *  -> "ok" when planning may read the location as version p, else the error's message. */
+    static ArrayNode readable(JsonNode cases) {
         ArrayNode res = DisHttp.JSON.createArrayNode();
+        Map<String, String> o = new java.util.HashMap<>();
+        o.put("address", "127.0.0.1:22021");
+        o.put("namespace", "Market");
+        o.put("table", "Trade");
+        Dis dis = new Dis(DisOptions.parse(o));
         for (JsonNode c : cases) {
-            ObjectNode r = DisHttp.JSON.createObjectNode();
-            try {
-                TableSchema newest = TableSchema.fromHistoryJson(c.asText(), "(case)");
-                for (TableSchema s : newest.versions.values()) {
-                    ObjectNode v = DisHttp.JSON.createObjectNode();
-                    v.set("origins", DisHttp.JSON.valueToTree(SchemaVersions.origins(newest, s.version)));
-                    v.put("fingerprint", SchemaVersions.fingerprint(s));
-                    // a query (a stream) whose schema is this version, reading each version's rows
-                    TableSchema query = s.withHistory(new ArrayList<>(newest.versions.values()));
-                    ObjectNode sources = DisHttp.JSON.createObjectNode();
-                    for (int w : newest.versions.keySet()) {
-                        sources.set(String.valueOf(w), DisHttp.JSON.valueToTree(SchemaVersions.sources(query, w)));
-                    }
-                    v.set("sources", sources);
-                    r.set(String.valueOf(s.version), v);
-                }
-            } catch (DisSourceError e) {
-                r.put("error", e.getMessage());
+            int presented = c.get("presented").asInt();
+            TableSchema schema = new TableSchema("Market", "Trade", "Date", java.util.Collections.singletonList(
+                new TableSchema.Column("Price", TableSchema.Kind.DOUBLE)), presented);
+            VersionProjection p = null;
+            if (c.get("projection").asBoolean()) {
+                ObjectNode n = DisHttp.JSON.createObjectNode();
+                n.put("stored_version", c.get("version").asInt());
+                n.put("presented_version", presented);
+                n.putArray("columns").addObject().put("name", "Price").put("type", "double").put("stored", "Px")
+                    .put("stored_type", "float");
+                p = VersionProjection.of(n, "(case)");
             }
-            res.add(r);
-        }
-        return res;
-    }
-
-    /** Each case: {"dbRoot", "schema_json" (what a DIS without versions sends), "locations": [[ip, cp]]}
-     *  -> {"versions": [the versions known with the database's record], "locations": [version, or
-     *  "error: ..."]}, or {"error": ...}. */
-    static ArrayNode stored(JsonNode cases) {
-        ArrayNode res = DisHttp.JSON.createArrayNode();
-        for (JsonNode c : cases) {
-            ObjectNode r = DisHttp.JSON.createObjectNode();
+            Dis.Location loc = new Dis.Location("feed1", "2026-11-22", 10, new TreeMap<>(), c.get("version").asInt(), 0,
+                p);
             try {
-                String root = c.get("dbRoot").asText();
-                TableSchema newest = SchemaVersions.withStoredHistory(root,
-                    TableSchema.fromJson(c.get("schema_json").asText()));
-                r.set("versions", DisHttp.JSON.valueToTree(newest.versions.keySet()));
-                ArrayNode locs = DisHttp.JSON.createArrayNode();
-                for (JsonNode l : c.get("locations")) {
-                    try {
-                        locs.add(SchemaVersions.locationVersion(root, newest,
-                            new Dis.Location(l.get(0).asText(), l.get(1).asText(), 1, new TreeMap<>())));
-                    } catch (DisSourceError e) {
-                        locs.add("error: " + e.getMessage());
-                    }
-                }
-                r.set("locations", locs);
+                dis.readable(loc, schema);
+                res.add("ok");
             } catch (DisSourceError e) {
-                r.put("error", e.getMessage());
+                res.add(e.getMessage());
             }
-            res.add(r);
         }
         return res;
     }
@@ -169,79 +134,6 @@ public final class Probe {
             m.put(e.getKey(), e.getValue().asLong());
         }
         return m;
-    }
-
-    /** Each case: options -> the error message, or "ok". */
-    static ArrayNode options(JsonNode cases) {
-        ArrayNode res = DisHttp.JSON.createArrayNode();
-        for (JsonNode c : cases) {
-            Map<String, String> o = new HashMap<>();
-            Iterator<Map.Entry<String, JsonNode>> it = c.properties().iterator();
-            while (it.hasNext()) {
-                Map.Entry<String, JsonNode> e = it.next();
-                o.put(e.getKey(), e.getValue().asText());
-            }
-            try {
-                DisOptions.parse(o);
-                res.add("ok");
-            } catch (DisSourceError e) {
-                res.add(e.getMessage());
-            }
-        }
-        return res;
-    }
-
-    /** Each case: a routing file -> [[name, [[replica name, address, http_address], ...]], ...], or
-     *  the error's message. */
-    static ArrayNode routings(JsonNode cases) {
-        ArrayNode res = DisHttp.JSON.createArrayNode();
-        for (JsonNode c : cases) {
-            try {
-                ArrayNode insts = DisHttp.JSON.createArrayNode();
-                for (Routing.Instance i : Routing.load(c.asText()).instances) {
-                    ArrayNode members = DisHttp.JSON.createArrayNode();
-                    for (Routing.Replica r : i.members) {
-                        members.add(DisHttp.JSON.createArrayNode().add(r.name).add(r.address).add(r.httpAddress));
-                    }
-                    insts.add(DisHttp.JSON.createArrayNode().add(i.name).add(members));
-                }
-                res.add(insts);
-            } catch (DisSourceError e) {
-                res.add(e.getMessage());
-            }
-        }
-        return res;
-    }
-
-    /** Each case: a routing file -> [[instance name, [[name, address, block endpoint] of its
-     *  readReplicas]], ...] (where the reader lists and reads), or the error's message. */
-    static ArrayNode readRoutings(JsonNode cases) {
-        ArrayNode res = DisHttp.JSON.createArrayNode();
-        for (JsonNode c : cases) {
-            try {
-                ArrayNode insts = DisHttp.JSON.createArrayNode();
-                for (Routing.Instance i : Routing.load(c.asText()).instances) {
-                    ArrayNode rs = DisHttp.JSON.createArrayNode();
-                    for (Routing.Replica r : i.readReplicas) {
-                        rs.add(DisHttp.JSON.createArrayNode().add(r.name).add(r.address).add(r.httpAddress));
-                    }
-                    insts.add(DisHttp.JSON.createArrayNode().add(i.name).add(rs));
-                }
-                res.add(insts);
-            } catch (DisSourceError e) {
-                res.add(e.getMessage());
-            }
-        }
-        return res;
-    }
-
-    /** Each case: [pattern, name] -> matches. */
-    static ArrayNode globs(JsonNode cases) {
-        ArrayNode res = DisHttp.JSON.createArrayNode();
-        for (JsonNode c : cases) {
-            res.add(Routing.glob(c.get(0).asText()).matcher(c.get(1).asText()).matches());
-        }
-        return res;
     }
 
     /** Fixed cases of partition pruning: which of the values each filter set admits. */
