@@ -72,8 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     notifier.ready("tailing " + ", ".join(tailer.dirs))
     ping = watchdog_interval_s() if notifier.enabled else None
     while not stop.wait(ping or 1.0):
-        if ping:
+        # pinged only while the event loop that runs every location answers: a loop stuck in a
+        # call stops the pings, and systemd restarts the tailer after WatchdogSec
+        if ping and tailer.responsive(ping):
             notifier.watchdog()
+        elif ping:
+            log.warning("the event loop did not answer within the watchdog interval: no WATCHDOG=1 sent",
+                        wait_s=ping)
     notifier.stopping()
     tailer.stop()
     return 0

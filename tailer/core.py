@@ -385,6 +385,17 @@ class Tailer:
             self._metrics_server = None
         log.info("tailer stopped")
 
+    def responsive(self, timeout: float) -> bool:
+        """Whether the event loop, where every location lives, runs a call within ``timeout``
+        seconds: what the systemd watchdog is pinged on (``dis-tailer``), so that a loop stuck in
+        a call gets the process restarted, as a stuck main loop would."""
+        if self.loop is None or not self.loop.thread.is_alive():
+            return False
+        try:
+            return bool(self.loop.run_sync(lambda: True, timeout))
+        except Exception:  # noqa: BLE001 - a timeout, or the loop gone
+            return False
+
     def __enter__(self) -> "Tailer":
         return self.start()
 
