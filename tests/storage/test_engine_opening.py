@@ -8,6 +8,7 @@ hold one location's creation at its first directory fsync and check what may go 
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -128,3 +129,45 @@ def test_open_many_leaves_failures_to_the_caller(tmp_path):
         eng.close()
     eng.open_many([(LocationKey("Market", "Trade", "late", "2026-11-22"), None)] * 2)  # closed: a no-op
     assert not (tmp_path / "db" / "Intraday" / "Market" / "Trade" / "late").exists()
+
+
+def test_a_location_whose_creation_a_power_cut_interrupted_is_made_by_its_first_stream(tmp_path):
+    """A power cut while a new location is being made may leave its directory without a
+    ``table.size`` (a real power cut on ext4 did: tests/realfaults).  That directory holds no
+    rows and no version yet: a DIS starting on it must not make the location in the table's
+    newest version, or the location's own log, of the version it was made for (written before
+    a schema change the DIS was restarted with), is refused for ever.  It is left for its first
+    stream, which makes it in its log's version; one holding data without a record is still
+    opened, in error, at start."""
+    from disd.schema import SchemaRegistry, TableSchema
+    from disd.storage.checkpoint import TEMP_NAME
+    from disd.storage.engine import location_path
+
+    v2 = TableSchema.from_dict({"namespace": "Market", "table": "Trade", "version": 2,
+                                "columns": [*SCHEMAS.get("Market", "Trade").canonical()["columns"],
+                                            {"name": "Venue", "type": "string"}]})
+    db = tmp_path / "db"
+    eng = StorageEngine(str(db), SCHEMAS)
+    eng.location(FAST)  # the table exists in version 1
+    eng.close()
+    path = location_path(str(db), SLOW)
+    os.makedirs(path)
+    with open(os.path.join(path, TEMP_NAME), "wb") as f:
+        f.write(b"DISCK")  # a torn temp record: the rename never happened
+    eng = StorageEngine(str(db), SchemaRegistry([v2, SCHEMAS.get("Market", "Quote")]))
+    try:
+        assert SLOW not in {loc.key for loc in eng.locations()}
+        loc = eng.location(SLOW, version=1)  # the tailer's stream for a version-1 log
+        assert loc.schema_version == 1 and not loc.in_error
+    finally:
+        eng.close()
+    damaged = LocationKey("Market", "Trade", "damaged", "2026-11-22")
+    os.makedirs(location_path(str(db), damaged))
+    with open(os.path.join(location_path(str(db), damaged), "Size.dat"), "wb") as f:
+        f.write(b"\1\0\0\0")
+    eng = StorageEngine(str(db), SchemaRegistry([v2, SCHEMAS.get("Market", "Quote")]))
+    try:
+        bad = {loc.key: loc for loc in eng.locations()}[damaged]
+        assert bad.in_error and "table.size is missing" in bad.error
+    finally:
+        eng.close()

@@ -33,6 +33,7 @@ from disd.config import ImportConfig, StorageConfig
 from disd.errors import DisError
 from disd.names import InvalidNameError, LocationKey
 from disd.schema import SchemaRegistry, TableSchema
+from disd.storage.checkpoint import FILE_NAME
 from disd.storage.clock import CheckpointClock, FlushClock
 from disd.storage.filehandles import TrackedFileHandleFactory
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
@@ -59,6 +60,22 @@ class UnknownTableError(DisError, LookupError):
 def location_path(db_root: str, key: LocationKey) -> str:
     return os.path.join(db_root, "Intraday", key.namespace, key.table, key.internal_partition,
                         key.column_partition, key.table)
+
+
+def _creation_interrupted(path: str) -> bool:
+    """A location directory with no ``table.size`` and no column file holding a byte: a new
+    location a crash interrupted before its first record was durable.  It has no rows and no
+    schema version yet, so it is left for the first stream to make, in the version of that
+    stream's log; opened at start, it would take the table's newest version, and a log of the
+    version it was being made for would be refused for ever.  (With data it is damage, and is
+    opened, in error.)"""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    if any(e.name == FILE_NAME for e in entries):
+        return False
+    return not any(e.name.endswith((".dat", ".off")) and e.is_file() and e.stat().st_size > 0 for e in entries)
 
 
 class StorageEngine:
@@ -119,7 +136,8 @@ class StorageEngine:
                             self._warn_once(("name", ns, table, ip, cp),
                                             "location directory with an invalid name ignored", error=str(e))
                             continue
-                        if os.path.isdir(location_path(self.db_root, key)):
+                        path = location_path(self.db_root, key)
+                        if os.path.isdir(path) and not _creation_interrupted(path):
                             keys.append(key)
         return keys
 
