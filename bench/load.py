@@ -2,22 +2,30 @@
 
 A real ``dis serve`` (subprocess) and ``--tailers`` real ``dis-tailer`` processes, the log
 directories split among them.  Market.Trade rows for ``--locations`` locations (internal
-partitions x 5 dates), written with ``disd.logger`` (one logger per internal partition, rows
-split into dates by a vectorized partition function).  All the while a client thread follows the
-table (``subscribe``, then reads each location's new rows) and a local Spark session counts it
-with ``spark.read.format("dis")`` every few seconds.
+partitions x 5 dates).  The applications' side appends pre-encoded frames to each location's log
+with plain writes (``bench/loadfeed.py``), not through 10,000 logger objects: the two cores
+measure the tailers and the DIS, and the logger's own speed is ``bench/logger_batch.py``'s.  All
+the while a client thread follows the table (``subscribe``, then reads each location's new rows)
+and a local Spark session counts it with ``spark.read.format("dis")`` every few seconds.
+
+``--locations N`` alone scales the run: above 1,000 locations the defaults are those of a scaling
+run (100 rows a location in the burst, one row a location a tick live, no Spark, no floor phase,
+samples every 2 s, the DIS's ``max_open_files`` from the descriptor limit; ``scale_defaults``), so
+``--locations 10000`` runs 10,000 locations live; without flags it is the 200-location run.  The
+bench raises its descriptor limit to the hard limit (the processes it starts inherit it) and
+prints the descriptor and inotify limits the run needs (``limits_line``).
 
 1. Burst: ``--rows`` rows are logged into staging directories while the tailers start on empty
    ones; once every tailer serves its metrics, the staged files are moved into the tailers'
    directories, and rows / time from the move until every row is published is the
    throughput (the processes' start-up left out, as in ``bench/pipeline.py``; before, the four
    tailers' Python start-up on two cores was a third of the burst's time).
-2. Live: the loggers write ``--live-rate`` rows/s (every ``--tick`` s) for ``--live-seconds``
+2. Live: the feed writes ``--live-rate`` rows/s (every ``--tick`` s) for ``--live-seconds``
    while the tailers follow.  A separate sampler process (so a busy benchmark process cannot
    starve it) records every ``--sample`` s each location's published rows, the DIS's RSS and
    open descriptors and the tailers' RSS (and every ``--metrics-every`` s the DIS's column-file
-   handles from its ``/metrics``, a page as long as its locations); each location's lag is the rows logged (handed to its
-   logger) by then minus the rows published.  The lag is bounded when it shows no upward trend
+   handles from its ``/metrics``, a page as long as its locations); each location's lag is the rows written to its
+   log by then minus the rows published.  The lag is bounded when it shows no upward trend
    (median of the worst location's lag over the last third of the phase no higher than over the
    first two thirds plus one second of a location's rows) and drains within 5 s of the last
    write, and every location ends with exactly the rows logged for it.
@@ -49,12 +57,7 @@ Per-location latency: each location's first rows are timed from the move (a subs
 when each location first has rows), printed as p50/p90/last and in the JSON line
 (``first_rows_p50_s``, ``first_rows_p90_s``, ``first_rows_last_s``).
 
-Failing fast: with ``--stream-runtime asyncio`` or ``threads`` (a call per location) the DIS serves
-each open Ingest stream on a thread of its gRPC pool and refuses streams beyond
-``server.max_workers`` (RESOURCE_EXHAUSTED), so ``--max-workers`` defaults to the locations plus
-room for the readers, and a smaller one is refused before anything starts (the default,
-``multiplexed``, takes a thread per tailer).  While
-waiting for rows, no progress for ``--stall-s`` seconds, or a burst (or the drain after the live
+Failing fast: while waiting for rows, no progress for ``--stall-s`` seconds, or a burst (or the drain after the live
 phase) longer than ``--timeout-s``, ends the run with what the processes were doing (rows and
 locations published, each process's RSS, threads and descriptors, the tailers' last stream
 errors) and a last JSON line with ``failed``, ``ratio`` null and ``lag_bounded`` false.
@@ -68,7 +71,10 @@ the DIS should respect is derived from its configuration and printed next to the
     leaves unacknowledged per location: all gRPC can be holding for it) + decoding (a few chunks
     at once: cores x 3 copies x chunk_bytes)
 
-Output: human lines, then one JSON line (``bench/_common.emit``).
+Output: human lines, then one JSON line (``bench/_common.emit``): ``ratio`` and ``lag_bounded``, and
+``locations``, ``dis_cpu_us_per_write`` and ``tailer_cpu_us_per_write`` (each process's CPU over
+the live phase and its drain per location write) and ``new_location_ms`` (the burst's DIS CPU
+beyond the baseline's, per location), among others.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/load.py [--locations 200] [--rows N]
 """
@@ -76,13 +82,13 @@ Output: human lines, then one JSON line (``bench/_common.emit``).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import multiprocessing as mp
 import os
 import pathlib
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -98,13 +104,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
 import yaml  # noqa: E402
 
-from _common import SYMS, TRADE_SCHEMA, Published, emit, wait_serving  # noqa: E402
+from _common import TRADE_SCHEMA, Published, emit, wait_serving  # noqa: E402
 from disd.client import connect  # noqa: E402
-from disd.logger import IntradayLoggerBuilder, Rollover  # noqa: E402
+from disd.schema import load_schema  # noqa: E402
+from loadfeed import FrameFeed  # noqa: E402
 from e2e_helpers import BIN, Proc, free_port, start_dis  # noqa: E402
 
 DATES = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
@@ -165,7 +170,7 @@ def start_tailer(c: Cluster, k: int, log_dir: pathlib.Path, args: argparse.Names
     mport = free_port()
     cfg = {"dis": f"127.0.0.1:{c.port}", "log_dirs": [str(log_dir)], "state_dir": str(c.work / f"tailer{k}"),
            "chunk_bytes": args.chunk_bytes, "max_in_flight_bytes": args.max_in_flight_bytes, "poll_interval_ms": 100,
-           "metrics_port": mport, "stream_runtime": args.stream_runtime}
+           "metrics_port": mport}
     path = c.work / f"tailer{k}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     p = Proc([str(BIN / "dis-tailer"), "--config", str(path)], c.work / f"tailer{k}.log").start()
@@ -176,7 +181,7 @@ def start_tailer(c: Cluster, k: int, log_dir: pathlib.Path, args: argparse.Names
 
 def move_logs(staged: pathlib.Path, watched: pathlib.Path) -> None:
     """Move every staged log of every tailer (``staged/tK``) into its watched directory
-    (``watched/tK``): the files appear at once.  Moved, not linked: the loggers keep their files
+    (``watched/tK``): the files appear at once.  Moved, not linked: the feed keeps the files
     open and go on writing them in the live phase, and the kernel reports those writes (inotify)
     to the directory the file is in now; through a hard link they would be reported to the
     staging directory only."""
@@ -198,7 +203,7 @@ def warm_memory(mib: int) -> None:
 
 
 def cpu_seconds(c: Cluster, sampler: int | None = None) -> dict[str, float]:
-    """CPU seconds used so far by the DIS, the tailers (together), this process (loggers,
+    """CPU seconds used so far by the DIS, the tailers (together), this process (the feed's writes,
     readers, Spark driver; Spark's JVM and Python workers are not counted) and, given its pid,
     the sampler process."""
     def used(pid: int) -> float:
@@ -394,72 +399,6 @@ class Readers:
 # Logging
 
 
-class Feed:
-    """One logger per internal partition; each batch is split evenly over the dates (a
-    vectorized partition function on Timestamp).  Every log call is recorded with the time it
-    returned, so the rows logged for any location at any instant are known exactly."""
-
-    def __init__(self, log_root: pathlib.Path, ips: list[str], dates: list[str], tailers: int) -> None:
-        self.ips, self.dates = ips, dates
-        self.loggers = {}
-        self.rng = np.random.default_rng(3)
-        self.next_row = {ip: 0 for ip in ips}
-        self.calls: list[tuple[float, int, np.ndarray]] = []  # (returned at, ip index, rows per date)
-        self._starts = np.array([int(dt.datetime.strptime(d, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc)
-                                     .timestamp()) * 1_000_000_000 for d in dates], np.int64)
-        for i, ip in enumerate(ips):
-            d = log_root / f"t{i % tailers}"
-            d.mkdir(parents=True, exist_ok=True)
-            self.loggers[ip] = (IntradayLoggerBuilder(str(TRADE_SCHEMA)).set_log_dir(str(d))
-                                .set_internal_partition(ip).set_rollover(Rollover.DAILY)
-                                .set_column_partition_function(self._partition, columns=["Timestamp"], vectorized=True)
-                                .set_queue_size(1 << 20).build())
-
-    @staticmethod
-    def _partition(table: pa.Table):  # noqa: ANN205
-        return pc.strftime(table.column("Timestamp"), format="%Y-%m-%d")
-
-    def log(self, i: int, n: int) -> None:
-        ip = self.ips[i]
-        k = len(self.dates)
-        per = np.full(k, n // k, np.int64)
-        per[: n % k] += 1
-        day = np.repeat(np.arange(k), per)
-        idx = np.arange(self.next_row[ip], self.next_row[ip] + n, dtype=np.int64)
-        self.next_row[ip] += n
-        ts = self._starts[day] + (idx % 86_400_000) * 1_000_000  # a millisecond apart, within the day
-        self.loggers[ip].log_batch(pa.table({
-            "Timestamp": pa.array(ts).cast(pa.timestamp("ns", tz="UTC")),
-            "Sym": pa.array(SYMS[self.rng.integers(0, len(SYMS), n)]),
-            "Price": pa.array(self.rng.random(n) * 100 + 50),
-            "Size": pa.array(self.rng.integers(1, 1000, n, dtype=np.int32)),
-        }))
-        self.calls.append((time.monotonic(), i, per))
-
-    def logged_at(self, times: np.ndarray) -> np.ndarray:
-        """Rows logged per location (ips x dates, flattened ip-major) by each of ``times``."""
-        out = np.zeros((len(times), len(self.ips) * len(self.dates)), np.int64)
-        if not self.calls:
-            return out
-        t = np.array([c[0] for c in self.calls])
-        rows = np.zeros((len(self.calls), len(self.ips) * len(self.dates)), np.int64)
-        for j, (_, i, per) in enumerate(self.calls):
-            rows[j, i * len(self.dates):(i + 1) * len(self.dates)] = per
-        cum = np.vstack([np.zeros((1, rows.shape[1]), np.int64), np.cumsum(rows, axis=0)])
-        return cum[np.searchsorted(t, times, side="right")]
-
-    def location_names(self) -> list[str]:
-        return [f"{ip}/{d}" for ip in self.ips for d in self.dates]
-
-    def flush(self) -> None:
-        for lg in self.loggers.values():
-            lg.flush()
-
-    def close(self) -> None:
-        for lg in self.loggers.values():
-            lg.close()
-
-
 def layout(locations: int) -> tuple[list[str], list[str]]:
     dates = DATES[: min(len(DATES), locations)]
     n_ips = math.ceil(locations / len(dates))
@@ -557,31 +496,40 @@ def _alive(p: psutil.Process) -> bool:
 # ------------------------------------------------------------------------------------------
 
 
+#: Above this many locations a run is a scaling run: the defaults below change (``scale_defaults``).
+SCALE_LOCATIONS = 1000
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--locations", type=int, default=200, help="internal partitions x 5 dates")
-    ap.add_argument("--rows", type=int, default=4_000_000, help="rows of the burst (and of the baseline)")
+    ap.add_argument("--rows", type=int, default=None,
+                    help="rows of the burst (and of the baseline); default 4,000,000, or 100 a location above "
+                         f"{SCALE_LOCATIONS} locations")
     ap.add_argument("--tailers", type=int, default=4)
     ap.add_argument("--live-seconds", type=float, default=30.0)
-    ap.add_argument("--live-rate", type=int, default=50_000, help="rows/s logged in the live phase, all locations")
+    ap.add_argument("--live-rate", type=int, default=None,
+                    help="rows/s written in the live phase, all locations together; default 50,000, or one row a "
+                         f"location a tick above {SCALE_LOCATIONS} locations")
     ap.add_argument("--tick", type=float, default=1.0, help="seconds between the live phase's writes")
-    ap.add_argument("--sample", type=float, default=0.5, help="seconds between samples")
+    ap.add_argument("--sample", type=float, default=None,
+                    help=f"seconds between samples (default 0.5; 2 above {SCALE_LOCATIONS} locations)")
     ap.add_argument("--metrics-every", type=float, default=15.0,
                     help="seconds between the sampler's reads of the DIS's /metrics (column-file handles)")
     ap.add_argument("--spark-every", type=float, default=5.0, help="seconds between Spark counts")
-    ap.add_argument("--max-open-files", type=int, default=512)
+    ap.add_argument("--max-open-files", type=int, default=None,
+                    help="the DIS's storage.max_open_files (default 512, or above "
+                         f"{SCALE_LOCATIONS} locations as many as the process's descriptor limit leaves room for, "
+                         "at most one per column file)")
     ap.add_argument("--block-cache-mib", type=int, default=64)
-    ap.add_argument("--max-workers", type=int, default=None,
-                    help="the DIS's server.max_workers (default: locations + 64, at least 512); each open "
-                         "Ingest stream holds one")
-    ap.add_argument("--stall-s", type=float, default=60.0, help="end the run when no row is published this long")
-    ap.add_argument("--timeout-s", type=float, default=120.0,
-                    help="end the run when the burst, or the drain after the live phase, takes longer")
+    ap.add_argument("--max-workers", type=int, default=512, help="the DIS's server.max_workers")
+    ap.add_argument("--stall-s", type=float, default=None,
+                    help=f"end the run when no row is published this long (default 60; 180 above {SCALE_LOCATIONS})")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="end the run when the burst, or the drain after the live phase, takes longer (default "
+                         f"120; 900 above {SCALE_LOCATIONS})")
     ap.add_argument("--chunk-bytes", type=int, default=1 * MiB)
     ap.add_argument("--max-in-flight-bytes", type=int, default=2 * MiB)
-    ap.add_argument("--stream-runtime", choices=["multiplexed", "asyncio", "threads"], default="multiplexed",
-                    help="the tailers' stream_runtime (multiplexed: one Multiplex call per tailer; asyncio: a call "
-                         "per location; threads: the synchronous gRPC API, three threads per location)")
     ap.add_argument("--warm-mib", type=int, default=1024,
                     help="before each phase's move, a child process touches this many MiB and exits, so both "
                          "phases start on memory the machine has backed (0: off; see the module's docstring)")
@@ -589,11 +537,77 @@ def parse_args() -> argparse.Namespace:
                     help="follower: the baseline's location is followed by the same client as the burst's, so the "
                          "two phases differ only in their locations (Spark, when on, counts during the burst only); "
                          "none: the baseline without readers, as before")
-    ap.add_argument("--floor-rows-per-location", type=int, default=10,
-                    help="the floor phase's rows per location (0: no floor phase; see the module's docstring)")
-    ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--floor-rows-per-location", type=int, default=None,
+                    help="the floor phase's rows per location (0: no floor phase; see the module's docstring); "
+                         f"default 10, or 0 above {SCALE_LOCATIONS} locations")
+    spark = ap.add_mutually_exclusive_group()
+    spark.add_argument("--no-spark", dest="spark", action="store_false", default=None)
+    spark.add_argument("--spark", dest="spark", action="store_true",
+                       help=f"Spark counts the table during the burst (the default up to {SCALE_LOCATIONS} locations)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, process logs)")
     return ap.parse_args()
+
+
+def scale_defaults(args: argparse.Namespace, locations: int) -> None:
+    """Fill the options left unset: today's 200-location run's values, or above
+    ``SCALE_LOCATIONS`` locations those of a scaling run, so that ``--locations 10000`` alone runs
+    10,000 locations live: 100 rows a location in the burst, one row a location a tick, samples
+    every 2 s, no Spark and no floor phase (each would add a run as long as the burst), the longer
+    limits such a run needs, and the DIS's ``max_open_files`` as high as the descriptor limit
+    allows (raised to its hard limit first: ``raise_open_files``)."""
+    big = locations > SCALE_LOCATIONS
+    if args.rows is None:
+        args.rows = 100 * locations if big else 4_000_000
+    if args.live_rate is None:
+        args.live_rate = locations if big else 50_000
+    if args.sample is None:
+        args.sample = 2.0 if big else 0.5
+    if args.stall_s is None:
+        args.stall_s = 180.0 if big else 60.0
+    if args.timeout_s is None:
+        args.timeout_s = 900.0 if big else 120.0
+    if args.floor_rows_per_location is None:
+        args.floor_rows_per_location = 0 if big else 10
+    if args.spark is None:
+        args.spark = not big
+    if args.max_open_files is None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        # room for the DIS's sockets, the locations' directories and checkpoints, the readers
+        args.max_open_files = max(512, min(COLUMN_FILES * locations, nofile - 4096)) if big else 512
+
+
+def raise_open_files() -> int:
+    """Raise this process's soft descriptor limit to its hard limit (the DIS and the tailers,
+    started from here, inherit it): at 10,000 locations the bench holds a log file open per
+    location, the tailers one per location they follow, and the DIS up to ``max_open_files``
+    column files.  Returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def limits_line(args: argparse.Namespace, locations: int) -> None:
+    """Print the limits a run of ``locations`` needs against the machine's: descriptors (the
+    bench's log files, a tailer's followed files, the DIS's column files) and inotify (one
+    instance and a watch per tailer; a tick's events must fit the queue)."""
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+    def proc(name: str) -> int | None:
+        try:
+            return int(pathlib.Path("/proc/sys/fs/inotify", name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    queued = proc("max_queued_events")
+    per_tailer = math.ceil(locations / args.tailers)
+    print(f"limits: descriptors {nofile} per process (the bench holds {locations} log files, each tailer follows "
+          f"up to {per_tailer}, the DIS max_open_files {args.max_open_files}); inotify instances "
+          f"{proc('max_user_instances')}, watches {proc('max_user_watches')}, queued events {queued} (a tick "
+          f"appends to {per_tailer} files per tailer; an overflow costs a rescan)")
+    if locations + 256 > nofile:
+        raise SystemExit(f"{locations} locations need more descriptors than this process may open ({nofile}): "
+                         "raise the hard limit (ulimit -Hn)")
 
 
 @dataclass
@@ -722,9 +736,8 @@ def run_floor(work: pathlib.Path, args: argparse.Namespace, ips: list[str], date
     burst's ratio from above."""
     f = start_cluster(work, args)
     clusters.append(f)
-    feed = Feed(work / "staged", ips, dates, args.tailers)
-    for i in range(len(ips)):
-        feed.log(i, args.floor_rows_per_location * len(dates))
+    feed = FrameFeed(work / "staged", load_schema(TRADE_SCHEMA), ips, dates, args.tailers)
+    feed.log(args.floor_rows_per_location * len(dates))
     feed.close()
     rows = args.floor_rows_per_location * len(ips) * len(dates)
     for k in range(args.tailers):
@@ -752,22 +765,19 @@ def run_floor(work: pathlib.Path, args: argparse.Namespace, ips: list[str], date
 
 def main() -> None:  # noqa: PLR0915 - one linear script
     args = parse_args()
+    raise_open_files()
     load_avg = os.getloadavg()[0]  # the machine may be shared: say how busy it was
     ips, dates = layout(args.locations)
     streams = len(ips) * len(dates)
-    if args.max_workers is None:
-        args.max_workers = max(512, streams + READER_RPCS)
-    if args.max_workers < streams + READER_RPCS and args.stream_runtime != "multiplexed":
-        raise SystemExit(f"--max-workers {args.max_workers} is too small for {streams} locations: the DIS serves "
-                         f"each open Ingest stream on a thread of its pool (server.max_workers) and refuses "
-                         f"streams beyond it; give at least {streams + READER_RPCS} (locations + {READER_RPCS})")
+    scale_defaults(args, streams)
+    limits_line(args, streams)
     work = pathlib.Path(tempfile.mkdtemp(prefix="dis-load-", dir=os.environ.get("BENCH_DIR")))
     spark = None
     clusters: list[Cluster] = []
     sampler = None
     stop_sampling = mp.get_context("spawn").Event()
     try:
-        if not args.no_spark:
+        if args.spark:
             import disd.spark
 
             t0 = time.perf_counter()
@@ -779,14 +789,15 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         clusters.append(c)
         time.sleep(1.0)
         idle_rss, idle_fds = c.dis_ps.memory_info().rss, c.dis_ps.num_fds()
-        feed = Feed(work / "load" / "staged", ips, dates, args.tailers)
+        feed = FrameFeed(work / "load" / "staged", load_schema(TRADE_SCHEMA), ips, dates, args.tailers)
 
         # -- 1. burst ------------------------------------------------------------------------
         per_ip = args.rows // len(ips)
         t0 = time.perf_counter()
-        for i in range(len(ips)):
-            feed.log(i, per_ip)
-        feed.flush()
+        feed.log(per_ip)
+        # the live phase's writes: one pre-encoded frame per location and tick (loadfeed)
+        rows_per_write = max(1, round(args.live_rate * args.tick / streams))
+        feed.prepare_live(rows_per_write)
         log_s = time.perf_counter() - t0
         burst_rows = per_ip * len(ips)
         for k in range(args.tailers):
@@ -819,12 +830,10 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         burst_p99, burst_flushes = flush_p99(m0, m1)
 
         # -- 2. live -------------------------------------------------------------------------
-        per_call = max(len(dates), int(args.live_rate * args.tick / len(ips)))
         t_live = time.monotonic()
         ticks = late = 0
         while time.monotonic() - t_live < args.live_seconds:
-            for i in range(len(ips)):
-                feed.log(i, per_call)
+            feed.tick()
             ticks += 1
             delay = t_live + ticks * args.tick - time.monotonic()
             if delay > 0:
@@ -833,8 +842,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
                 late += 1
         t_live_end = time.monotonic()
         live_s = t_live_end - t_live
-        live_rows = ticks * per_call * len(ips)
-        feed.flush()
+        live_rows = ticks * rows_per_write * streams
         total = burst_rows + live_rows
         drain_s = wait_published(c, pub, total, args.timeout_s, args.stall_s, streams)
         m2, cpu2 = c.metrics(), cpu_seconds(c, sampler.pid)
@@ -866,9 +874,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         # -- 3. baseline: the burst's rows in one location, one tailer, the same follower -----
         b = start_cluster(work / "base", args)
         clusters.append(b)
-        bfeed = Feed(work / "base" / "staged", ["single"], dates[:1], 1)
+        bfeed = FrameFeed(work / "base" / "staged", load_schema(TRADE_SCHEMA), ["single"], dates[:1], 1)
         for i in range(0, burst_rows, 500_000):
-            bfeed.log(0, min(500_000, burst_rows - i))
+            bfeed.log(min(500_000, burst_rows - i))
         bfeed.close()
         start_tailer(b, 0, work / "base" / "logs" / "t0", args)
         bpub = Published(b.port)
@@ -945,6 +953,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     limits = cpu_limits(cpu0, cpu1, cpu2, bcpu0, bcpu1, base_s, ticks * streams, live_s, drain_s,
                         streams / args.tick, os.cpu_count() or 1, streams)
     dis_ms_per_write = limits.dis_live_cpu_ms_per_write
+    # what a new location costs the DIS: the burst's DIS CPU beyond the baseline's, which took
+    # the same rows into one location and was followed by the same client
+    new_location_ms = 1000 * ((cpu1["dis"] - cpu0["dis"]) - (bcpu1["dis"] - bcpu0["dis"])) / streams
 
     def cpu_line(a: dict, b: dict, secs: float) -> str:
         return ", ".join(f"{k} {(b[k] - a[k]) / secs:.2f}" for k in a)
@@ -963,7 +974,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {live_cpu}; "
           f"baseline: {cpu_line(bcpu0, bcpu1, base_s)}")
     print(f"DIS's CPU per location write, live: {dis_ms_per_write:.3f} ms; tailers' {tailer_ms_per_write:.3f} ms ({ticks * streams} writes: "
-          f"{ticks} ticks x {streams} locations; stream_runtime {args.stream_runtime})")
+          f"{ticks} ticks x {streams} locations)")
+    print(f"a new location, the DIS's CPU beyond the baseline's (the same rows in one location): "
+          f"{new_location_ms:.3f} ms")
     print(limits.line(ticks > 0))
     print(f"lag (rows logged - published) per location, live: p50 {np.percentile(all_lags, 50):.0f}, p99 "
           f"{np.percentile(all_lags, 99):.0f}, max {all_lags.max():.0f} (a location gets "
@@ -1007,8 +1020,9 @@ def main() -> None:  # noqa: PLR0915 - one linear script
          dis_fds_peak=peak_fds, column_handles_peak=peak_handles, max_open_files=args.max_open_files,
          tailer_rss_peak_mib=tailer_peak / MiB, dis_threads_peak=dis_threads, tailer_threads_peak=tailer_threads,
          tailer_fds_peak=tailer_fds, tailer_cpu_ms_per_write=tailer_ms_per_write,
-         dis_cpu_ms_per_write=dis_ms_per_write,
-         stream_runtime=args.stream_runtime, max_workers=args.max_workers, samples=len(live), client_rows_read=readers.rows_read,
+         dis_cpu_ms_per_write=dis_ms_per_write, tailer_cpu_us_per_write=tailer_ms_per_write * 1000,
+         dis_cpu_us_per_write=dis_ms_per_write * 1000, new_location_ms=new_location_ms,
+         max_workers=args.max_workers, samples=len(live), client_rows_read=readers.rows_read,
          client_caught_up=caught_up, spark_counts=len(readers.spark_counts),
          reader_errors=len(readers.errors) + len(sample_errors),
          spark_final_count_ok=(final_count == total) if final_count is not None else None,

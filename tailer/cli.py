@@ -15,6 +15,20 @@ import threading
 from typing import Sequence
 
 
+def raise_open_files() -> None:
+    """Raise the soft descriptor limit to the hard one: the tailer keeps the file it follows open
+    for every location (10,000 locations, 10,000 descriptors), and a soft limit of 1,024 is a
+    common default far below the hard one."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dis-tailer", description="stream binary logs to the DIS")
     p.add_argument("--config", default="config/tailer.yaml", help="tailer YAML (default: %(default)s)")
@@ -33,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from disd.allocator import TAILER, tune_malloc
 
     tune_malloc(TAILER)  # its requests and the buffers under them are reused (disd.allocator)
+    raise_open_files()
     configure_logging(json=True if args.json_logs else None, level=args.log_level)
     log = structlog.get_logger("disd.tailer")
     try:
@@ -57,8 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     notifier.ready("tailing " + ", ".join(tailer.dirs))
     ping = watchdog_interval_s() if notifier.enabled else None
     while not stop.wait(ping or 1.0):
-        if ping:
+        # pinged only while the event loop that runs every location answers: a loop stuck in a
+        # call stops the pings, and systemd restarts the tailer after WatchdogSec
+        if ping and tailer.responsive(ping):
             notifier.watchdog()
+        elif ping:
+            log.warning("the event loop did not answer within the watchdog interval: no WATCHDOG=1 sent",
+                        wait_s=ping)
     notifier.stopping()
     tailer.stop()
     return 0

@@ -4,7 +4,6 @@
     log_dirs: [var/logs]
     # tls: {ca: ..., cert: ..., key: ..., server_name: ...}   token_file: ...
     # poll_interval_ms: 200  max_in_flight_bytes: 8388608  chunk_bytes: 4194304
-    # stream_runtime: multiplexed   (or asyncio, threads)
     # csv_tables: [Market.Quote]  schemas: config/schemas  state_dir: var/tailer
     # retention: {mode: delete}   or   {mode: move, move_to: /archive/logs}   (interval_ms: 10000)
     # metrics_port: 9465  metrics_host: 127.0.0.1   (the Prometheus endpoint; none without a port)
@@ -39,8 +38,20 @@ class RetentionConfig:
     interval_ms: int = 10000  # how often the DIS is asked for its checkpoints
 
 
-#: the values of ``stream_runtime``
-STREAM_RUNTIMES = ("multiplexed", "asyncio", "threads")
+#: the one value ``stream_runtime`` takes; the runtimes it once chose between are gone
+STREAM_RUNTIME = "multiplexed"
+#: the runtimes ``stream_runtime`` named before the event loop, for the message that says so
+REMOVED_RUNTIMES = ("asyncio", "threads")
+
+
+def _runtime_problem(v: str) -> str | None:
+    """``stream_runtime`` takes ``multiplexed`` only: every location's stream runs on the
+    tailer's event loop (docs/tailer.md, "The event loop")."""
+    if v == STREAM_RUNTIME:
+        return None
+    what = f"the {v!r} runtime was removed" if v in REMOVED_RUNTIMES else f"no runtime {v!r}"
+    return (f"{what}: every location's stream runs on the tailer's event loop, on one Multiplex call per DIS; "
+            f"give 'multiplexed' or leave the key out")
 
 
 @dataclass
@@ -54,11 +65,10 @@ class TailerConfig:
     torn_tail_grace_ms: int = 2000
     retry_refused_ms: int = 30000
     max_backoff_ms: int = 5000
-    #: how the Ingest streams run: "multiplexed" (every location's stream to a DIS on one
-    #: ``Multiplex`` call of one event-loop thread, ``disd.tailer.muxsession``), "asyncio" (a
-    #: ``Stream`` call per location on that thread, ``disd.tailer.aiosession``) or "threads"
-    #: (the synchronous gRPC API: two more threads per stream, ``disd.tailer.session``)
-    stream_runtime: str = "multiplexed"
+    #: how the Ingest streams run: "multiplexed" only (every location's stream to a DIS on one
+    #: ``Multiplex`` call, on the tailer's event loop); kept as a key so that a file naming it
+    #: still loads, and one naming a removed runtime says so
+    stream_runtime: str = STREAM_RUNTIME
     state_dir: str = "var/tailer"
     schemas: str | None = None
     #: "<Namespace>.<Table>" -> schema, for the tables fed by CSV files
@@ -112,8 +122,7 @@ def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
     cfg.torn_tail_grace_ms = r.get("torn_tail_grace_ms", int, cfg.torn_tail_grace_ms, _positive)
     cfg.retry_refused_ms = r.get("retry_refused_ms", int, cfg.retry_refused_ms, _positive)
     cfg.max_backoff_ms = r.get("max_backoff_ms", int, cfg.max_backoff_ms, _positive)
-    cfg.stream_runtime = r.get("stream_runtime", str, cfg.stream_runtime,
-                               lambda v: None if v in STREAM_RUNTIMES else f"must be one of {', '.join(STREAM_RUNTIMES)}, got {v!r}")
+    cfg.stream_runtime = r.get("stream_runtime", str, cfg.stream_runtime, _runtime_problem)
     cfg.state_dir = r.get("state_dir", str, cfg.state_dir, lambda v: None if v else "must not be empty")
 
     tls = r.sub("tls")

@@ -1,18 +1,17 @@
 """The tailer: finds binary logs, and streams each location's files to the DIS that owns it (to
 every replica of its routing entry, when the entry names a replica set).
 
-One scanner thread watches the log directories (inotify when the kernel offers it, else polling
-every ``poll_interval_ms``) and keeps, per location, its files ordered by time stamp.  Each
-location gets a ``LocationWorker`` thread (``disd.tailer.stream``) per replica of its entry, each
-holding its own Ingest stream from that replica's resume point: a replica that is down or slow
-holds back only its own workers, and catches up from the files on disk when it comes back.  The
-streams themselves run on one event-loop thread (``open_session``): by default every stream to
-one DIS is a numbered stream of one ``Multiplex`` call (``stream_runtime: multiplexed``;
-``disd.tailer.muxsession``), so the DIS serves a tailer with one thread and many locations' writes
-travel in one message; ``asyncio`` gives each stream a ``Stream`` call of its own on that loop
-(``disd.tailer.aiosession``); either way a location costs one thread, its worker, instead of
-three with the synchronous API (``stream_runtime: threads``: gRPC's request sender and an ack
-reader per stream, on a shared synchronous ``channel``).
+Every location lives on one event loop (``disd.tailer.loop``), a ``LocationStream`` coroutine per
+replica of its entry (``disd.tailer.location``), each holding its own Ingest stream from that
+replica's resume point: a replica that is down or slow holds back only its own streams, and
+catches up from the files on disk when it comes back.  The streams to one DIS are numbered streams
+of one ``Multiplex`` call (``disd.tailer.muxcall``), so the DIS serves a tailer with one thread
+and many locations' writes travel in one message; a DIS that predates ``Multiplex`` gets a
+``Stream`` call per location on the same loop (``disd.tailer.single``).  A location costs the
+tailer no thread.  inotify's events are read on the loop and wake the streams of the files they
+name; one scanner thread lists the log directories (every 2 s with inotify, every
+``poll_interval_ms`` without), hands each scan to the loop, which starts the streams of new
+locations and wakes those whose files changed.
 CSV files of ``csv_tables`` are transcoded into spool logs by one more thread
 (``disd.tailer.csvfeed``); the spool directory is streamed like the log directories.  With
 ``retention`` configured, one more thread (``disd.tailer.retention``) deletes or moves the logs
@@ -30,45 +29,39 @@ Programmatic use (tests, ``dis demo``)::
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
 import time
 
-import grpc
 import structlog
 
-from disd.binlog import LogFileName
 from disd.names import LocationKey
-from disd.rpc.channel import open_channel
 from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
+from disd.tailer.location import LocationStream
+from disd.tailer.loop import EventLoop
+from disd.tailer.muxcall import Multiplexer, MuxStream
+from disd.tailer.protocol import OnAck, StreamBroken
 from disd.tailer.retention import LogRetention
-from disd.tailer.aiosession import AioIngestSession, StreamLoop
-from disd.tailer.muxsession import Multiplexer, MuxIngestSession
-from disd.tailer.session import IngestSession, StreamBroken
-from disd.tailer.stream import LocationWorker
-from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, scan_dirs
+from disd.tailer.single import SingleStream
+from disd.tailer.status import replica_connected
+from disd.tailer.watch import DirectoryWatcher, LocationFiles, Scan, Skipped, log_name, scan_dirs
 
 log = structlog.get_logger("disd.tailer")
 
-#: One open Ingest stream, whichever ``stream_runtime`` runs it (the same methods either way).
-Session = IngestSession | AioIngestSession | MuxIngestSession
-
 #: With inotify, directories are still rescanned this often (events can be missed: NFS, overflow).
 INOTIFY_RESCAN_S = 2.0
-#: At most this many location workers of a tailer run at once; the others wait for a turn,
-#: asleep.  A worker holds its turn while it reads and sends, never while it waits (for rows, an
-#: ack, a resume point, a backoff).  Why: a tick that appends to thousands of locations woke
-#: thousands of worker threads at once, all runnable, and the event-loop thread that writes
-#: their chunks and reads their acks waited for the interpreter behind hundreds of them (a
-#: tailer at 867 runnable threads, acks minutes late, at 10,000 locations; docs/benchmarks.md).
-WORKER_TURNS = 16
-#: With inotify, an idle worker looks again this often unless woken (a safety net under the
-#: rescans' own, which wake the workers of files that changed).
+#: With inotify, an idle location looks again this often unless woken (a safety net under the
+#: rescans' own, which wake the locations whose files changed).
 INOTIFY_IDLE_POLL_S = 30.0
-#: The shared channels' first reconnect delay after a DIS went away (milliseconds).
+#: The channels' first reconnect delay after a DIS went away (milliseconds).
 INITIAL_RECONNECT_MS = 100
+#: How long ``stop`` waits for the location streams to end.
+STOP_WAIT_S = 5.0
+
+__all__ = ["Tailer", "replica_connected"]
 
 
 class Tailer:
@@ -76,17 +69,18 @@ class Tailer:
         self.config = config
         self.tailer_id = f"{socket.gethostname()}:{os.getpid()}"
         self._halt = threading.Event()
-        self._lock = threading.Lock()
+        self.stopping = False
+        self._lock = threading.Lock()  # ``_workers``, as other threads read it
         self._scan_lock = threading.Lock()
         self._files: dict[LocationKey, LocationFiles] = {}
         self._last_scan = Scan({}, {})
-        # per location, its workers in the routing's replica order (one per replica)
-        self._workers: dict[LocationKey, list[LocationWorker]] = {}
+        # per location, its streams in the routing's replica order (one per replica); changed on
+        # the loop only
+        self._workers: dict[LocationKey, list[LocationStream]] = {}
         self._reported: set[str] = set()
         self._scanner: threading.Thread | None = None
-        self._channels: dict[str, grpc.Channel] = {}  # per DIS address: the one all its workers use
-        self._streams: StreamLoop | None = None  # stream_runtime asyncio, multiplexed: the loop of every stream
-        self._muxes: dict[str, Multiplexer] = {}  # multiplexed: per DIS address, its current call
+        self.loop: EventLoop | None = None
+        self._muxes: dict[str, Multiplexer] = {}  # per DIS address, its current call (on the loop)
         self._no_mux: set[str] = set()  # addresses whose DIS does not know Multiplex
         self._not_dis: set[str] = set()  # addresses found serving no Ingest at all (a proxy?)
         self._started = False
@@ -94,7 +88,6 @@ class Tailer:
         self.metrics_port: int | None = None  # the endpoint's port once started (metrics_port 0: any)
         self.watcher = DirectoryWatcher(use_inotify)
         self._idle_poll_s = config.poll_interval_ms / 1000  # until the first rescan (``_watch``)
-        self.turns = threading.BoundedSemaphore(WORKER_TURNS)  # see WORKER_TURNS
         self.csv: CsvTranscoder | None = None
         self.dirs = list(config.log_dirs)
         self.retention: LogRetention | None = None
@@ -106,59 +99,35 @@ class Tailer:
             self.csv.on_spool = self._spool_grew
             self.dirs.append(self.csv.spool_dir)
 
-    def channel(self, address: str) -> grpc.Channel:
-        """The channel every worker streaming to ``address`` uses (opened on first use, closed
-        at ``stop``).  Its reconnect backoff starts at ``INITIAL_RECONNECT_MS`` and is capped at
-        ``max_backoff_ms``, as a worker's own: a DIS that restarts is reconnected to as soon as
-        a fresh channel per attempt would."""
-        with self._lock:
-            ch = self._channels.get(address)
-            if ch is None:
-                if self._halt.is_set():  # stop closed the channels: none is opened after it
-                    raise StreamBroken("the tailer is stopping")
-                ch = self._channels[address] = open_channel(address, self.config.security,
-                                                            self._reconnect_options())
-            return ch
-
     def _reconnect_options(self) -> tuple[tuple[str, object], ...]:
         cap = max(INITIAL_RECONNECT_MS, self.config.max_backoff_ms)
         return (("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
                 ("grpc.min_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
                 ("grpc.max_reconnect_backoff_ms", cap))
 
-    def open_session(self, address: str, on_ack) -> Session:  # noqa: ANN001 - LocationWorker._on_ack
-        """A new Ingest stream to ``address`` for one worker, run as ``stream_runtime`` says: one of
-        the streams of the tailer's ``Multiplex`` call to that DIS (``multiplexed``; a DIS that
-        does not know the call gets a call per stream instead), a call of its own as a coroutine
-        of the tailer's one event loop (``asyncio``: the worker is the location's only thread),
-        or the synchronous API on the shared channel (``threads``: two more threads)."""
-        runtime = self.config.stream_runtime
-        if runtime == "threads":
-            return IngestSession(self.channel(address), self.config.max_in_flight_bytes, self._halt, on_ack)
-        with self._lock:
-            if self._streams is None:
-                if self._halt.is_set():
-                    raise StreamBroken("the tailer is stopping")
-                self._streams = StreamLoop(self.config.security, self._reconnect_options())
-            streams = self._streams
-            mux = None
-            if runtime == "multiplexed" and address not in self._no_mux:
-                mux = self._muxes.get(address)
-                if mux is not None and mux.broken is not None:
-                    if mux.unimplemented:
-                        log.warning("the address takes no multiplexed streams (a DIS of an older release?): "
-                                    "a call per location instead", dis=address)
-                        self._no_mux.add(address)
-                    mux = None
-                    del self._muxes[address]
-                if mux is None and address not in self._no_mux:
-                    mux = self._muxes[address] = Multiplexer(streams, address)
-        if mux is not None:
-            return MuxIngestSession(mux, self.config.max_in_flight_bytes, self._halt, on_ack)
-        return AioIngestSession(streams, address, self.config.max_in_flight_bytes, self._halt, on_ack)
+    def open_stream(self, address: str, on_ack: OnAck, on_end) -> MuxStream | SingleStream:  # noqa: ANN001
+        """(On the loop) A new Ingest stream to ``address`` for one location stream: one of the
+        streams of the tailer's ``Multiplex`` call to that DIS, or, to a DIS that does not know
+        that call, a ``Stream`` call of its own."""
+        if self.stopping or self.loop is None:
+            raise StreamBroken("the tailer is stopping")
+        if address not in self._no_mux:
+            mux = self._muxes.get(address)
+            if mux is not None and mux.broken is not None:
+                if mux.unimplemented:
+                    log.warning("the address takes no multiplexed streams (a DIS of an older release?): "
+                                "a call per location instead", dis=address)
+                    self._no_mux.add(address)
+                mux = None
+                del self._muxes[address]
+            if mux is None and address not in self._no_mux:
+                mux = self._muxes[address] = Multiplexer(self.loop, address)
+            if mux is not None:
+                return MuxStream(mux, self.config.max_in_flight_bytes, on_ack, on_end)
+        return SingleStream(self.loop, address, self.config.max_in_flight_bytes, on_ack, on_end)
 
     def not_a_dis(self, address: str) -> bool:
-        """A worker found that ``address`` serves no Ingest service; True for the first worker to
+        """A location stream found that ``address`` serves no Ingest service; True for the first worker to
         find it (since the address last served one), which says so at error level: one line per
         address, not one per location and retry."""
         with self._lock:
@@ -182,29 +151,26 @@ class Tailer:
 
     def locations(self) -> list[LocationKey]:
         """The locations that have log files, as of the last scan."""
-        with self._lock:
-            return list(self._files)
+        return list(self._files)
 
-    def workers(self) -> list[LocationWorker]:
-        """Every worker: one per (location, replica)."""
+    def workers(self) -> list[LocationStream]:
+        """Every location stream: one per (location, replica)."""
         with self._lock:
             return [w for ws in self._workers.values() for w in ws]
 
     def locations_streamed(self) -> list[LocationKey]:
-        """The locations that have workers (every location found since the start)."""
+        """The locations that have streams (every location found since the start)."""
         with self._lock:
             return list(self._workers)
 
-    def workers_of(self, key: LocationKey) -> list[LocationWorker]:
-        """The workers of one location, one per replica, in the routing's order."""
+    def workers_of(self, key: LocationKey) -> list[LocationStream]:
+        """The streams of one location, one per replica, in the routing's order."""
         with self._lock:
             return list(self._workers.get(key, ()))
 
-    # ``files_of``, ``last_scan`` and ``skipped_for`` take no lock: every worker calls them on
-    # every loop, and with thousands of workers the tailer-wide lock they took was where hundreds
-    # of threads waited (docs/benchmarks.md, "Many locations, 10,000").  A scan's results are
-    # never changed once published: ``rescan`` replaces ``_files`` and ``_last_scan`` with new
-    # objects, and reading an attribute is atomic, so a reader sees one scan or the next.
+    # ``files_of``, ``last_scan`` and ``skipped_for`` take no lock: a scan's results are never
+    # changed once published (``rescan`` replaces ``_files`` and ``_last_scan`` with new objects,
+    # and reading an attribute is atomic), so a reader sees one scan or the next.
 
     def files_of(self, key: LocationKey) -> LocationFiles:
         return self._files.get(key) or LocationFiles(key)
@@ -214,99 +180,122 @@ class Tailer:
 
     def skipped_for(self, key: LocationKey) -> list[Skipped]:
         """The skipped files of the last scan whose names seem meant for ``key``."""
-        return self._last_scan.skipped_by_location.get(key, [])
+        return self._last_scan.skipped_by_location.get(key, _NONE)
 
     def rescan(self, wake_all: bool = True) -> Scan:
-        """List the directories now; start a worker for every new location.  Wakes every worker
-        (``wake_all``), or only those whose location's files changed (a file added, removed, or
-        of another size): the scan loop's periodic rescans do that.  Waking every worker at each
-        rescan cost thousands of wake-ups a second for nothing at thousands of locations; the
-        sizes are what finds an append whose inotify event was lost (a queue overflow, a file
-        written from another host of a network filesystem)."""
+        """List the directories now (in the calling thread, never the loop's); the loop then starts
+        the streams of every new location, and wakes every stream (``wake_all``) or only those whose
+        files changed in a way they have not seen (a file added, removed, or longer than the
+        stream last read it; or another set of skipped files): the scanner's periodic rescans do
+        that.  Waking every stream at each rescan cost thousands of wake-ups a second for nothing
+        at thousands of locations; the sizes are what finds an append whose inotify event was
+        lost (a queue overflow, a file written from another host of a network filesystem).
+        Returns once the loop has applied the scan."""
         with self._scan_lock:
             self._watch()
             found = scan_dirs(self.dirs, self._reported, self.config.csv_tables)
-            with self._lock:
-                before = self._last_scan
-                self._files = found.locations  # new objects, never changed after (see files_of)
-                self._last_scan = found
-                new = []
-                if not self._halt.is_set():
-                    for k in found.locations:
-                        if k not in self._workers:
-                            members = self.config.routing.replicas(k.namespace, k.table)
-                            ws = [LocationWorker(self, k, r) for r in members] or [LocationWorker(self, k, None)]
-                            self._workers[k] = ws
-                            new.extend(ws)
-                if wake_all:
-                    workers = [w for ws in self._workers.values() for w in ws]
-                else:
-                    workers = [w for k in _changed(before, found) for w in self._workers.get(k, ())]
-            for w in new:
-                log.info("new location", location=str(w.key), files=len(found.locations[w.key].files),
-                         replica=w.replica.name if w.replica else None, dis=w.replica.address if w.replica else None)
-                w.start()
-            for w in workers:
-                w.wake.set()
+            before = self._last_scan
+            self._files = found.locations  # new objects, never changed after (see files_of)
+            self._last_scan = found
+            changed = None if wake_all else _changed(before, found)
+            loop = self.loop
+            if loop is not None and not self.stopping:
+                try:
+                    loop.run_sync(lambda: self._apply(found, changed), timeout=60)
+                except Exception:  # noqa: BLE001 - the loop stopped meanwhile (the tailer stopping)
+                    if not self.stopping:
+                        raise
             if self.csv is not None:
                 self.csv.update(found.csv_files)
             return found
 
+    def _apply(self, found: Scan, changed: tuple[set[LocationKey], set[LocationKey]] | None) -> None:
+        """(On the loop) Start the streams of the scan's new locations; wake the others as
+        ``rescan`` says."""
+        if self.stopping:
+            return
+        new = []
+        for k, lf in found.locations.items():
+            if k not in self._workers:
+                members = self.config.routing.replicas(k.namespace, k.table)
+                ws = [LocationStream(self, k, r) for r in members] or [LocationStream(self, k, None)]
+                with self._lock:
+                    self._workers[k] = ws
+                new.extend(ws)
+        for w in new:
+            log.info("new location", location=str(w.key), files=len(found.locations[w.key].files),
+                     replica=w.replica.name if w.replica else None, dis=w.replica.address if w.replica else None)
+            w.start()
+        if changed is None:
+            for ws in self._workers.values():
+                for w in ws:
+                    w.wake()
+            return
+        files_changed, skipped_changed = changed
+        for k in files_changed:
+            lf = found.locations.get(k)
+            for w in self._workers.get(k, ()):
+                if lf is None or w.needs_look(lf):
+                    w.wake()
+        for k in skipped_changed:
+            for w in self._workers.get(k, ()):
+                w.wake()
+
     def idle_poll_s(self) -> float:
-        """How long a worker with nothing to send waits before looking again unless woken: the
+        """How long a location with nothing to send waits before looking again unless woken: the
         poll interval, or with inotify on every directory (whose events wake the location's
-        workers, and whose safety-net rescans every ``INOTIFY_RESCAN_S`` wake those whose files
-        changed) ``INOTIFY_IDLE_POLL_S``: ten thousand idle workers polling every 2 s took
-        1.7 cores of the tailers (docs/benchmarks.md)."""
+        streams, and whose safety-net rescans every ``INOTIFY_RESCAN_S`` wake those whose files
+        changed) ``INOTIFY_IDLE_POLL_S``."""
         return self._idle_poll_s
 
     def _watch(self) -> None:
         """Watch the directories there are (again: some may have been created since), and set
-        the idle poll that follows: asked for by every worker at every wait, it is computed
-        here, not under the watcher's lock by thousands of threads."""
+        the idle poll that follows."""
         self.watcher.watch(self.dirs)
         poll = self.config.poll_interval_ms / 1000
         self._idle_poll_s = max(poll, INOTIFY_IDLE_POLL_S) if self.watcher.watches_all(self.dirs) else poll
 
+    def _on_inotify(self) -> None:
+        """(On the loop) The inotify descriptor is readable: wake the streams of the files its
+        events name; ask the scanner for a rescan on a structural change or lost events."""
+        ev = self.watcher.read_events()
+        if ev.names:
+            self._wake_names(ev.names)
+        if ev.rescan:
+            self.watcher.poke()
+
     def _wake_names(self, names: set[str]) -> None:
-        with self._lock:
-            workers = self._workers
-            for n in names:
-                parsed = LogFileName.try_parse(n)
-                for w in (workers.get(parsed.location, ()) if parsed else ()):
-                    w.wake.set()
+        """(On the loop)"""
+        workers = self._workers
+        for n in names:
+            parsed = log_name(n)
+            if parsed is not None:
+                for w in workers.get(parsed[0], ()):
+                    w.wake()
         if self.csv is not None and any(".csv." in n for n in names):
             self.csv.wake.set()
 
     def _spool_grew(self, name: str) -> None:
-        parsed = LogFileName.try_parse(name)
-        with self._lock:
-            ws = list(self._workers.get(parsed.location, ())) if parsed else []
-            lf = self._files.get(parsed.location) if parsed else None
-            known = bool(ws) and lf is not None and any(f.name == name for f in lf.files)
-        if known:
-            for w in ws:
-                w.wake.set()
+        """(The CSV thread) A spool log grew: wake its location's streams, or rescan for a new one."""
+        parsed = log_name(name)
+        lf = self._files.get(parsed[0]) if parsed else None
+        if lf is not None and any(f.name == name for f in lf.files) and self.loop is not None:
+            self.loop.call_soon(self._wake_names, {name})
         else:
             self.watcher.poke()
 
     def _scan_loop(self) -> None:
         poll = self.config.poll_interval_ms / 1000
-        last = time.monotonic()
         while not self._halt.is_set():
             # with inotify on every directory, rescans are a safety net; else they find changes
             interval = max(poll, INOTIFY_RESCAN_S) if self.watcher.watches_all(self.dirs) else poll
-            ev = self.watcher.wait(interval)
+            self.watcher.wait_poke(interval)
             if self._halt.is_set():
                 break
-            if ev.names:
-                self._wake_names(ev.names)
-            if ev.rescan or time.monotonic() - last >= interval:
-                try:
-                    self.rescan(wake_all=False)
-                except Exception:  # noqa: BLE001 - keep watching
-                    log.exception("directory scan failed")
-                last = time.monotonic()
+            try:
+                self.rescan(wake_all=False)
+            except Exception:  # noqa: BLE001 - keep watching
+                log.exception("directory scan failed")
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -321,6 +310,9 @@ class Tailer:
         for d in self.config.log_dirs:
             if not os.path.isdir(d):
                 log.warning("log directory does not exist (yet); watching for it", dir=d)
+        self.loop = EventLoop(self.config.security, self._reconnect_options())
+        if self.watcher.inotify:
+            self.loop.run_sync(lambda: self.loop.loop.add_reader(self.watcher.fd, self._on_inotify))  # type: ignore[union-attr]
         if self.csv is not None:
             self.csv.start()
         self.rescan()
@@ -347,41 +339,62 @@ class Tailer:
         self._metrics_server = srv
         self.metrics_port = srv.server_address[1]
 
+    async def _shutdown(self) -> None:
+        """(On the loop) End every location stream and call."""
+        if self.watcher.fd >= 0:
+            asyncio.get_running_loop().remove_reader(self.watcher.fd)
+        workers = [w for ws in self._workers.values() for w in ws]
+        for w in workers:
+            w.cancel()
+        tasks = [w._task for w in workers if w._task is not None and not w._task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT_S)
+        for mux in self._muxes.values():
+            mux.cancel()
+        self._muxes.clear()
+        stuck = [f"{w.key} -> {w.replica.name if w.replica else '-'}" for w in workers if w.is_alive()]
+        if stuck:
+            log.warning("location streams still busy at stop", locations=stuck)
+
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop every thread; streams are cancelled (the DIS keeps what it acknowledged)."""
+        """Stop streaming and every thread; streams are cancelled (the DIS keeps what it
+        acknowledged)."""
         if self._halt.is_set():
             return
         self._halt.set()
+        self.stopping = True
         self.watcher.close()
-        workers = self.workers()
-        for w in workers:
-            w.stop()
         deadline = time.monotonic() + timeout
-        for w in workers:
-            w.join(max(0.1, deadline - time.monotonic()))
+        if self.loop is not None:
+            try:
+                self.loop.run(self._shutdown(), max(0.1, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - the loop is gone or stuck: stopping goes on
+                log.warning("the tailer's event loop did not stop its streams in time")
         if self._scanner is not None:
             self._scanner.join(max(0.1, deadline - time.monotonic()))
         if self.retention is not None and self.retention.is_alive():
             self.retention.join(max(0.1, deadline - time.monotonic()))
         if self.csv is not None:
             self.csv.stop()
-        with self._lock:
-            channels, self._channels = list(self._channels.values()), {}
-            streams, self._streams = self._streams, None
-            self._muxes.clear()
-        for ch in channels:
-            ch.close()
-        if streams is not None:
-            streams.close()
+        if self.loop is not None:
+            self.loop.stop(max(0.1, deadline - time.monotonic()))
         self.watcher.release()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
             self._metrics_server = None
-        stuck = [f"{w.key} -> {w.replica.name if w.replica else '-'}" for w in workers if w.is_alive()]
-        if stuck:
-            log.warning("location workers still busy at stop", locations=stuck)
         log.info("tailer stopped")
+
+    def responsive(self, timeout: float) -> bool:
+        """Whether the event loop, where every location lives, runs a call within ``timeout``
+        seconds: what the systemd watchdog is pinged on (``dis-tailer``), so that a loop stuck in
+        a call gets the process restarted, as a stuck main loop would."""
+        if self.loop is None or not self.loop.thread.is_alive():
+            return False
+        try:
+            return bool(self.loop.run_sync(lambda: True, timeout))
+        except Exception:  # noqa: BLE001 - a timeout, or the loop gone
+            return False
 
     def __enter__(self) -> "Tailer":
         return self.start()
@@ -408,7 +421,7 @@ class Tailer:
     def replica_status(self) -> dict[str, dict]:
         """Per replica name (every DIS this tailer streams to): address, connected (see
         ``replica_connected``), bytes_behind (log bytes past its acknowledged positions, summed
-        over its locations), locations (how many it is sent), states (workers by state)."""
+        over its locations), locations (how many it is sent), states (streams by state)."""
         out: dict[str, dict] = {}
         for w in self.workers():
             if w.replica is None:
@@ -452,17 +465,12 @@ class Tailer:
             time.sleep(0.05)
 
 
-def replica_connected(reachable: list[bool | None]) -> bool:
-    """A replica is connected when one of its workers has an open stream to it or got an answer
-    from it at its last attempt; not connected when its workers' attempts fail and none has; a
-    replica no worker has tried yet counts as connected (nothing is failing)."""
-    if any(r is True for r in reachable):
-        return True
-    return not any(r is False for r in reachable)
+_NONE: list[Skipped] = []
 
 
-def _changed(before: Scan, after: Scan) -> set[LocationKey]:
-    """The locations whose files (names, sizes) or skipped files differ between two scans."""
+def _changed(before: Scan, after: Scan) -> tuple[set[LocationKey], set[LocationKey]]:
+    """The locations whose files (names, sizes) differ between two scans, and those whose skipped
+    files do."""
     def listed(lf: LocationFiles | None) -> list[tuple[str, int]]:
         return [(f.name, f.size) for f in lf.files] if lf is not None else []
 
@@ -472,5 +480,4 @@ def _changed(before: Scan, after: Scan) -> set[LocationKey]:
     changed = {k for k in before.locations.keys() | after.locations.keys()
                if listed(before.locations.get(k)) != listed(after.locations.get(k))}
     sb, sa = before.skipped_by_location, after.skipped_by_location
-    changed |= {k for k in sb.keys() | sa.keys() if k is not None and skipped(sb, k) != skipped(sa, k)}
-    return changed
+    return changed, {k for k in sb.keys() | sa.keys() if k is not None and skipped(sb, k) != skipped(sa, k)}

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from disd.tailer.core import replica_connected
+from disd.tailer.status import replica_connected
 
 if TYPE_CHECKING:
     from disd.tailer.core import Tailer

@@ -49,7 +49,7 @@ class Stranded:
 
 
 class PassedFiles:
-    """One worker's record of the files before its position (``disd.tailer.stream``)."""
+    """One location stream's record of the files before its position (``disd.tailer.location``)."""
 
     def __init__(self) -> None:
         self._ends: dict[str, int] = {}  # file name -> its size when the stream moved past it

@@ -6,8 +6,9 @@ tables configured as CSV-fed are listed apart.  Anything else is skipped: logged
 level, with the exact reason (which part of the name is wrong), and listed in ``Scan.skipped``.
 
 ``DirectoryWatcher`` tells the tailer when something changed: inotify (through ctypes, no extra
-dependency) when the kernel offers it, else it just times out every poll interval and the tailer
-rescans.  Events name the file, so an append to a log wakes only the worker of its location.
+dependency) when the kernel offers it, its descriptor read on the tailer's event loop
+(``read_events``); without it the scanner thread rescans every poll interval.  Events name the
+file, so an append to a log wakes only its location's streams.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import ctypes.util
 import errno
 import functools
 import os
-import select
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -34,7 +34,7 @@ CSV_MARK = ".csv."
 BIN_MARK = ".bin."
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class LogFile:
     sort_key: int
     name: str
@@ -66,9 +66,19 @@ class LocationFiles:
         return [f for f in self.files if f.order > k]
 
 
-def order_of(name: str) -> tuple[int, str]:
+@functools.lru_cache(maxsize=1 << 17)
+def log_name(name: str) -> tuple[LocationKey, int] | None:
+    """The location and the sort key (its time stamp) a binary log's file name gives; None for
+    a name that is not a binary log's.  Remembered per name: the tailer looks names up at every
+    scan and at every inotify event, thousands of times a second at thousands of locations, and
+    a ``LocationKey`` checks its four names each time it is made."""
     parsed = LogFileName.try_parse(name)
-    return (parsed.sort_key if parsed else 0, name)
+    return (parsed.location, parsed.sort_key) if parsed is not None else None
+
+
+def order_of(name: str) -> tuple[int, str]:
+    parsed = log_name(name)
+    return (parsed[1] if parsed else 0, name)
 
 
 def csv_to_bin_name(name: str) -> str | None:
@@ -171,14 +181,16 @@ def scan_dirs(dirs: Iterable[str], reported: set[str], csv_tables: Iterable[str]
                     continue
             except OSError:
                 continue
-            name = LogFileName.try_parse(e.name)
+            name = log_name(e.name)
             if name is not None:
                 try:
                     size = e.stat().st_size
                 except OSError:  # gone since the listing
                     continue
-                lf = locations.setdefault(name.location, LocationFiles(name.location))
-                lf.files.append(LogFile(name.sort_key, e.name, e.path, size))
+                lf = locations.get(name[0])
+                if lf is None:
+                    lf = locations[name[0]] = LocationFiles(name[0])
+                lf.files.append(LogFile(name[1], e.name, e.path, size))
                 continue
             why = _skip(e.path, e.name, csv_tables)
             if not isinstance(why, Skipped):
@@ -228,7 +240,6 @@ class DirectoryWatcher:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._poked = threading.Event()
-        self._pipe_r, self._pipe_w = os.pipe()  # wakes a select() blocked in wait() on close()
         if not use_inotify:
             return
         try:
@@ -266,27 +277,19 @@ class DirectoryWatcher:
         with self._lock:
             return self.fd >= 0 and all(d in self._watched for d in dirs)
 
-    def wait(self, timeout: float) -> Events:
-        """Block until something changes or ``timeout`` passes (then ``rescan`` is True)."""
-        if self.fd < 0 or self._closed.is_set():
-            self._poked.wait(timeout)
-            self._poked.clear()
-            return Events(rescan=True)
-        try:
-            ready, _, _ = select.select([self.fd, self._pipe_r], [], [], timeout)
-        except (OSError, ValueError):
-            return Events(rescan=True)
-        if not ready or self._closed.is_set():
-            return Events(rescan=True)
+    def wait_poke(self, timeout: float) -> bool:
+        """Block until ``poke`` (True: a rescan is asked for) or ``timeout`` passes (False)."""
+        poked = self._poked.wait(timeout)
+        self._poked.clear()
+        return poked
+
+    def read_events(self) -> Events:
+        """The events queued on the inotify descriptor (non-blocking; the tailer's event loop
+        calls this when the descriptor is readable).  A structural change (a file created, moved
+        or deleted) or lost events (a queue overflow) ask for a rescan."""
         ev = Events()
-        if self._pipe_r in ready:
-            try:
-                os.read(self._pipe_r, 4096)
-            except OSError:
-                pass
-            ev.rescan = True
-            if self.fd not in ready:
-                return ev
+        if self.fd < 0:
+            return ev
         while True:
             try:
                 buf = os.read(self.fd, 65536)
@@ -298,11 +301,13 @@ class DirectoryWatcher:
             if not buf:
                 break
             pos = 0
-            while pos + self._EVENT.size <= len(buf):
-                wd, mask, _cookie, length = self._EVENT.unpack_from(buf, pos)
-                raw = buf[pos + self._EVENT.size : pos + self._EVENT.size + length]
-                pos += self._EVENT.size + length
-                name = raw.split(b"\0", 1)[0].decode(errors="replace")
+            size = self._EVENT.size
+            unpack = self._EVENT.unpack_from
+            names = ev.names
+            while pos + size <= len(buf):
+                wd, mask, _cookie, length = unpack(buf, pos)
+                raw = buf[pos + size : pos + size + length]
+                pos += size + length
                 if mask & self._STRUCTURAL:
                     ev.rescan = True
                     if mask & (self.IN_DELETE_SELF | self.IN_MOVE_SELF | self.IN_IGNORED):
@@ -310,29 +315,26 @@ class DirectoryWatcher:
                             for d, w in list(self._watched.items()):
                                 if w == wd:
                                     del self._watched[d]
-                if name:
-                    ev.names.add(name)
+                if raw:
+                    names.add(raw.split(b"\0", 1)[0].decode(errors="replace"))
+            if len(buf) < 65536 - 4096:
+                break  # drained (a full buffer may have more behind it)
         return ev
 
     def poke(self) -> None:
-        """Make a blocked ``wait`` return now, asking for a rescan."""
-        try:
-            os.write(self._pipe_w, b"x")
-        except OSError:
-            pass
+        """Ask for a rescan now: a blocked ``wait_poke`` returns True."""
         self._poked.set()
 
     def close(self) -> None:
-        """Wake a blocked ``wait``; release the descriptors once it has returned (``release``)."""
+        """Wake a blocked ``wait_poke``; release the descriptor once nothing reads it (``release``)."""
         self._closed.set()
         self.poke()
 
     def release(self) -> None:
         with self._lock:
-            for fd in (self.fd, self._pipe_r, self._pipe_w):
-                if fd >= 0:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            self.fd = self._pipe_r = self._pipe_w = -1
+            if self.fd >= 0:
+                try:
+                    os.close(self.fd)
+                except OSError:
+                    pass
+            self.fd = -1

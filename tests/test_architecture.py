@@ -197,7 +197,7 @@ def test_every_error_the_product_defines_derives_from_dis_error():
     strays = []
     names = [i.name for i in pkgutil.walk_packages(disd.__path__, "disd.")]
     names += [i.name for i in pkgutil.walk_packages(disd.tailer.__path__, "disd.tailer.")]  # installed from tailer/
-    assert "disd.tailer.stream" in names and "disd.storage.location" in names
+    assert "disd.tailer.location" in names and "disd.storage.location" in names
     for name in names:
         if name.startswith("disd.rpc.v1"):
             continue  # generated code

@@ -36,6 +36,13 @@ def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_pat
     assert result["client_caught_up"] and result["client_rows_read"] == result["rows"] + result["live_rows"], human
     assert result["reader_errors"] == 0, human
     assert result["value"] > 0 and result["baseline"] > 0
+    # the contract's keys: each process's CPU per live location write in µs, and what a new
+    # location costs the DIS (the burst's DIS CPU beyond the baseline's, per location)
+    assert result["dis_cpu_us_per_write"] == pytest.approx(1000 * result["dis_cpu_ms_per_write"], rel=0.01), human
+    assert result["tailer_cpu_us_per_write"] == pytest.approx(1000 * result["tailer_cpu_ms_per_write"], rel=0.01)
+    assert result["dis_cpu_us_per_write"] > 0 and result["tailer_cpu_us_per_write"] > 0, human
+    new_location = 1000 * (result["dis_cpu_s_burst"] - result["dis_cpu_s_baseline"]) / 20
+    assert result["new_location_ms"] == pytest.approx(new_location, rel=0.05, abs=0.05), human
     # the CPU limits: every process's CPU counts (the DIS's is part of it), and no run can make
     # location writes faster than its CPU per write allows on the machine's cores
     assert result["cpu_s_burst"] > result["dis_cpu_s_burst"] > 0, human

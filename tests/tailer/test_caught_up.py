@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 
 from disd.client import connect
 from disd.tailer import Tailer, parse_tailer_config
@@ -25,13 +24,12 @@ def test_a_frame_read_to_the_end_of_its_file_is_at_end(tmp_path):
     assert rest.at_end and rest.end == whole.end
 
 
-@pytest.mark.parametrize("runtime", ["multiplexed", "asyncio", "threads"])
-def test_rows_of_a_caught_up_tailer_are_published_without_waiting_for_the_flush_tick(tmp_path, runtime):
+def test_rows_of_a_caught_up_tailer_are_published_without_waiting_for_the_flush_tick(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     with running_dis(tmp_path / "db", flush_ms=60_000, checkpoint_ms=60_000) as srv:
         cfg = parse_tailer_config({"dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)],
-                                   "poll_interval_ms": 50, "stream_runtime": runtime})
+                                   "poll_interval_ms": 50})
         with Tailer(cfg), connect(f"127.0.0.1:{srv.port}") as c:
             def published() -> int:
                 return sum(l.rows for l in c.locations("Market", "Trade"))

@@ -55,3 +55,21 @@ def test_runs_notifies_systemd_and_stops_cleanly_on_sigterm(tmp_path):
             proc.kill()
         sock.close()
         dis.stop()
+
+
+def test_the_watchdog_is_pinged_only_while_the_event_loop_answers(tmp_path):
+    """``dis-tailer`` sends WATCHDOG=1 only when its event loop, where every location lives, runs
+    a call within the watchdog interval (``Tailer.responsive``): a loop stuck in a call is a hung
+    tailer, which systemd must restart, even though the main thread that pings is fine."""
+    import time
+
+    from disd.tailer import Tailer, parse_tailer_config
+
+    t = Tailer(parse_tailer_config({"dis": "127.0.0.1:1", "log_dirs": [str(tmp_path)]}))
+    assert not t.responsive(0.1)  # no loop before the start
+    with t:
+        assert t.responsive(5)
+        t.loop.call_soon(time.sleep, 1.5)  # a call that blocks the loop
+        assert not t.responsive(0.3)
+        wait_for(lambda: t.responsive(0.5), 10, 0.1, "the loop answering again")
+    assert not t.responsive(0.1)  # stopped

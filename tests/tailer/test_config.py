@@ -40,6 +40,8 @@ from support import ROOT, SCHEMAS
         ({"dis": "a:1", "log_dirs": ["x"], "metrics_host": "0.0.0.0"}, "metrics_host"),
         ({"dis": "a:1", "log_dirs": ["x"], "metrics_port": 9465, "metrics_host": " "}, "metrics_host"),
         ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": "trio"}, "stream_runtime"),
+        ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": "threads"}, "stream_runtime"),
+        ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": "asyncio"}, "stream_runtime"),
         ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": 1}, "stream_runtime"),
     ],
 )
@@ -57,6 +59,18 @@ def test_defaults():
     assert cfg.csv_tables == {} and not cfg.security.tls and cfg.security.token is None
     assert cfg.metrics_port is None  # no endpoint unless asked for
     assert cfg.stream_runtime == "multiplexed"
+
+
+@pytest.mark.parametrize("runtime", ["threads", "asyncio"])
+def test_a_removed_runtime_is_named_as_removed(runtime):
+    """``stream_runtime`` takes ``multiplexed`` only: a file that still names one of the removed
+    runtimes is refused, saying so, not as an unknown value."""
+    with pytest.raises(ConfigError) as ei:
+        parse_tailer_config({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": runtime}, "tailer.yaml")
+    assert str(ei.value).startswith(f"tailer.yaml: stream_runtime: the {runtime!r} runtime was removed"), str(ei.value)
+    assert "multiplexed" in str(ei.value)
+    assert parse_tailer_config({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": "multiplexed"}).stream_runtime \
+        == "multiplexed"
 
 
 def test_metrics_endpoint_keys():

@@ -77,6 +77,15 @@ def test_csv_files_of_csv_tables(tmp_path):
     assert spool.format() == name() and csv_name == p.name
 
 
+def _events(w: DirectoryWatcher, timeout: float = 2.0):  # noqa: ANN202 - Events
+    """The events the watcher has within ``timeout`` (as the tailer's loop reads them when the
+    descriptor is readable)."""
+    import select
+
+    select.select([w.fd], [], [], timeout)
+    return w.read_events()
+
+
 def test_inotify_reports_appends_and_new_files(tmp_path):
     w = DirectoryWatcher()
     if not w.inotify:  # pragma: no cover - kernels without inotify poll
@@ -84,29 +93,33 @@ def test_inotify_reports_appends_and_new_files(tmp_path):
     try:
         w.watch([str(tmp_path), str(tmp_path / "later")])
         write(tmp_path / name(), 1)
-        ev = w.wait(2)
+        ev = _events(w)
         assert ev.rescan and name() in ev.names
         write(tmp_path / name(), 1)
-        ev = w.wait(2)
+        ev = _events(w)
         while not ev.names:
-            ev = w.wait(2)
+            ev = _events(w)
         assert name() in ev.names
         (tmp_path / "later").mkdir()
-        assert w.wait(2).rescan
+        assert _events(w).rescan
         w.watch([str(tmp_path / "later")])  # a directory created later is watched once it exists
         write(tmp_path / "later" / name(hour=10), 1)
-        ev = w.wait(2)
+        ev = _events(w)
         assert name(hour=10) in ev.names
+        assert not _events(w, 0.01).names  # nothing more: read without blocking
         w.poke()
-        assert w.wait(2).rescan
+        assert w.wait_poke(2)
     finally:
         w.close()
         w.release()
 
 
-def test_polling_watcher_times_out_asking_for_a_rescan():
+def test_polling_watcher_times_out_or_is_poked():
     w = DirectoryWatcher(use_inotify=False)
     assert not w.inotify
-    assert w.wait(0.01).rescan
+    assert not w.wait_poke(0.01)  # the time out: the scanner rescans all the same
+    assert not w.read_events().names and not w.read_events().rescan
+    w.poke()
+    assert w.wait_poke(0.01)
     w.close()
     w.release()

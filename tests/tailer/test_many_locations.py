@@ -1,7 +1,7 @@
-"""Many locations in one tailer: what each costs.  The workers of one DIS share one channel
-(HTTP/2 streams of one connection, one channel thread) instead of a channel and its thread each,
-and with inotify an idle worker waits for its location's events instead of polling every
-``poll_interval_ms``."""
+"""Many locations in one tailer: what each costs.  A location is state on the tailer's event loop,
+not a thread; the streams to one DIS share one connection (one ``Multiplex`` call, or against an
+older DIS HTTP/2 streams of one channel); and with inotify an idle location waits for its events
+instead of polling every ``poll_interval_ms``."""
 
 from __future__ import annotations
 
@@ -26,31 +26,12 @@ def dis():
     d.stop()
 
 
-def test_the_workers_of_one_dis_share_one_connection(tmp_path, dis):
-    """``stream_runtime: threads``: the synchronous API, on one channel per DIS."""
-    for i in range(LOCATIONS):
-        write(tmp_path / name(ip=f"ip{i}"), 5)
-    # threads left by earlier tests in this process (their channels' threads end lazily) are not ours
-    earlier = set(threading.enumerate())  # the objects: an ended thread's ident is reused
-    with Tailer(config(dis.address, tmp_path, stream_runtime="threads")) as t:
-        assert t.wait_idle(30)
-        assert len(dis.peers) == LOCATIONS
-        # one client port: every stream is an HTTP/2 stream of one connection
-        assert len(set(dis.peers)) == 1, sorted(set(dis.peers))
-        assert t.channel(dis.address) is t.channel(dis.address)
-        # gRPC's threads: one request sender per stream and one channel thread for all of them
-        # (a channel per stream had a channel thread each: 2 per stream)
-        names = [th.name for th in threading.enumerate() if th not in earlier]
-        assert sum(1 for n in names if n.startswith("tailer Market")) == LOCATIONS
-        assert sum(1 for n in names if n.endswith("(_run)")) == LOCATIONS + 1, names
-
-
-def test_a_location_costs_one_thread(tmp_path, dis):
-    """The default runtime against a DIS that does not know ``Multiplex`` (this fake one): a
-    ``Stream`` call per location, every one a coroutine of one event-loop thread (as
-    ``asyncio``), so a location's only thread is its worker (the threaded runtime adds gRPC's
-    request sender and an ack reader per stream: three per location), and the streams still
-    share one connection."""
+def test_a_location_costs_no_thread(tmp_path, dis):
+    """Every location is state on the tailer's one event loop: against a DIS that does not know
+    ``Multiplex`` (this fake one) each location's stream is a ``Stream`` call of its own on that
+    loop, the calls share one connection, and the tailer's threads are the same for 8 locations
+    as for one: the loop and the scanner (and whatever threads gRPC keeps for the process).  A
+    thread per location was 10,000 threads at 10,000 locations."""
     for i in range(LOCATIONS):
         write(tmp_path / name(ip=f"ip{i}"), 5)
     earlier = set(threading.enumerate())  # the objects: an ended thread's ident is reused
@@ -62,16 +43,14 @@ def test_a_location_costs_one_thread(tmp_path, dis):
         ends = [write(tmp_path / name(ip=f"ip{i}"), 3, 5) for i in range(LOCATIONS)]
         wait_for(lambda: [dis.log_of(f"ip{i}").offset for i in range(LOCATIONS)] == ends, 10, 0.01,
                  "the appends acknowledged")
-        names = [th.name for th in threading.enumerate() if th not in earlier]
-        workers = [n for n in names if n.startswith("tailer Market")]
-        assert len(workers) == LOCATIONS
-        # besides the workers: the scanner, the streams' event loop, and whatever threads gRPC
-        # keeps for the process (not per stream); the fake DIS's threads (its pool's, and a
-        # receiver per stream) run in this process and are not counted
-        others = [n for n in names if not n.startswith(("tailer Market", "ThreadPoolExecutor"))
-                  and not n.endswith("(receive)")]
-        assert "tailer streams" in others, names
-        assert len(others) <= 4, others
+        # the fake DIS's threads (its pool's, and a receiver per stream) run in this process
+        # and are not counted
+        names = [th.name for th in threading.enumerate() if th not in earlier
+                 and not th.name.startswith("ThreadPoolExecutor") and not th.name.endswith("(receive)")]
+        assert "tailer loop" in names and "tailer scan" in names, names
+        assert not any(n.startswith("tailer Market") for n in names), names
+        assert len(names) <= 4, names
+        assert all(w.is_alive() for w in t.workers()) and len(t.workers()) == LOCATIONS
 
 
 def test_idle_workers_wait_for_events_not_the_poll(tmp_path, dis):

@@ -1,7 +1,6 @@
 """The tailer's streams through TLS, client certificates and a bearer token, against a real DIS
-on loopback: the event-loop streams (``stream_runtime: asyncio``) open their own channels, and
-must present the same credentials as the synchronous ones (the token as call metadata, the
-certificates as channel credentials), or a secured DIS refuses every location."""
+on loopback: the event loop's channels must present the credentials (the token as call metadata,
+the certificates as channel credentials), or a secured DIS refuses every location."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.mark.parametrize("runtime", ["multiplexed", "asyncio", "threads"])
 @pytest.mark.parametrize("tls", [True, False], ids=["tls+token", "token"])
-def test_a_secured_dis_takes_the_tailers_rows(tmp_path, pki, runtime, tls):
+def test_a_secured_dis_takes_the_tailers_rows(tmp_path, pki, tls):
     (tmp_path / "token").write_text(TOKEN + "\n")
     server = {"token_file": str(tmp_path / "token")}
     client = {"token_file": str(tmp_path / "token")}
@@ -40,7 +38,7 @@ def test_a_secured_dis_takes_the_tailers_rows(tmp_path, pki, runtime, tls):
         logs.mkdir()
         write_log(logs / log_name("sec"), TRADE, trade_rows(0, 20), [3] * 20)
         cfg = parse_tailer_config({"dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)],
-                                   "state_dir": str(tmp_path / "state"), "stream_runtime": runtime,
+                                   "state_dir": str(tmp_path / "state"),
                                    "max_backoff_ms": 200, **client}, "tailer.yaml")
         with Tailer(cfg) as t:
             assert t.wait_idle(20), t.status()

@@ -300,17 +300,14 @@ def test_rows_written_one_at_a_time_to_a_slow_dis_coalesce_into_chunks(tmp_path)
         dis.stop()
 
 
-def test_with_one_turn_a_waiting_location_does_not_hold_the_others_back(tmp_path, dis, monkeypatch):
-    # Workers give their turn back whenever they wait: with a single turn, a location refused
-    # (and waiting a minute to retry) and locations following their files (waiting for rows)
-    # leave the turn to the location that has rows to send.
-    import disd.tailer.core as core
-    monkeypatch.setattr(core, "WORKER_TURNS", 1)
+def test_a_waiting_location_does_not_hold_the_others_back(tmp_path, dis):
+    # Every location is a coroutine of one event loop: a location refused (and waiting a minute
+    # to retry) and locations following their files (waiting for rows) leave the loop to the
+    # location that has rows to send.
     write(tmp_path / name(ip="bad"), 5)
     dis.refuse["bad"] = (grpc.StatusCode.NOT_FOUND, "unknown table Market.Trade")
     ips = ["ip1", "ip2", "ip3"]
-    with Tailer(config(dis.address, tmp_path, retry_refused_ms=60_000)) as t:
-        assert t.turns._initial_value == 1
+    with Tailer(config(dis.address, tmp_path, retry_refused_ms=60_000)):
         wait_for(lambda: dis.log_of("bad").opens, 20, what="the refusal")
         for round_ in range(3):
             for ip in ips:
