@@ -208,8 +208,9 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         return key, loc, self._file_size(key, loc.column_files(), request.file, context)
 
     def _block(self, key, loc, file: str, index: int, size: int) -> bytes:  # noqa: ANN001
-        """Block ``index`` of a column file cut at its published ``size``; full blocks are
-        cached (their bytes never change once published)."""
+        """Block ``index`` of a column file cut at its published ``size`` (as the call read it),
+        through ``Location.read_range``; full blocks are cached (their bytes never change once
+        published)."""
         metrics.BLOCK_READS.inc()
         bs = self.block_size
         start = index * bs
@@ -222,8 +223,7 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             if data is not None:
                 metrics.BLOCK_CACHE_HITS.inc()
                 return data
-        data = loc.read_block(file, index, bs)
-        data = data[: max(0, min(bs, size - start))]
+        data = loc.read_range(file, start, min(start + bs, size))
         if full and len(data) == bs:
             self.cache.put(cache_key, data)
         return data

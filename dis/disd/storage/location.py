@@ -694,11 +694,18 @@ class Location:
         with self.lock:
             return self.published_rows, dict(self.published_sizes)
 
-    def read_block(self, file_name: str, block_index: int, block_size: int | None = None) -> bytes:
-        """Block ``block_index`` of a column file, cut at the published size (``b""`` past it)."""
-        bs = block_size or self.block_size
-        if block_index < 0:
-            raise ValueError("block_index must not be negative")
+    def read_range(self, file_name: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of a column file, never past its published size (``b""`` from
+        there): the one way published bytes leave a location (TableData's reads, the block
+        endpoint).  Right while rows come in (the bytes below a published size are in the file,
+        written by the flush that published them, and no later write touches them) and while the
+        handle factory closes descriptors to stay within ``max_open_files`` (the handle reopens
+        its file, checking it is the same one).  Shorter than asked only when the file holds
+        less: the location was reopened from an earlier checkpoint since the caller learnt the
+        size it reads below.  LocationError when the location is closed, KeyError for a file it
+        does not have."""
+        if start < 0:
+            raise ValueError(f"{self.key} {file_name}: start must not be negative, got {start}")
         with self.lock:
             if self.closed:
                 raise LocationError(f"location {self.key} is closed")
@@ -706,10 +713,20 @@ class Location:
             w = self.writers.get(file_name)
         if size is None or w is None:
             raise KeyError(f"{self.key} has no column file {file_name!r}")
-        start = block_index * bs
-        if start >= size:
+        stop = min(stop, size)
+        if stop <= start:
             return b""
-        return w.handle.pread(min(bs, size - start), start)
+        try:
+            return w.handle.pread(stop - start, start)
+        except ValueError:  # its handle was closed after the check above: closed meanwhile
+            raise LocationError(f"location {self.key} is closed") from None
+
+    def read_block(self, file_name: str, block_index: int, block_size: int | None = None) -> bytes:
+        """Block ``block_index`` of a column file: ``read_range`` of its bytes."""
+        bs = block_size or self.block_size
+        if block_index < 0:
+            raise ValueError("block_index must not be negative")
+        return self.read_range(file_name, block_index * bs, (block_index + 1) * bs)
 
     def _fetch(self, sizes: dict[str, int]) -> colfmt.Fetch:
         def fetch(name: str, start: int, stop: int) -> bytes:
