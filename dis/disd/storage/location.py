@@ -463,14 +463,7 @@ class Location:
                 upto = (plan.last_commit + 1 if plan.keep is None
                         else int(np.count_nonzero(plan.keep[: plan.last_commit + 1])))
                 new_committed = before + upto
-                sizes = dict(self.committed_sizes)
-                for c in self.schema.columns:
-                    if c.type is ColumnType.STRING:
-                        off, dat = colfmt.file_names(c)
-                        sizes[off] = new_committed * colfmt.OFFSET_WIDTH
-                        sizes[dat] = int(string_ends[c.name][upto - 1] & colfmt.OFFSET_MASK)
-                    else:
-                        sizes[colfmt.file_names(c)[0]] = new_committed * c.type.width
+                sizes = _committed_sizes(self.schema, new_committed, string_ends, upto - 1)
                 metrics.ROWS_COMMITTED.labels(self.schema.key).inc(new_committed - self.committed_rows)
                 self.committed_rows = new_committed
                 self.committed_sizes = sizes
@@ -525,14 +518,7 @@ class Location:
                     self._guarded(self._rollback_locked, "rollback")
                 string_ends = self._guarded(lambda: self._append(cols, [(0, n)]), "write")
                 new_committed = self.committed_rows + n
-                sizes = dict(self.committed_sizes)
-                for c in self.schema.columns:
-                    if c.type is ColumnType.STRING:
-                        off, dat = colfmt.file_names(c)
-                        sizes[off] = new_committed * colfmt.OFFSET_WIDTH
-                        sizes[dat] = int(string_ends[c.name][n - 1] & colfmt.OFFSET_MASK)
-                    else:
-                        sizes[colfmt.file_names(c)[0]] = new_committed * c.type.width
+                sizes = _committed_sizes(self.schema, new_committed, string_ends, n - 1)
                 metrics.ROWS_INGESTED.labels(self.schema.key).inc(n)
                 metrics.BYTES_INGESTED.labels(self.schema.key).inc(nbytes)
                 metrics.ROWS_COMMITTED.labels(self.schema.key).inc(n)
@@ -786,3 +772,18 @@ def _position(file_name: str, run: FrameRun, row: int) -> SourcePosition:
         return SourcePosition(file_name, run.ends[j], 0)
     first = int(cum[j] - run.row_counts[j])
     return SourcePosition(file_name, run.starts[j], row - first + 1)
+
+
+def _committed_sizes(schema: TableSchema, rows: int, string_ends: dict[str, np.ndarray], last: int) -> dict[str, int]:
+    """Each column file's size at ``rows`` committed rows: fixed-width files hold ``rows``
+    values; a string column's data ends where its offsets entry for the last committed row says
+    (entry ``last`` of the entries just appended, ``string_ends``)."""
+    sizes = {}
+    for c in schema.columns:
+        if c.type is ColumnType.STRING:
+            off, dat = colfmt.file_names(c)
+            sizes[off] = rows * colfmt.OFFSET_WIDTH
+            sizes[dat] = int(string_ends[c.name][last] & colfmt.OFFSET_MASK)
+        else:
+            sizes[colfmt.file_names(c)[0]] = rows * c.type.width
+    return sizes
