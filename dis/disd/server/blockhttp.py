@@ -53,6 +53,7 @@ from disd.names import InvalidNameError
 from disd.server import metrics
 from disd.server.httpconns import BACKLOG, ConnectionLoop
 from disd.server.listing import ListingRefused, projections, versions_of_json
+from disd.server.tabledata import readable_location
 from disd.storage import LocationError
 
 log = structlog.get_logger(__name__)
@@ -270,14 +271,9 @@ class EngineBackend:
         return {"block_size": self.block_size, "locations": out, "projections": found}
 
     def open_range(self, key: LocationKey, name: str, start: int, stop: int) -> Callable[[int, int], bytes]:
-        if self.engine.schemas.get(key.namespace, key.table) is None:
-            raise Refused(404, f"unknown table {key.table_key}")
-        try:
-            loc = self.engine.location(key, create=False)
-        except (KeyError, LookupError, FileNotFoundError):
-            loc = None
+        loc, why = readable_location(self.engine, key)
         if loc is None:
-            raise Refused(404, f"no location {key}")
+            raise Refused(404, why)
         size = loc.column_files().get(name)
         if size is None:
             raise Refused(404, f"location {key} has no column file {name!r}")
