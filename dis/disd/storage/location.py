@@ -686,10 +686,10 @@ class Location:
         endpoint).  Right while rows come in (the bytes below a published size are in the file,
         written by the flush that published them, and no later write touches them) and while the
         handle factory closes descriptors to stay within ``max_open_files`` (the handle reopens
-        its file, checking it is the same one).  Shorter than asked only when the file holds
-        less: the location was reopened from an earlier checkpoint since the caller learnt the
-        size it reads below.  LocationError when the location is closed, KeyError for a file it
-        does not have."""
+        its file, checking it is the same one).  Every byte asked below the published size is
+        returned, unless the file holds fewer: the location was reopened from an earlier
+        checkpoint (after an I/O error) while the read was under way.  LocationError when the
+        location is closed, KeyError for a file it does not have."""
         if start < 0:
             raise ValueError(f"{self.key} {file_name}: start must not be negative, got {start}")
         with self.lock:
