@@ -211,3 +211,23 @@ def test_client_reads_a_mixed_version_table_from_a_dis(evolved, tmp_path):
         assert got.drop_columns(["Date"]).equals(versioned_db.expected())
         old = next(s for s in snaps if s.schema_version == 1)
         assert client.read_location(old, ["Price"], 0, 4).column("Price").to_pylist() == [0.0, 0.25, None, 0.75]
+
+
+# -- the package ------------------------------------------------------------------------------
+def test_every_name_imported_from_the_seam_is_its_public_name():
+    """``from disd.blocks import X`` anywhere in the repository names one of ``disd.blocks.__all__``
+    (what the package's modules export through it), and every one of those is there."""
+    import ast
+    import pathlib
+
+    import disd.blocks
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    imported = set()
+    for path in [p for d in ("dis", "tailer", "tests", "bench", "examples") for p in (root / d).rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "disd.blocks":
+                imported.update(a.name for a in node.names)
+    assert {"GrpcBlocks", "LocalColumnFiles", "read_location", "replica_order"} <= imported
+    assert imported - set(disd.blocks.__all__) == set()
+    assert [n for n in disd.blocks.__all__ if not hasattr(disd.blocks, n)] == []

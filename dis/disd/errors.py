@@ -8,6 +8,8 @@ defined beside the code that raises them; this module only gives them a common a
 
 from __future__ import annotations
 
+__all__ = ["DisError"]
+
 
 class DisError(Exception):
     """An error of dis: bad input, a refused request, a damaged file, a failed operation."""

@@ -33,6 +33,8 @@ import yaml
 from disd.errors import DisError
 from disd.names import InvalidNameError, NameKind, validate_name
 
+__all__ = ["Column", "ColumnType", "SchemaError", "TableSchema", "load_schema"]
+
 
 class ColumnType(str, Enum):
     BOOL = "bool"

@@ -180,8 +180,8 @@ def test_client_falls_back_to_read_blocks(loaded):
             expected = new.read_table("Market", "Trade")
             got = c.read_table("Market", "Trade")
             assert got.equals(expected) and got.num_rows == N
-            assert c._no_ranges == {f"127.0.0.1:{port}"} and c._unary_only == set()
-            assert new._no_ranges == set()
+            assert c.block_calls.no_ranges == {f"127.0.0.1:{port}"} and c.block_calls.unary_only == set()
+            assert new.block_calls.no_ranges == set()
     finally:
         server.stop(0)
 
@@ -207,7 +207,7 @@ def test_client_falls_back_to_read_block(loaded):
             expected = new.read_table("Market", "Trade")
             got = c.read_table("Market", "Trade")
             assert got.equals(expected) and got.num_rows == N
-            assert c._unary_only == {f"127.0.0.1:{port}"}
-            assert new._unary_only == set()
+            assert c.block_calls.unary_only == {f"127.0.0.1:{port}"}
+            assert new.block_calls.unary_only == set()
     finally:
         server.stop(0)

@@ -134,7 +134,14 @@ Modules (each imports only those listed after it, never another's private names)
 from disd.logger.api import IntradayLogger
 from disd.logger.builder import IntradayLoggerBuilder
 from disd.logger.config import Rollover
-from disd.logger.errors import LoggerClosedError, LoggerError, LoggerSchemaError, LoggerWriterError
+from disd.logger.errors import (
+    LoggerClosedError,
+    LoggerError,
+    LoggerSchemaError,
+    LoggerTypeError,
+    LoggerValueError,
+    LoggerWriterError,
+)
 from disd.logger.ownership import LocationInUseError
 
 __all__ = [
@@ -144,6 +151,8 @@ __all__ = [
     "LoggerClosedError",
     "LoggerError",
     "LoggerSchemaError",
+    "LoggerTypeError",
+    "LoggerValueError",
     "LoggerWriterError",
     "Rollover",
 ]

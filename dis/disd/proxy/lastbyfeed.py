@@ -20,23 +20,19 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import grpc
 import pyarrow as pa
-import structlog
 
-from disd.blocks import RETRY_INITIAL_S, RETRY_MAX_S, explain, restarting
 from disd.names import LocationKey
-from disd.rpc.channel import open_channel
+from disd.proxy.follow import FollowedStream
 from disd.rpc.keys import key_from_proto, key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.storage.lastby import DELTAS_KEPT, from_ipc, last_by, to_ipc
 
 if TYPE_CHECKING:
     from disd.proxy.upstream import Upstream
-
-log = structlog.get_logger(__name__)
 
 #: What a DIS answers about a table's last-by that stays so (no last-by keys, no such table, a DIS
 #: without last-by): a feed stops and its readers are given the same answer.
@@ -121,40 +117,30 @@ class LocationLastBy:
         return self._message(state, seq, False, to_ipc(last_by(pa.concat_tables([t for t, _ in kept]), state.keys)))
 
 
-class LastByFeed:
+class LastByFeed(FollowedStream[LocationLastBy]):
     """One table's upstream ``SubscribeLastBy`` and the states the proxy has published.
 
-    A thread follows one member of the table's routing entry, chosen as the size feed chooses
-    (``Upstream.follow_order``): it opens ``SubscribeLastBy``, asks ``LastBy`` (the states now:
+    Its thread follows one member of the table's routing entry, chosen as the size feed chooses
+    (``disd.proxy.follow``): it opens ``SubscribeLastBy``, asks ``LastBy`` (the states now:
     once answered, readers are answered from the feed), then takes every message of the stream —
     a whole state, or the latest rows of the keys that changed, upserted into the state the stream
     gave before.  A state with more rows than published (or of a new location) is published.
-    When the stream fails it subscribes again, to the next member that answers, with backoff
-    (0.1 s doubling to 2 s), for as long as the proxy runs; a stream starts with every state
-    whole, so nothing is missed.  A refusal that stays (``REFUSALS``: the table declares no
-    last-by keys, is unknown, or the DIS has no last-by) from a member when no member answers
-    ends the feed with that answer (``refused``), which its readers are given."""
+    A stream starts with every state whole, so nothing is missed.  A refusal that stays
+    (``REFUSALS``: the table declares no last-by keys, is unknown, or the DIS has no last-by)
+    from a member when no member answers ends the feed with that answer (``refused``), which its
+    readers are given."""
+
+    stream = "last-by subscription"
+    unusable = (ValueError, pa.ArrowException)
+    message = "last-by state"
 
     def __init__(self, upstream: "Upstream", namespace: str, table: str) -> None:
-        self.upstream = upstream
-        self.namespace, self.table = namespace, table
-        self.name = f"{namespace}.{table}"
+        super().__init__(upstream, namespace, table, thread="lastby-feed")
         self.locations: dict[LocationKey, LocationLastBy] = {}
         self._received: dict[LocationKey, State] = {}  # the states of the current upstream stream
         self._streamed: set[LocationKey] = set()  # locations the current stream has given whole
-        self._listeners: list[Callable[[list[LocationLastBy]], None]] = []
-        self._lock = threading.Lock()
-        self.primed = threading.Event()  # set once a DIS answered (or the feed was refused)
         self.refused: tuple[grpc.StatusCode, str] | None = None
         self.refused_at = 0.0
-        self.connected_to: str | None = None
-        self.last_error = ""
-        self._call = None
-        self._thread = threading.Thread(target=self._run, name=f"lastby-feed-{self.name}", daemon=True)
-
-    def start(self) -> "LastByFeed":
-        self._thread.start()
-        return self
 
     # -- what readers see ----------------------------------------------------------------------
     def published(self) -> list[LocationLastBy]:
@@ -162,18 +148,6 @@ class LastByFeed:
         with self._lock:
             locs = [loc for loc in self.locations.values() if loc.state is not None]
         return sorted(locs, key=lambda loc: (loc.key.column_partition, loc.key.internal_partition))
-
-    def listen(self, listener: Callable[[list[LocationLastBy]], None]) -> Callable[[], None]:
-        """Call ``listener(locations published)`` after each publish; returns the unsubscribe."""
-        with self._lock:
-            self._listeners.append(listener)
-
-        def remove() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return remove
 
     # -- what the upstream stream gives ----------------------------------------------------------
     def _begin(self, answer: Iterable[dis_pb2.LastByState]) -> None:
@@ -216,66 +190,23 @@ class LastByFeed:
         for f in listeners:
             f([loc])
 
-    def _refuse(self, code: grpc.StatusCode, details: str) -> None:
+    # -- the upstream stream -------------------------------------------------------------------
+    def _follow(self, stub: dis_pb2_grpc.TableDataStub, address: str) -> None:
+        request = dis_pb2.LastByRequest(namespace=self.namespace, table=self.table)
+        self._call = call = stub.SubscribeLastBy(request)
+        self._begin(stub.LastBy(request, timeout=self.upstream.timeout_s).locations)
+        self._connected(address)
+        for m in call:
+            self.take(m)
+
+    def _refusal(self, e: grpc.RpcError, address: str) -> tuple[grpc.StatusCode, str] | None:
+        if e.code() not in REFUSALS:
+            return None
+        details = e.details() or ""
+        if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+            details = f"the DIS at {address} does not serve last-by: {details}"
+        return e.code(), details
+
+    def _end_refused(self, code: grpc.StatusCode, details: str) -> None:
         self.refused, self.refused_at = (code, details), time.monotonic()
         self.primed.set()
-
-    def _run(self) -> None:
-        request = dis_pb2.LastByRequest(namespace=self.namespace, table=self.table)
-        delay = RETRY_INITIAL_S
-        down: dict[str, float] = {}
-        while not self.upstream.closed.is_set():
-            refusal, answered = None, False
-            for address in self.upstream.follow_order(self.name, self.namespace, self.table, down):
-                if self.upstream.closed.is_set():
-                    return
-                channel = open_channel(address, self.upstream.security)
-                try:
-                    stub = dis_pb2_grpc.TableDataStub(channel)
-                    self._call = call = stub.SubscribeLastBy(request)
-                    self._begin(stub.LastBy(request, timeout=self.upstream.timeout_s).locations)
-                    answered = True
-                    self.primed.set()
-                    self.connected_to = address
-                    delay = RETRY_INITIAL_S
-                    log.info("upstream last-by subscription open", table=self.name, dis=address)
-                    for m in call:
-                        self.take(m)
-                    self.last_error = f"the DIS at {address} ended the last-by subscription"
-                except grpc.RpcError as e:
-                    if self.upstream.closed.is_set():
-                        return
-                    self.last_error = str(explain(e, address))
-                    if e.code() in REFUSALS:
-                        details = e.details() or ""
-                        refusal = (e.code(), details if e.code() != grpc.StatusCode.UNIMPLEMENTED else
-                                   f"the DIS at {address} does not serve last-by: {details}")
-                        log.error("upstream refuses the last-by subscription", table=self.name, dis=address,
-                                  error=self.last_error)
-                    elif not restarting(e) and e.code() not in (grpc.StatusCode.CANCELLED,
-                                                                grpc.StatusCode.DEADLINE_EXCEEDED):
-                        log.error("upstream refuses the last-by subscription", table=self.name, dis=address,
-                                  error=self.last_error)
-                except (ValueError, pa.ArrowException) as e:  # a message the feed cannot use: start over
-                    self.last_error = f"the DIS at {address} sent a last-by state the proxy cannot use: {e}"
-                    log.error("upstream last-by state refused", table=self.name, dis=address, error=self.last_error)
-                finally:
-                    if self.connected_to is not None and not self.upstream.closed.is_set():
-                        log.warning("upstream last-by subscription lost", table=self.name, dis=address,
-                                    error=self.last_error)
-                    self.connected_to = None
-                    call, self._call = self._call, None
-                    if call is not None:
-                        call.cancel()
-                    channel.close()
-                down[address] = time.monotonic()
-            if refusal is not None and not answered:
-                self._refuse(*refusal)
-                return
-            self.upstream.closed.wait(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
-
-    def stop(self) -> None:
-        call = self._call
-        if call is not None:
-            call.cancel()

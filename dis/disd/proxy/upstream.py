@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import grpc
 import structlog
@@ -33,6 +33,7 @@ from disd.blocks import (
     restarting,
 )
 from disd.names import LocationKey
+from disd.proxy.follow import FollowedStream
 from disd.proxy.lastbyfeed import LastByFeed
 from disd.routing import Routing
 from disd.rpc.channel import open_channel
@@ -59,33 +60,18 @@ def snapshot_info(snap: LocationSnapshot) -> dis_pb2.LocationInfo:
         schema_version=snap.schema_version)
 
 
-class Feed:
+class Feed(FollowedStream[LocationSnapshot]):
     """One table's upstream subscription and the proxy's published snapshot of each location.
 
-    A thread follows one replica of the table's routing entry (healthy ones in the table's
-    ``replica_order``): ListLocations, then Subscribe, publishing every snapshot whose rows are
-    more than the proxy published for its location (a new location is published at once).  When
-    the stream fails (the DIS stops, restarts, a replica goes away) it subscribes again, to the
-    next replica that answers, with backoff (0.1 s doubling to 2 s), for as long as the proxy
-    runs: the state it starts from is listed again, so no change is missed, and what is not
-    more than published is dropped, so no size is repeated."""
+    Its thread follows one replica of the table's routing entry (``disd.proxy.follow``):
+    ListLocations, then Subscribe, publishing every snapshot whose rows are more than the proxy
+    published for its location (a new location is published at once).  A new stream starts from
+    the state listed again, so no change is missed, and what is not more than published is
+    dropped, so no size is repeated."""
 
     def __init__(self, upstream: "Upstream", namespace: str, table: str) -> None:
-        self.upstream = upstream
-        self.namespace, self.table = namespace, table
-        self.name = f"{namespace}.{table}"
+        super().__init__(upstream, namespace, table, thread="feed")
         self.snaps: dict[LocationKey, LocationSnapshot] = {}
-        self._listeners: list[Callable[[list[LocationSnapshot]], None]] = []
-        self._lock = threading.Lock()
-        self.primed = threading.Event()
-        self.connected_to: str | None = None  # the replica whose stream is open, None between streams
-        self.last_error = ""
-        self._call = None
-        self._thread = threading.Thread(target=self._run, name=f"feed-{self.name}", daemon=True)
-
-    def start(self) -> "Feed":
-        self._thread.start()
-        return self
 
     # -- what readers see ----------------------------------------------------------------------
     def snapshots(self) -> list[LocationSnapshot]:
@@ -95,18 +81,6 @@ class Feed:
     def snapshot(self, key: LocationKey) -> LocationSnapshot | None:
         with self._lock:
             return self.snaps.get(key)
-
-    def listen(self, listener: Callable[[list[LocationSnapshot]], None]) -> Callable[[], None]:
-        """Call ``listener(changed snapshots)`` after each publish; returns the unsubscribe."""
-        with self._lock:
-            self._listeners.append(listener)
-
-        def remove() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return remove
 
     def publish(self, infos: Iterable[dis_pb2.LocationInfo], address: str) -> list[LocationSnapshot]:
         """Take what ``address`` listed: a snapshot with more rows than published (or of a new
@@ -129,50 +103,13 @@ class Feed:
         return changed
 
     # -- the upstream stream -------------------------------------------------------------------
-    def _run(self) -> None:
-        request = dis_pb2.SubscribeRequest(namespace=self.namespace, table=self.table)
+    def _follow(self, stub: dis_pb2_grpc.TableDataStub, address: str) -> None:
+        self._call = sub = Subscription(stub, dis_pb2.SubscribeRequest(namespace=self.namespace, table=self.table))
         listing = dis_pb2.ListLocationsRequest(namespace=self.namespace, table=self.table)
-        delay = RETRY_INITIAL_S
-        down: dict[str, float] = {}
-        while not self.upstream.closed.is_set():
-            for address in self.upstream.follow_order(self.name, self.namespace, self.table, down):
-                if self.upstream.closed.is_set():
-                    return
-                channel = open_channel(address, self.upstream.security)
-                try:
-                    stub = dis_pb2_grpc.TableDataStub(channel)
-                    self._call = sub = Subscription(stub, request)
-                    self.publish(stub.ListLocations(listing, timeout=self.upstream.timeout_s).locations, address)
-                    self.primed.set()
-                    self.connected_to = address
-                    delay = RETRY_INITIAL_S
-                    log.info("upstream subscription open", table=self.name, dis=address)
-                    for batch in sub:
-                        self.publish(batch, address)
-                    self.last_error = f"the DIS at {address} ended the subscription"
-                except grpc.RpcError as e:
-                    if self.upstream.closed.is_set():
-                        return
-                    self.last_error = str(explain(e, address))
-                    if not restarting(e) and e.code() not in (grpc.StatusCode.CANCELLED,
-                                                              grpc.StatusCode.DEADLINE_EXCEEDED):
-                        log.error("upstream refuses the subscription", table=self.name, dis=address,
-                                  error=self.last_error)
-                finally:
-                    if self.connected_to is not None and not self.upstream.closed.is_set():
-                        log.warning("upstream subscription lost", table=self.name, dis=address,
-                                    error=self.last_error)
-                    self.connected_to = None
-                    self._call = None
-                    channel.close()
-                down[address] = time.monotonic()
-            self.upstream.closed.wait(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
-
-    def stop(self) -> None:
-        call = self._call
-        if call is not None:
-            call.cancel()
+        self.publish(stub.ListLocations(listing, timeout=self.upstream.timeout_s).locations, address)
+        self._connected(address)
+        for batch in sub:
+            self.publish(batch, address)
 
 
 class Upstream:

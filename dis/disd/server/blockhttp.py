@@ -20,8 +20,9 @@ TLS (and client certificates) and the same bearer token:
 ==========================================  ===================================================
 
 A read is one response however large: the reader streams a whole task's range of a column
-through one connection, and the DIS copies the file in 1 MiB ``pread``s through the storage
-engine's tracked handles (the same descriptors, identity checks and limits as ``ReadBlock``).
+through one connection, and the DIS copies the file in 1 MiB reads through
+``Location.read_range``, as ``ReadBlock`` reads it (the published size, the storage engine's
+tracked handles with their identity checks and limits).
 Bytes below the published size never change (docs/storage-format.md), so a range planned at one
 listing reads exactly those rows however far ingestion has moved on.  Errors are JSON
 ``{"error": "..."}`` with 400 (bad request), 401 (token), 404 (unknown table, location or file),
@@ -52,10 +53,12 @@ from disd.names import InvalidNameError
 from disd.server import metrics
 from disd.server.httpconns import BACKLOG, ConnectionLoop
 from disd.server.listing import ListingRefused, projections, versions_of_json
+from disd.server.tabledata import readable_location
+from disd.storage import LocationError
 
 log = structlog.get_logger(__name__)
 
-#: Bytes per pread while streaming a range.
+#: Bytes per read while streaming a range.
 CHUNK_BYTES = 1 << 20
 
 
@@ -237,8 +240,8 @@ class BlockBackend(Protocol):
 
 class EngineBackend:
     """The DIS's block endpoint: the storage engine's locations at their published sizes, bytes
-    copied with ``pread`` through the engine's tracked handles (the same descriptors, identity
-    checks and limits as ``ReadBlock``)."""
+    read through ``Location.read_range``, as TableData's ``ReadBlock`` reads them.  A location
+    closed, or cut back to its checkpoint, under a read is a 503."""
 
     def __init__(self, engine, block_size: int, routed: Callable[[str, str], bool]) -> None:  # noqa: ANN001
         self.engine = engine
@@ -268,34 +271,26 @@ class EngineBackend:
         return {"block_size": self.block_size, "locations": out, "projections": found}
 
     def open_range(self, key: LocationKey, name: str, start: int, stop: int) -> Callable[[int, int], bytes]:
-        if self.engine.schemas.get(key.namespace, key.table) is None:
-            raise Refused(404, f"unknown table {key.table_key}")
-        try:
-            loc = self.engine.location(key, create=False)
-        except (KeyError, LookupError, FileNotFoundError):
-            loc = None
+        loc, why = readable_location(self.engine, key)
         if loc is None:
-            raise Refused(404, f"no location {key}")
+            raise Refused(404, why)
         size = loc.column_files().get(name)
         if size is None:
             raise Refused(404, f"location {key} has no column file {name!r}")
         if stop > size:
             raise Refused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published "
                                "(did the DIS recover to an earlier checkpoint after the scan was planned?)")
-        writer = loc.writers.get(name)
-        if writer is None or loc.closed:
-            raise Refused(503, f"location {key} is closed")
         bs = self.block_size
         metrics.BLOCK_READS.inc(-(-stop // bs) - start // bs if stop > start else 0)
 
         def chunk(a: int, b: int) -> bytes:
-            if b <= a:
-                return b""
             try:
-                data = writer.handle.pread(b - a, a)
+                data = loc.read_range(name, a, b)
+            except LocationError as e:
+                raise Refused(503, str(e)) from None
             except OSError as e:
                 raise Refused(503, f"{key} {name}: {e}") from None
-            if len(data) != b - a:
+            if len(data) != max(0, b - a):
                 raise Refused(503, f"{key} {name}: the file holds {a + len(data)} bytes, {b} were published")
             return data
 

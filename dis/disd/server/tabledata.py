@@ -13,6 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 import grpc
 
+from disd.names import LocationKey
 from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server import lastby, metrics
@@ -22,7 +23,7 @@ from disd.server.ingestsessions import SessionRegistry
 from disd.server.listing import ListingRefused, versions_of_messages
 from disd.server.listing import messages as projection_messages
 from disd.server.listing import projections as listing_projections
-from disd.storage import StorageEngine
+from disd.storage import Location, StorageEngine
 
 
 BLOCKS_MESSAGE_BYTES = 1 << 20  # blocks per ReadBlocks or ReadRanges message: gRPC's per-message cost is paid per MiB
@@ -79,6 +80,18 @@ def ranges_messages(wanted: Sequence[tuple[dis_pb2.BlockRange, int]], block_size
                 break
     if parts:
         yield dis_pb2.ReadRangesResponse(parts=parts)
+
+
+def readable_location(engine: StorageEngine, key: LocationKey) -> tuple[Location | None, str]:
+    """The open location a read names (TableData's, the block endpoint's), or (None, why not):
+    an unknown table or location, as NOT_FOUND (404) words it."""
+    if engine.schemas.get(key.namespace, key.table) is None:
+        return None, f"unknown table {key.table_key}"
+    try:
+        loc = engine.location(key, create=False)
+    except (KeyError, LookupError, FileNotFoundError):
+        loc = None
+    return (None, f"no location {key}") if loc is None else (loc, "")
 
 
 class Updates:
@@ -183,15 +196,9 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             key = location_key(request.location)
         except RequestRefused as r:
             context.abort(r.code, r.details)
-        schema = self.engine.schemas.get(key.namespace, key.table)
-        if schema is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown table {key.table_key}")
-        try:
-            loc = self.engine.location(key, create=False)
-        except (KeyError, LookupError, FileNotFoundError):
-            loc = None
+        loc, why = readable_location(self.engine, key)
         if loc is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no location {key}")
+            context.abort(grpc.StatusCode.NOT_FOUND, why)
         return key, loc
 
     @staticmethod
@@ -208,8 +215,9 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         return key, loc, self._file_size(key, loc.column_files(), request.file, context)
 
     def _block(self, key, loc, file: str, index: int, size: int) -> bytes:  # noqa: ANN001
-        """Block ``index`` of a column file cut at its published ``size``; full blocks are
-        cached (their bytes never change once published)."""
+        """Block ``index`` of a column file cut at its published ``size`` (as the call read it),
+        through ``Location.read_range``; full blocks are cached (their bytes never change once
+        published)."""
         metrics.BLOCK_READS.inc()
         bs = self.block_size
         start = index * bs
@@ -222,8 +230,7 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             if data is not None:
                 metrics.BLOCK_CACHE_HITS.inc()
                 return data
-        data = loc.read_block(file, index, bs)
-        data = data[: max(0, min(bs, size - start))]
+        data = loc.read_range(file, start, min(start + bs, size))
         if full and len(data) == bs:
             self.cache.put(cache_key, data)
         return data

@@ -709,11 +709,18 @@ class Location:
         with self.lock:
             return self.published_rows, self.published_sizes
 
-    def read_block(self, file_name: str, block_index: int, block_size: int | None = None) -> bytes:
-        """Block ``block_index`` of a column file, cut at the published size (``b""`` past it)."""
-        bs = block_size or self.block_size
-        if block_index < 0:
-            raise ValueError("block_index must not be negative")
+    def read_range(self, file_name: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of a column file, never past its published size (``b""`` from
+        there): the one way published bytes leave a location (TableData's reads, the block
+        endpoint).  Right while rows come in (the bytes below a published size are in the file,
+        written by the flush that published them, and no later write touches them) and while the
+        handle factory closes descriptors to stay within ``max_open_files`` (the handle reopens
+        its file, checking it is the same one).  Every byte asked below the published size is
+        returned, unless the file holds fewer: the location was reopened from an earlier
+        checkpoint (after an I/O error) while the read was under way.  LocationError when the
+        location is closed, KeyError for a file it does not have."""
+        if start < 0:
+            raise ValueError(f"{self.key} {file_name}: start must not be negative, got {start}")
         with self.lock:
             if self.closed:
                 raise LocationError(f"location {self.key} is closed")
@@ -721,10 +728,20 @@ class Location:
             handle = self._handle(file_name)
         if size is None or handle is None:
             raise KeyError(f"{self.key} has no column file {file_name!r}")
-        start = block_index * bs
-        if start >= size:
+        stop = min(stop, size)
+        if stop <= start:
             return b""
-        return handle.pread(min(bs, size - start), start)
+        try:
+            return handle.pread(stop - start, start)
+        except ValueError:  # its handle was closed after the check above: closed meanwhile
+            raise LocationError(f"location {self.key} is closed") from None
+
+    def read_block(self, file_name: str, block_index: int, block_size: int | None = None) -> bytes:
+        """Block ``block_index`` of a column file: ``read_range`` of its bytes."""
+        bs = block_size or self.block_size
+        if block_index < 0:
+            raise ValueError("block_index must not be negative")
+        return self.read_range(file_name, block_index * bs, (block_index + 1) * bs)
 
     def _handle(self, file_name: str) -> TrackedFile | None:
         try:
