@@ -9,9 +9,11 @@
   never quietly lacks it; ``make jar`` and ``make test`` require it too).
 * ``disd.storage.newlocation`` and ``disd.storage.batchwrite`` (C, no dependency but the C
   library) create a new location's directories, record and column files, and write a location's
-  flush, each in one call outside the interpreter's lock.  They are optional: without a C
-  compiler the build goes on and the DIS does both from Python (``disd.storage.fsio``'s
-  ``create_location`` and ``pwrite_all``), which the tests check against them; with
+  flush, each in one call outside the interpreter's lock; ``disd.storage.lastbyindex`` keeps a
+  last-by state's keys in a hash table between publishes.  They are optional: without a C
+  compiler the build goes on and the DIS does all three from Python (``disd.storage.fsio``'s
+  ``create_location`` and ``pwrite_all``, ``disd.storage.lastbykeys.ArrowKeys``), which the
+  tests check against them; with
   ``DIS_REQUIRE_C_MODULES=1`` (``make dist``, the Dockerfile) a failed compile fails the build.
 """
 
@@ -80,5 +82,6 @@ setup(
     package_dir={"": "dis", "disd.tailer": "tailer"},
     cmdclass={"build_py": BuildPyWithProtos},
     ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=optional_c),
-                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=optional_c)],
+                 Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=optional_c),
+                 Extension("disd.storage.lastbyindex", ["dis/disd/storage/lastbyindex.c"], optional=optional_c)],
 )
