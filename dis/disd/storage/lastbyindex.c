@@ -45,16 +45,11 @@ enum { KIND_FIXED = 0, KIND_FLOAT = 1, KIND_BOOL = 2, KIND_STRING = 3 };
 enum { MODE_STRING = 0, MODE_FIXED = 1, MODE_ANY = 2 };
 #define MIN_BITS 4
 #define MAX_BITS 31
-/* Rows between hashing a row (and prefetching its entry) and probing for it; between reading its
- * entry ahead (prefetching its key's offsets or value) and probing; between prefetching its key's
- * string bytes and probing.  Each probe's loads then mostly hit the cache instead of waiting for
- * memory one after another (the table, the key's offsets, the key's bytes). */
-#ifndef AHEAD
+/* Rows between hashing a row (and prefetching its table entry) and probing for it: the probe's
+ * entry is then mostly in the cache.  (Prefetching the key the entry names too, in further
+ * stages, cost more instructions than it saved waits.) */
 #define AHEAD 16
-#define MID 8
-#define NEAR 4
-#endif
-#define RING 64
+#define RING 32 /* (a power of two above AHEAD) */
 
 typedef struct {
     int kind;
@@ -105,18 +100,28 @@ static ALWAYS_INLINE uint64_t fmix(uint64_t h) {
 
 static ALWAYS_INLINE uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
-/* The bytes of a string of at most 8 bytes as one number; for a given length, equal numbers
- * are equal bytes (two overlapping 4-byte words cover 4 to 8 bytes; three bytes cover 1 to 3). */
-static ALWAYS_INLINE uint64_t load_short(const uint8_t *p, size_t n) {
-    if (n >= 4) {
-        uint32_t a, b;
-        memcpy(&a, p, 4);
-        memcpy(&b, p + n - 4, 4);
-        return ((uint64_t)b << 32) | a;
+static const uint64_t LOW_BYTES[9] = {0,
+                                      0xffULL,
+                                      0xffffULL,
+                                      0xffffffULL,
+                                      0xffffffffULL,
+                                      0xffffffffffULL,
+                                      0xffffffffffffULL,
+                                      0xffffffffffffffULL,
+                                      0xffffffffffffffffULL};
+
+/* The bytes of a string of at most 8 bytes as one number (little-endian, zero-extended): for a
+ * given length, equal numbers are equal bytes.  One 8-byte load where the buffer (ending at end)
+ * has room for it, which is all but its last few strings. */
+static ALWAYS_INLINE uint64_t short_bytes(const uint8_t *p, size_t n, const uint8_t *end) {
+    uint64_t v = 0;
+    if (__builtin_expect(p + 8 <= end, 1)) {
+        memcpy(&v, p, 8);
+        return v & LOW_BYTES[n];
     }
-    if (n > 0)
-        return ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1];
-    return 0;
+    for (size_t j = 0; j < n; j++)
+        v |= (uint64_t)p[j] << (8 * j);
+    return v;
 }
 
 static uint64_t hash_long(const uint8_t *p, size_t n) {
@@ -136,15 +141,16 @@ static uint64_t hash_long(const uint8_t *p, size_t n) {
     return fmix(h);
 }
 
-static ALWAYS_INLINE uint64_t hash_str(const uint8_t *p, size_t n) {
+static ALWAYS_INLINE uint64_t hash_str(const uint8_t *p, size_t n, const uint8_t *end) {
     if (n <= 8)
-        return fmix(load_short(p, n) ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL));
+        return fmix(short_bytes(p, n, end) ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL));
     return hash_long(p, n);
 }
 
-static ALWAYS_INLINE int eq_str(const uint8_t *a, const uint8_t *b, size_t n) {
+static ALWAYS_INLINE int eq_str(const uint8_t *a, const uint8_t *a_end, const uint8_t *b, const uint8_t *b_end,
+                                size_t n) {
     if (n <= 8)
-        return load_short(a, n) == load_short(b, n);
+        return short_bytes(a, n, a_end) == short_bytes(b, n, b_end);
     return memcmp(a, b, n) == 0;
 }
 
@@ -213,7 +219,7 @@ static ALWAYS_INLINE uint64_t col_hash(source_t *s, const colspec_t *c, const co
         size_t len;
         if (v->valid && !bit(v->valid, p))
             return NULL_HASH;
-        return str_at(s, v, p, &at, &len) ? hash_str(at, len) : 0;
+        return str_at(s, v, p, &at, &len) ? hash_str(at, len, v->data + v->data_len) : 0;
     }
     if (kind == KIND_BOOL) {
         if (v->valid && !bit(v->valid, p))
@@ -240,7 +246,7 @@ static ALWAYS_INLINE int col_equal(source_t *s, const colspec_t *c, const colvie
         size_t la, lb;
         if (!str_at(s, v, p, &a, &la) || !str_at(s, w, q, &b, &lb))
             return 0;
-        return la == lb && eq_str(a, b, la);
+        return la == lb && eq_str(a, v->data + v->data_len, b, w->data + w->data_len, la);
     }
     uint64_t x = load_fixed(v->values + p * c->width, c->width), y = load_fixed(w->values + q * c->width, c->width);
     int nv = fixed_null(c, v, p, x), nw = fixed_null(c, w, q, y);
@@ -354,8 +360,30 @@ static int more_room(source_t *s) {
     return 1;
 }
 
-/* The slot of batch row i's key (hash h); a new slot, recorded in first[], when it is not there;
+/* A new key, batch row i's (hash h), at the empty entry pos: the next slot, recorded in first[];
  * -1 when out of memory. */
+static ALWAYS_INLINE int64_t add(KeyIndex *ix, source_t *s, Py_ssize_t i, uint64_t h, uint32_t pos, uint32_t tag,
+                                 int mode) {
+    int bits = ix->bits;
+    int64_t slot = ix->count;
+    (void)h;
+    if (slot - s->k == s->room && !more_room(s))
+        return -1;
+    s->first[slot - s->k] = (int32_t)i;
+    ix->count++;
+    if (ix->count > ((int64_t)1 << bits) - ((int64_t)1 << bits) / 5) { /* (grow places the new key too) */
+        if (!grow(ix, s, mode)) {
+            ix->count--;
+            return -1;
+        }
+        return slot;
+    }
+    ix->table[pos] = (tag << bits) | (uint32_t)(slot + 1);
+    return slot;
+}
+
+/* The slot of batch row i's key (hash h); a new slot when it is not there; -1 when out of
+ * memory. */
 static ALWAYS_INLINE int64_t find_or_add(KeyIndex *ix, source_t *s, Py_ssize_t i, uint64_t h, int mode) {
     int bits = ix->bits;
     uint32_t mask = (1u << bits) - 1, tag = tag_of(h, bits), pos = (uint32_t)h & mask;
@@ -372,49 +400,82 @@ static ALWAYS_INLINE int64_t find_or_add(KeyIndex *ix, source_t *s, Py_ssize_t i
         }
         pos = (pos + 1) & mask;
     }
-    int64_t slot = ix->count;
-    if (slot - s->k == s->room && !more_room(s))
-        return -1;
-    s->first[slot - s->k] = (int32_t)i;
-    ix->count++;
-    if (ix->count > ((int64_t)1 << bits) - ((int64_t)1 << bits) / 5) { /* (grow places the new key too) */
-        if (!grow(ix, s, mode)) {
-            ix->count--;
-            return -1;
-        }
-        return slot;
-    }
-    ix->table[pos] = (tag << bits) | (uint32_t)(slot + 1);
-    return slot;
+    return add(ix, s, i, h, pos, tag, mode);
 }
 
-/* Ahead of probing for a row: if its home entry names a key of the state, bring that key's
- * offsets (stage 1) or bytes (stage 2) into the cache, and its ``last`` entry. */
-static ALWAYS_INLINE void prefetch_key(const KeyIndex *ix, const source_t *s, uint64_t h, int stage, int mode) {
+/* A batch row's string key, read once: when it is hashed ahead of its probe. */
+typedef struct {
+    uint64_t h;
+    const uint8_t *at;
+    size_t len;
+    int null;
+} strkey_t;
+
+static ALWAYS_INLINE void read_strkey(source_t *s, Py_ssize_t i, strkey_t *out) {
+    const colview_t *v = &s->batch[0];
+    Py_ssize_t p = v->offset + i;
+    out->null = v->valid && !bit(v->valid, p);
+    if (out->null) {
+        out->h = NULL_HASH;
+        return;
+    }
+    out->h = str_at(s, v, p, &out->at, &out->len) ? hash_str(out->at, out->len, v->data + v->data_len) : 0;
+}
+
+/* find_or_add for one string column, the batch row's key as read ahead. */
+static ALWAYS_INLINE int64_t find_or_add_str(KeyIndex *ix, source_t *s, Py_ssize_t i, const strkey_t *key) {
     int bits = ix->bits;
-    uint32_t mask = (1u << bits) - 1, e = ix->table[(uint32_t)h & mask];
-    if (e == 0 || (e >> bits) != tag_of(h, bits))
-        return;
-    int64_t slot = (int64_t)(e & mask) - 1;
-    if (slot >= s->k)
-        return;
-    const colview_t *v = &s->state[0];
-    Py_ssize_t p = v->offset + (Py_ssize_t)slot;
-    if (mode == MODE_FIXED) {
-        __builtin_prefetch(v->values + p * ix->spec[0].width);
-        __builtin_prefetch(&s->last[slot], 1);
-    } else if (stage == 1) {
-        __builtin_prefetch(v->values + 4 * p);
-        __builtin_prefetch(&s->last[slot], 1);
-    } else {
-        int32_t a;
-        memcpy(&a, v->values + 4 * p, 4);
-        if (a >= 0 && a < v->data_len)
-            __builtin_prefetch(v->data + a);
+    uint64_t h = key->h;
+    uint32_t mask = (1u << bits) - 1, tag = tag_of(h, bits), pos = (uint32_t)h & mask;
+    const uint8_t *key_end = s->batch[0].data + s->batch[0].data_len;
+    for (;;) {
+        uint32_t e = ix->table[pos];
+        if (e == 0)
+            break;
+        if ((e >> bits) == tag) {
+            int64_t slot = (int64_t)(e & mask) - 1;
+            Py_ssize_t row;
+            const colview_t *v = slot_key(s, slot, &row);
+            Py_ssize_t p = v->offset + row;
+            int null = v->valid && !bit(v->valid, p);
+            if (null || key->null) {
+                if (null && key->null)
+                    return slot;
+            } else {
+                const uint8_t *at;
+                size_t len;
+                if (str_at(s, v, p, &at, &len) && len == key->len &&
+                    eq_str(key->at, key_end, at, v->data + v->data_len, len))
+                    return slot;
+            }
+        }
+        pos = (pos + 1) & mask;
     }
+    return add(ix, s, i, h, pos, tag, MODE_STRING);
 }
 
-/* Every batch row's key: its slot, and each slot's last row in ``last``; 0 when out of memory. */
+/* Every batch row's key of one string column: its slot, and each slot's last row in ``last``;
+ * 0 when out of memory. */
+static int run_string(KeyIndex *ix, source_t *s, Py_ssize_t n) {
+    strkey_t ring[RING];
+    for (Py_ssize_t i = 0; i < n && i < AHEAD; i++)
+        read_strkey(s, i, &ring[i % RING]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) {
+            strkey_t *ahead = &ring[(i + AHEAD) % RING];
+            read_strkey(s, i + AHEAD, ahead);
+            __builtin_prefetch(&ix->table[(uint32_t)ahead->h & ((1u << ix->bits) - 1)]);
+        }
+        int64_t slot = find_or_add_str(ix, s, i, &ring[i % RING]);
+        if (slot < 0)
+            return 0;
+        s->last[slot] = (int32_t)i;
+    }
+    return 1;
+}
+
+/* Every batch row's key (of one fixed-width column, or any columns): its slot, and each slot's
+ * last row in ``last``; 0 when out of memory. */
 static ALWAYS_INLINE int run(KeyIndex *ix, source_t *s, Py_ssize_t n, int mode) {
     uint64_t ring[RING];
     for (Py_ssize_t i = 0; i < n && i < AHEAD; i++)
@@ -425,10 +486,6 @@ static ALWAYS_INLINE int run(KeyIndex *ix, source_t *s, Py_ssize_t n, int mode) 
             ring[(i + AHEAD) % RING] = h;
             __builtin_prefetch(&ix->table[(uint32_t)h & ((1u << ix->bits) - 1)]);
         }
-        if (mode != MODE_ANY && i + MID < n)
-            prefetch_key(ix, s, ring[(i + MID) % RING], 1, mode);
-        if (mode == MODE_STRING && i + NEAR < n)
-            prefetch_key(ix, s, ring[(i + NEAR) % RING], 2, mode);
         int64_t slot = find_or_add(ix, s, i, ring[i % RING], mode);
         if (slot < 0)
             return 0;
@@ -440,7 +497,7 @@ static ALWAYS_INLINE int run(KeyIndex *ix, source_t *s, Py_ssize_t n, int mode) 
 static int run_any(KeyIndex *ix, source_t *s, Py_ssize_t n, int mode) {
     switch (mode) {
     case MODE_STRING:
-        return run(ix, s, n, MODE_STRING);
+        return run_string(ix, s, n);
     case MODE_FIXED:
         return run(ix, s, n, MODE_FIXED);
     default:
