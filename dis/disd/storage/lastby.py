@@ -48,7 +48,7 @@ from disd.errors import DisError
 from disd.schema import TableSchema
 from disd.storage.fsio import FileSystem, read_file, write_file
 from disd.storage.lastbyfeed import Pending, join
-from disd.storage.lastbykeys import joined_keys, slot_finder, stored
+from disd.storage.lastbykeys import POOL, joined_keys, slot_finder, stored
 
 log = structlog.get_logger(__name__)
 
@@ -243,14 +243,16 @@ class LastBy:
         # Only the batch's last row of each key is taken (and made ``stored``), then the new
         # state is one take over the old state and those rows: O(keys), not O(batch), columns.
         picked = _indices(keyed.rows)
-        delta = pa.Table.from_arrays([stored(c, arr.take(picked)) for c, arr in zip(self.schema.columns, cols)],
-                                     schema=self.arrow_schema).combine_chunks()
+        delta = pa.Table.from_arrays([stored(c, pc.take(arr, picked, memory_pool=POOL))
+                                      for c, arr in zip(self.schema.columns, cols)],
+                                     schema=self.arrow_schema).combine_chunks(memory_pool=POOL)
         if k == 0:  # every key is new and ``changed`` is every slot in order
             table = delta
         else:
             idx = np.arange(total, dtype=np.int64)
             idx[changed] = k + np.arange(len(changed), dtype=np.int64)
-            table = pa.concat_tables([s.table, delta]).combine_chunks().take(_indices(idx))
+            both = pa.concat_tables([s.table, delta], memory_pool=POOL).combine_chunks(memory_pool=POOL)
+            table = pc.take(both, _indices(idx), memory_pool=POOL)
         if not self.subscribers:
             delta = None
         with self._lock:

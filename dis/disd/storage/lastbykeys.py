@@ -38,6 +38,12 @@ import pyarrow.compute as pc
 from disd.schema import Column, ColumnType
 from disd.storage import columns as colfmt
 
+#: The memory of the arrays an update makes: the C library's allocator (glibc, as the DIS tunes it,
+#: ``disd.allocator``), not Arrow's default (mimalloc), which handed the pages of one update's
+#: arrays back to the system before the next and took fresh transparent huge pages for it:
+#: zeroing them was 18-43% of a DIS's CPU samples with last-by on (perf, ``bench/lastby.py``).
+POOL = pa.system_memory_pool()
+
 try:  # the product's C module (setup.py); without it the reference answers
     from disd.storage import lastbyindex
 except ImportError:  # pragma: no cover - a build without a C compiler
@@ -71,7 +77,7 @@ def stored(column: Column, arr: pa.Array | pa.ChunkedArray) -> pa.Array | pa.Chu
     if column.type is ColumnType.STRING:
         return arr if arr.type == pa.string() else arr.cast(pa.string())
     if isinstance(arr, pa.ChunkedArray):
-        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks else pa.nulls(0, arr.type)
+        arr = pa.concat_arrays(arr.chunks, memory_pool=POOL) if arr.num_chunks else pa.nulls(0, arr.type)
     return colfmt.decode_fixed(column, colfmt.encode_fixed(column, arr), len(arr))
 
 
@@ -176,7 +182,7 @@ def _buffers(column: Column, arr: pa.Array | pa.ChunkedArray) -> tuple:
     want = pa.string() if column.type is ColumnType.STRING else column.type.arrow_type
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.chunk(0) if arr.num_chunks == 1 else (
-            pa.concat_arrays(arr.chunks) if arr.num_chunks else pa.nulls(0, arr.type))
+            pa.concat_arrays(arr.chunks, memory_pool=POOL) if arr.num_chunks else pa.nulls(0, arr.type))
     if arr.type != want:
         arr = arr.cast(want)
     bufs = arr.buffers()
