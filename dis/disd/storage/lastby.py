@@ -89,6 +89,15 @@ def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
     return joined_keys([table.column(k) for k in keys])
 
 
+def _chunks(state: pa.ChunkedArray, batch: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    """A state's column and the batch's as one chunked array (no copy), the batch's in the
+    state's type."""
+    if batch.type != state.type:
+        batch = batch.cast(state.type)
+    more = batch.chunks if isinstance(batch, pa.ChunkedArray) else [batch]
+    return pa.chunked_array([*state.chunks, *more], state.type)
+
+
 def _last_indices(key: pa.Array) -> np.ndarray:
     """Row index of the last occurrence of each distinct key, keys in order of first appearance
     (dictionary codes are assigned in that order): one hash pass and one O(n) ``maximum.at``."""
@@ -240,21 +249,18 @@ class LastBy:
             raise LastByLimitError(
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
-        # Only the batch's last row of each key is taken (and made ``stored``), then the new
-        # state is one take over the old state and those rows: O(keys), not O(batch), columns.
-        picked = _indices(keyed.rows)
-        delta = pa.Table.from_arrays([stored(c, pc.take(arr, picked, memory_pool=POOL))
-                                      for c, arr in zip(self.schema.columns, cols)],
+        # The new state in one take over the old state and the batch (the batch's pieces as
+        # chunks, not joined): each slot's old row, or the batch's last row of its key; then
+        # made ``stored``: O(keys), not O(batch), columns.
+        idx = np.arange(total, dtype=np.int64)
+        idx[changed] = k + keyed.rows
+        source = pa.Table.from_arrays([_chunks(s.table.column(i), arr) for i, arr in enumerate(cols)],
+                                      schema=self.arrow_schema)
+        taken = pc.take(source, _indices(idx), memory_pool=POOL)
+        table = pa.Table.from_arrays([stored(c, taken.column(i)) if c.type.is_fixed_width else taken.column(i)
+                                      for i, c in enumerate(self.schema.columns)],
                                      schema=self.arrow_schema).combine_chunks(memory_pool=POOL)
-        if k == 0:  # every key is new and ``changed`` is every slot in order
-            table = delta
-        else:
-            idx = np.arange(total, dtype=np.int64)
-            idx[changed] = k + np.arange(len(changed), dtype=np.int64)
-            both = pa.concat_tables([s.table, delta], memory_pool=POOL).combine_chunks(memory_pool=POOL)
-            table = pc.take(both, _indices(idx), memory_pool=POOL)
-        if not self.subscribers:
-            delta = None
+        delta = pc.take(table, _indices(changed), memory_pool=POOL) if self.subscribers else None
         with self._lock:
             if generation is not None and generation != self._generation:
                 return
