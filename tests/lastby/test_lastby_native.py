@@ -222,13 +222,16 @@ def test_c_index_is_built():
 
 
 def test_a_batch_with_many_new_keys_grows_the_index_and_keeps_every_key():
-    """Many new keys in one batch (the table doubles several times inside one update, hashing
-    each key again where it lives: the state or the batch) and then again in the next."""
+    """Many new keys in one batch of three chunks (the table doubles several times inside one
+    update, hashing each key again where it lives: the state or the chunk it first appeared in)
+    and then again in the next."""
     lb, ref = LastBy(SCHEMA, ("S", "I"), 10**6, native=True), LastBy(SCHEMA, ("S", "I"), 10**6, native=False)
     n = 0
     for size in (50_000, 70_000, 5):
         cols = rows(size, size, n, ("S", "I"), 16)
         cols[0] = pa.array([f"k{(i * 7919) % 90_000}" for i in range(n, n + size)])  # repeats across batches
+        cut = size // 3  # as a publish's pieces: chunks, new keys first seen in each
+        cols = [pa.chunked_array([c.slice(0, cut), c.slice(cut, cut), c.slice(2 * cut)]) for c in cols]
         for x in (lb, ref):
             x.apply(cols, n + size)
         n += size

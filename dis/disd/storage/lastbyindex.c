@@ -25,7 +25,8 @@
  *                                kind 0 fixed-width, 1 float (every NaN equal), 2 bool (bits),
  *                                3 string (int32 offsets)
  * KeyIndex.update(state, k, batch, n, max_keys) -> (total, changed, rows)
- *     state: the key columns of the state's k rows (slot order); batch: of the n new rows.
+ *     state: the key columns of the state's k rows (slot order); batch: the n new rows as
+ *     chunks ((rows, key columns), ...), read in place (rows count across the chunks).
  *     Slots of new keys follow k in order of first appearance.  changed: the slots the batch
  *     touched, ascending, and rows: the batch's last row of each (both int64 bytes).  When total
  *     exceeds max_keys, changed and rows are None and the index is emptied.  An index whose
@@ -79,10 +80,15 @@ typedef struct {
  * keys, at the row where each first appeared) and each slot's last row in the batch. */
 typedef struct {
     const KeyIndex *ix;
-    const colview_t *state, *batch;
+    const colview_t *state;
+    const colview_t *chunks; /* the batch's chunks' columns, ncols a chunk */
+    const colview_t *batch;  /* the chunk being read: its columns */
+    int32_t chunk;           /* its number */
+    int64_t base;            /* the batch row of its first row */
     int64_t k;
-    int32_t *first; /* the batch row of slot k + i, for ``room`` new keys */
-    int32_t *last;  /* the batch's last row of each slot (-1: untouched), k + room of them */
+    int32_t *first;       /* where slot k + i first appeared: its row in its chunk, */
+    int32_t *first_chunk; /* and its chunk, for ``room`` new keys */
+    int32_t *last;        /* the batch's last row of each slot (-1: untouched), k + room of them */
     int64_t room;
     int bad; /* a string offset out of its buffer */
 } source_t;
@@ -289,7 +295,7 @@ static ALWAYS_INLINE const colview_t *slot_key(const source_t *s, int64_t slot, 
         return s->state;
     }
     *row = (Py_ssize_t)s->first[slot - s->k];
-    return s->batch;
+    return s->chunks + (size_t)s->first_chunk[slot - s->k] * (size_t)s->ix->ncols;
 }
 
 static ALWAYS_INLINE uint32_t tag_of(uint64_t h, int bits) { return ((uint32_t)(h >> 32)) >> bits; }
@@ -351,6 +357,10 @@ static int more_room(source_t *s) {
     if (first == NULL)
         return 0;
     s->first = first;
+    first = realloc(s->first_chunk, (size_t)room * sizeof *first);
+    if (first == NULL)
+        return 0;
+    s->first_chunk = first;
     int32_t *last = realloc(s->last, (size_t)(s->k + room) * sizeof *last);
     if (last == NULL)
         return 0;
@@ -370,6 +380,7 @@ static ALWAYS_INLINE int64_t add(KeyIndex *ix, source_t *s, Py_ssize_t i, uint64
     if (slot - s->k == s->room && !more_room(s))
         return -1;
     s->first[slot - s->k] = (int32_t)i;
+    s->first_chunk[slot - s->k] = s->chunk;
     ix->count++;
     if (ix->count > ((int64_t)1 << bits) - ((int64_t)1 << bits) / 5) { /* (grow places the new key too) */
         if (!grow(ix, s, mode)) {
@@ -469,7 +480,7 @@ static int run_string(KeyIndex *ix, source_t *s, Py_ssize_t n) {
         int64_t slot = find_or_add_str(ix, s, i, &ring[i % RING]);
         if (slot < 0)
             return 0;
-        s->last[slot] = (int32_t)i;
+        s->last[slot] = (int32_t)(s->base + i);
     }
     return 1;
 }
@@ -489,7 +500,7 @@ static ALWAYS_INLINE int run(KeyIndex *ix, source_t *s, Py_ssize_t n, int mode) 
         int64_t slot = find_or_add(ix, s, i, ring[i % RING], mode);
         if (slot < 0)
             return 0;
-        s->last[slot] = (int32_t)i;
+        s->last[slot] = (int32_t)(s->base + i);
     }
     return 1;
 }
@@ -690,22 +701,43 @@ static PyObject *KeyIndex_update(KeyIndex *self, PyObject *args) {
              : self->spec[0].kind == KIND_STRING ? MODE_STRING
              : self->spec[0].kind == KIND_FIXED  ? MODE_FIXED
                                                  : MODE_ANY;
-    colview_t *views = PyMem_Calloc(2 * (size_t)ncols, sizeof *views);
-    colbufs_t *bufs = PyMem_Calloc(2 * (size_t)ncols, sizeof *bufs);
-    source_t src = {self, NULL, NULL, (int64_t)k, NULL, NULL, n < 1024 ? 1 + n : 1024, 0};
+    PyObject *chunks = PySequence_Fast(batch_arg, "the batch must be a sequence of (rows, key columns) chunks");
+    if (chunks == NULL) {
+        self->busy = 0;
+        return NULL;
+    }
+    Py_ssize_t nchunks = PySequence_Fast_GET_SIZE(chunks), total_rows = 0;
+    colview_t *views = PyMem_Calloc((size_t)(1 + nchunks) * (size_t)ncols, sizeof *views);
+    colbufs_t *bufs = PyMem_Calloc((size_t)(1 + nchunks) * (size_t)ncols, sizeof *bufs);
+    Py_ssize_t *lengths = PyMem_Calloc((size_t)nchunks + 1, sizeof *lengths);
+    source_t src = {self, NULL, NULL, NULL, 0, 0, (int64_t)k, NULL, NULL, NULL, n < 1024 ? 1 + n : 1024, 0};
     PyObject *result = NULL, *slots = NULL, *rows = NULL;
-    if (views == NULL || bufs == NULL) {
+    if (views == NULL || bufs == NULL || lengths == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    if (!parse_columns(self, state_arg, k, views, bufs, "state") ||
-        !parse_columns(self, batch_arg, n, views + ncols, bufs + ncols, "batch"))
+    if (!parse_columns(self, state_arg, k, views, bufs, "state"))
         goto done;
+    for (Py_ssize_t c = 0; c < nchunks; c++) {
+        PyObject *cols;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(chunks, c), "nO;a chunk is (rows, key columns)", &lengths[c],
+                              &cols))
+            goto done;
+        if (lengths[c] < 0 || !parse_columns(self, cols, lengths[c], views + (1 + c) * ncols, bufs + (1 + c) * ncols,
+                                             "batch"))
+            goto done;
+        total_rows += lengths[c];
+    }
+    if (total_rows != n) {
+        PyErr_Format(PyExc_ValueError, "the batch's chunks hold %zd rows, not %zd", total_rows, n);
+        goto done;
+    }
     src.state = views;
-    src.batch = views + ncols;
+    src.chunks = views + ncols;
     src.first = malloc((size_t)src.room * sizeof *src.first);
+    src.first_chunk = malloc((size_t)src.room * sizeof *src.first_chunk);
     src.last = malloc((size_t)(k + src.room) * sizeof *src.last);
-    if (src.first == NULL || src.last == NULL) {
+    if (src.first == NULL || src.first_chunk == NULL || src.last == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -715,8 +747,12 @@ static PyObject *KeyIndex_update(KeyIndex *self, PyObject *args) {
     memset(src.last, 0xff, (size_t)(k + src.room) * sizeof *src.last);
     if (self->count != (int64_t)k || self->table == NULL) /* not this state's keys: rebuilt from them */
         ok = rebuild(self, &src, mode);
-    if (ok)
-        ok = run_any(self, &src, n, mode);
+    for (Py_ssize_t c = 0; ok && c < nchunks; c++) {
+        src.batch = src.chunks + c * ncols;
+        src.chunk = (int32_t)c;
+        ok = run_any(self, &src, lengths[c], mode);
+        src.base += lengths[c];
+    }
     if (ok && !src.bad)
         for (int64_t slot = 0; slot < self->count; slot++)
             touched += src.last[slot] >= 0;
@@ -755,10 +791,13 @@ done:
     Py_XDECREF(slots);
     Py_XDECREF(rows);
     if (bufs)
-        release(bufs, 2 * ncols);
+        release(bufs, (int)((1 + nchunks) * ncols)); /* (held flags say which) */
+    Py_DECREF(chunks);
     PyMem_Free(views);
     PyMem_Free(bufs);
+    PyMem_Free(lengths);
     free(src.first);
+    free(src.first_chunk);
     free(src.last);
     return result;
 }

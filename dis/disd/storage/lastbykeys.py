@@ -179,10 +179,10 @@ def _spec(column: Column, several: bool) -> tuple[int, int, bytes | None]:
 def _buffers(column: Column, arr: pa.Array | pa.ChunkedArray) -> tuple:
     """``(validity, values, data, offset)`` of one key column for the C index: one array of the
     column's Arrow type (chunks joined, a string column as 32-bit offsets)."""
-    want = pa.string() if column.type is ColumnType.STRING else column.type.arrow_type
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.chunk(0) if arr.num_chunks == 1 else (
             pa.concat_arrays(arr.chunks, memory_pool=POOL) if arr.num_chunks else pa.nulls(0, arr.type))
+    want = pa.string() if column.type is ColumnType.STRING else column.type.arrow_type
     if arr.type != want:
         arr = arr.cast(want)
     bufs = arr.buffers()
@@ -194,6 +194,16 @@ def _buffers(column: Column, arr: pa.Array | pa.ChunkedArray) -> tuple:
         return validity, pa.py_buffer(bytes(width + 8)), None, arr.offset
     data = bufs[2] if column.type is ColumnType.STRING else None
     return validity, values, data, arr.offset
+
+
+def _chunks(columns: Sequence[Column], batch: list[pa.Array | pa.ChunkedArray]) -> list[tuple]:
+    """The batch's key columns as chunks ``(rows, [buffers of each column])`` for the C index,
+    read where they are (a publish's pieces are not joined): the columns' chunks cut at the same
+    rows (``Table.to_batches``, slices)."""
+    if all(isinstance(a, pa.Array) for a in batch):
+        return [(len(batch[0]), [_buffers(c, a) for c, a in zip(columns, batch)])]
+    table = pa.Table.from_arrays(batch, names=[c.name for c in columns])
+    return [(rb.num_rows, [_buffers(c, a) for c, a in zip(columns, rb.columns)]) for rb in table.to_batches()]
 
 
 class IndexKeys:
@@ -221,8 +231,7 @@ class IndexKeys:
             self._token += 1
             k, n = state.num_rows, len(batch[0])
             total, changed, rows = self._index.update(
-                [_buffers(c, state.column(c.name)) for c in self.columns], k,
-                [_buffers(c, a) for c, a in zip(self.columns, batch)], n, max_keys)
+                [_buffers(c, state.column(c.name)) for c in self.columns], k, _chunks(self.columns, batch), n, max_keys)
             if changed is None:
                 return Keyed(total, None, None, self._token)
             self._pending = self._token
@@ -234,7 +243,7 @@ class IndexKeys:
             self._index.clear()
             self._for = None
             cols = [_buffers(c, state.column(c.name)) for c in self.columns]
-            self._index.update(cols, state.num_rows, cols, 0, 1 << 62)
+            self._index.update(cols, state.num_rows, [], 0, 1 << 62)
             self._for = state
 
     def accept(self, token: int, table: pa.Table) -> None:
