@@ -238,3 +238,16 @@ def test_a_batch_with_many_new_keys_grows_the_index_and_keeps_every_key():
         assert bits(lb.snapshot().table).equals(bits(ref.snapshot().table))
     assert len(lb.snapshot().table) >= 90_000
     assert lb.snapshot().nbytes < ref.snapshot().nbytes  # the index holds no key bytes
+
+
+def test_columns_chunked_at_different_rows_give_the_same_state():
+    """A batch whose columns are cut into chunks at different rows (not a publish's pieces):
+    each key's last row is still taken from every column at the same row."""
+    cols = rows(900, 7, 0, ("S",), 16)
+    cuts = [[0, 100, 900], [0, 450, 451, 900]]
+    chunked = [pa.chunked_array([c.slice(a, b - a) for a, b in zip(cuts[i % 2], cuts[i % 2][1:])])
+               for i, c in enumerate(cols)]
+    for native in (True, False):
+        lb = LastBy(SCHEMA, ("S",), 1000, native=native)
+        lb.apply(chunked, 900)
+        assert bits(lb.snapshot().table).equals(bits(last_by(as_read(cols), ("S",))))

@@ -89,13 +89,39 @@ def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
     return joined_keys([table.column(k) for k in keys])
 
 
-def _chunks(state: pa.ChunkedArray, batch: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
-    """A state's column and the batch's as one chunked array (no copy), the batch's in the
-    state's type."""
-    if batch.type != state.type:
-        batch = batch.cast(state.type)
-    more = batch.chunks if isinstance(batch, pa.ChunkedArray) else [batch]
-    return pa.chunked_array([*state.chunks, *more], state.type)
+def _aligned(cols: list[pa.Array | pa.ChunkedArray]) -> list[pa.Array | pa.ChunkedArray]:
+    """The batch's columns with their chunks cut at the same rows (a publish's pieces already
+    are; anything else is cut with ``Table.to_batches``, slices)."""
+    def layout(c: pa.Array | pa.ChunkedArray) -> tuple[int, ...]:
+        return tuple(len(x) for x in c.chunks) if isinstance(c, pa.ChunkedArray) else (len(c),)
+    if all(layout(c) == layout(cols[0]) for c in cols):
+        return cols
+    batches = pa.Table.from_arrays(cols, names=[str(i) for i in range(len(cols))]).to_batches()
+    return [pa.chunked_array([b.column(i) for b in batches], c.type) for i, c in enumerate(cols)]
+
+
+def _by_chunk(column: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
+    """``rows`` of a batch held as ``column``'s chunks, grouped by chunk: the order that groups
+    them (stable) and, per chunk, its number and the rows in it (relative to it)."""
+    if not isinstance(column, pa.ChunkedArray) or column.num_chunks == 1:
+        return np.arange(len(rows)), [(0, rows)]
+    starts = np.cumsum([0, *(len(c) for c in column.chunks)])
+    which = np.searchsorted(starts[1:], rows, side="right")
+    order = np.argsort(which, kind="stable")
+    grouped, ids = rows[order], which[order]
+    cuts = np.searchsorted(ids, np.arange(column.num_chunks + 1))
+    return order, [(j, grouped[cuts[j]:cuts[j + 1]] - starts[j]) for j in range(column.num_chunks)
+                   if cuts[j + 1] > cuts[j]]
+
+
+def _take_chunks(arr: pa.Array | pa.ChunkedArray, picked: list[tuple[int, np.ndarray]]) -> pa.Array:
+    """The rows ``_by_chunk`` grouped, taken from each chunk in place and joined (only them)."""
+    if not isinstance(arr, pa.ChunkedArray):
+        return pc.take(arr, _indices(picked[0][1]), memory_pool=POOL)
+    parts = [pc.take(arr.chunk(j), _indices(r), memory_pool=POOL) for j, r in picked]
+    if not parts:
+        return pa.nulls(0, arr.type)
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts, memory_pool=POOL)
 
 
 def _last_indices(key: pa.Array) -> np.ndarray:
@@ -249,17 +275,18 @@ class LastBy:
             raise LastByLimitError(
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
-        # The new state in one take over the old state and the batch (the batch's pieces as
-        # chunks, not joined): each slot's old row, or the batch's last row of its key; then
-        # made ``stored``: O(keys), not O(batch), columns.
+        # Only the batch's last row of each key is taken (and made ``stored``), from each of the
+        # batch's pieces in place (Arrow's take over chunks would join them first: a copy of the
+        # whole batch), then the new state is one take over the old state and those rows:
+        # O(keys), not O(batch), columns.
+        cols = _aligned(cols)
+        order, picked = _by_chunk(cols[0], keyed.rows)
+        delta = pa.Table.from_arrays([stored(c, _take_chunks(arr, picked)) for c, arr in zip(self.schema.columns, cols)],
+                                     schema=self.arrow_schema)
         idx = np.arange(total, dtype=np.int64)
-        idx[changed] = k + keyed.rows
-        source = pa.Table.from_arrays([_chunks(s.table.column(i), arr) for i, arr in enumerate(cols)],
-                                      schema=self.arrow_schema)
-        taken = pc.take(source, _indices(idx), memory_pool=POOL)
-        table = pa.Table.from_arrays([stored(c, taken.column(i)) if c.type.is_fixed_width else taken.column(i)
-                                      for i, c in enumerate(self.schema.columns)],
-                                     schema=self.arrow_schema).combine_chunks(memory_pool=POOL)
+        idx[changed[order]] = k + np.arange(len(changed), dtype=np.int64)
+        both = pa.concat_tables([s.table, delta], memory_pool=POOL).combine_chunks(memory_pool=POOL)
+        table = pc.take(both, _indices(idx), memory_pool=POOL)
         delta = pc.take(table, _indices(changed), memory_pool=POOL) if self.subscribers else None
         with self._lock:
             if generation is not None and generation != self._generation:
