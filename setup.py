@@ -10,10 +10,11 @@
 * ``disd.storage.newlocation`` and ``disd.storage.batchwrite`` (C, no dependency but the C
   library) create a new location's directories, record and column files, and write a location's
   flush, each in one call outside the interpreter's lock; ``disd.storage.lastbyindex`` keeps a
-  last-by state's keys in a hash table between publishes.  They are optional: without a C
-  compiler the build goes on and the DIS does all three from Python (``disd.storage.fsio``'s
-  ``create_location`` and ``pwrite_all``, ``disd.storage.lastbykeys.ArrowKeys``), which the
-  tests check against them; with
+  last-by state's keys in a hash table between publishes; ``disd.binlog.rowencode`` encodes a
+  frame's rows for the logger.  They are optional: without a C compiler the build goes on and
+  all four are done from Python (``disd.storage.fsio``'s ``create_location`` and
+  ``pwrite_all``, ``disd.storage.lastbykeys.ArrowKeys``, ``disd.binlog.format``'s
+  ``encode_rows_numpy``), which the tests check against them; with
   ``DIS_REQUIRE_C_MODULES=1`` (``make dist``, the Dockerfile) a failed compile fails the build.
 """
 
@@ -83,5 +84,6 @@ setup(
     cmdclass={"build_py": BuildPyWithProtos},
     ext_modules=[Extension("disd.storage.newlocation", ["dis/disd/storage/newlocation.c"], optional=optional_c),
                  Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=optional_c),
-                 Extension("disd.storage.lastbyindex", ["dis/disd/storage/lastbyindex.c"], optional=optional_c)],
+                 Extension("disd.storage.lastbyindex", ["dis/disd/storage/lastbyindex.c"], optional=optional_c),
+                 Extension("disd.binlog.rowencode", ["dis/disd/binlog/rowencode.c"], optional=optional_c)],
 )
