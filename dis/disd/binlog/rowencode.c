@@ -146,10 +146,25 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         const column_t *c = &cols[i];
         uint8_t *f = rec + c->field, bitmask = (uint8_t)(1u << (i & 7));
         uint8_t *nb = rec + 1 + i / 8;
-        if (c->kind == KIND_FIXED) {
+        if (c->kind == KIND_FIXED) { /* (a loop per width: each copy a single move) */
             const uint8_t *v = c->values + c->offset * c->width;
-            for (Py_ssize_t r = 0; r < n; r++, f += row_size, v += c->width)
-                memcpy(f, v, (size_t)c->width);
+            switch (c->width) {
+            case 1:
+                for (Py_ssize_t r = 0; r < n; r++, f += row_size)
+                    *f = v[r];
+                break;
+            case 2:
+                for (Py_ssize_t r = 0; r < n; r++, f += row_size)
+                    memcpy(f, v + 2 * r, 2);
+                break;
+            case 4:
+                for (Py_ssize_t r = 0; r < n; r++, f += row_size)
+                    memcpy(f, v + 4 * r, 4);
+                break;
+            default:
+                for (Py_ssize_t r = 0; r < n; r++, f += row_size)
+                    memcpy(f, v + 8 * r, 8);
+            }
         } else if (c->kind == KIND_BOOL) {
             for (Py_ssize_t r = 0; r < n; r++, f += row_size) {
                 Py_ssize_t p = c->offset + r;
@@ -170,17 +185,30 @@ static PyObject *encode(PyObject *self, PyObject *args) {
                     memset(rec + r * row_size + c->field, 0, (size_t)c->width);
                 }
     }
-    uint8_t *h = rec + n * row_size;
-    for (Py_ssize_t r = 0; r < n; r++) /* the heap: row by row */
-        for (Py_ssize_t j = 0; j < nstrings; j++) {
-            const column_t *c = &cols[strings[j]];
-            if (is_null(c, r))
-                continue;
-            int32_t a, b;
-            span(c, r, &a, &b);
-            memcpy(h, c->data + a, (size_t)(b - a));
-            h += b - a;
-        }
+    uint8_t *h = rec + n * row_size, *h_end = h + heap;
+    if (nstrings == 1 && cols[strings[0]].valid == NULL && n > 0) { /* one string column, no nulls: */
+        const column_t *c = &cols[strings[0]]; /* its bytes are the heap, in one piece */
+        int32_t a, end;
+        memcpy(&a, c->values + 4 * c->offset, 4);
+        memcpy(&end, c->values + 4 * (c->offset + n), 4);
+        memcpy(h, c->data + a, (size_t)(end - a));
+    } else
+        for (Py_ssize_t r = 0; r < n; r++) /* the heap: row by row */
+            for (Py_ssize_t j = 0; j < nstrings; j++) {
+                const column_t *c = &cols[strings[j]];
+                if (is_null(c, r))
+                    continue;
+                int32_t a, b;
+                span(c, r, &a, &b);
+                size_t len = (size_t)(b - a);
+                if (len <= 16 && h + 16 <= h_end && a + 16 <= c->data_len) { /* short: two 8-byte moves */
+                    uint64_t x[2];                                              /* (the next string overwrites */
+                    memcpy(x, c->data + a, 16);                                 /* what passes this one) */
+                    memcpy(h, x, 16);
+                } else
+                    memcpy(h, c->data + a, len);
+                h += len;
+            }
     Py_END_ALLOW_THREADS
 done:
     if (cols)
