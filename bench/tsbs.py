@@ -131,19 +131,15 @@ def main() -> None:
         workers = [(IntradayLoggerBuilder(str(schema_path)).set_log_dir(str(logs)).set_internal_partition(f"tsbs{w}")
                     .set_column_partition_value("2026-11-22").build()) for w in range(args.workers)]
         mine = [np.flatnonzero(np.arange(args.hosts) % args.workers == w) for w in range(args.workers)]
-        # each worker's rows of each interval, split before the clock as TSBS's loaders read theirs
-        # ready: the logger's rate is the logger's, not this split's (a take of every column)
-        batches, left = [], args.rows
+        t0 = time.perf_counter()
+        left = args.rows
         for t in tables:
             t = t.slice(0, min(left, t.num_rows))
-            batches.append([t.take(rows[rows < t.num_rows]) for rows in mine])
+            for log, rows in zip(workers, mine):
+                log.log_batch(t.take(rows[rows < t.num_rows]))
             left -= t.num_rows
             if left <= 0:
                 break
-        t0 = time.perf_counter()
-        for parts in batches:
-            for log, part in zip(workers, parts):
-                log.log_batch(part)
         for log in workers:
             log.close()
         logger_s = time.perf_counter() - t0
