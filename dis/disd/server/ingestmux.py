@@ -1,14 +1,13 @@
 """The ``Ingest.Multiplex`` call: many locations' streams on one call, one thread reading them.
 
 Why: with a ``Stream`` call per location, the DIS serves every location on a thread of its own,
-and a location's write passes through that thread, gRPC's and the acking one.  At 200 locations
-each writing once a second, the DIS spent about 3 ms of CPU per write, most of it threads waking
-one another (docs/benchmarks.md, "What bounds many locations"), against 0.2 ms to ingest the
-chunk; and each new location cost a new call and a new thread.  On a ``Multiplex`` call, a
+and a location's write passes through that thread, gRPC's and the acking one: with many locations
+each writing a little, threads waking one another cost the DIS many times what ingesting the chunk
+does, and each new location costs a new call and a new thread.  On a ``Multiplex`` call, a
 tailer's streams are numbered frames: one thread reads every request of the call and handles it
-inline (``ServedStream``, the same code as ``Stream``'s), and the answers of a whole request
-go back as one response.  A tailer that has many locations writing at once puts their chunks in
-one request, so a message, and a wake-up, carries many locations' writes.
+inline (``ServedStream``, the same code as ``Stream``'s), and the answers of a whole request go
+back as one response.  A tailer that has many locations writing at once puts their chunks in one
+request, so a message, and a wake-up, carries many locations' writes.
 
 Threads: the reader (started here) owns the call's streams: it opens, feeds and ends them.  The
 call's own thread only writes responses.  Another thread (the idle reaper, a stream of another
