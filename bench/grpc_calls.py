@@ -1,6 +1,6 @@
 """What a call costs a gRPC Python server, with the synchronous API (the DIS's) and with asyncio.
 
-Why: the load bench's floor (docs/benchmarks.md, "the floor") puts most of a new location's
+Why: the load bench's floor (docs/benchmarks-history.md, "the floor") puts most of a new location's
 cost in the DIS's threads handing messages to one another, and a ``grpc.aio`` server, which runs
 every call on one event loop instead of a pool thread per call, looks like the remedy.  This
 measures that remedy before anyone builds it: a bare server of either kind, in its own process,

@@ -40,7 +40,7 @@ MiB (default 1024) and exits (``warm_memory``).  On this kind of virtual machine
 guest page on its first touch and takes freed pages back, so memory not used lately costs about
 2 ns a byte the first time; the burst's processes grow by a few hundred MiB and its new column
 files take 127 MB of page cache, and without the warming the burst paid for all of it while the
-baseline, run right after the burst's processes exited, reused their pages (docs/benchmarks.md, the note
+baseline, run right after the burst's processes exited, reused their pages (docs/benchmarks-history.md, the note
 "warm memory, same readers").  ``--warm-mib 0`` measures as before.
 
 4. Floor, same run: fresh processes take the burst's locations again with
@@ -627,7 +627,7 @@ class CpuLimits:
     core to itself (``dis_live_writes_per_s_ceiling``).  That CPU covers the live phase and its
     drain, idle work included (clocks, the sampler, the follower's waiting), so well below the
     machine's capacity it overstates a write's cost and the ceilings are low; near it (the 10,000
-    locations of docs/benchmarks.md) they are what the run could not exceed."""
+    locations of docs/benchmarks-history.md) they are what the run could not exceed."""
 
     cores: int
     burst_cpu_s: float
@@ -653,7 +653,7 @@ class CpuLimits:
     def dis_ms_per_location_allowed(self, ratio: float) -> float:
         """The most DIS CPU per location a burst can spend and reach ``ratio`` while the DIS runs
         on one core: its interpreter runs one thread at a time, and both phases are bound by it
-        (docs/benchmarks.md, the note "the floor").  Compare the floor's DIS CPU per location, and
+        (docs/benchmarks-history.md, the note "the floor").  Compare the floor's DIS CPU per location, and
         ``bench/location_path.py``'s ingest path alone.  Negative: even no locations could not."""
         return 1000 * (self.baseline_s / ratio - self.dis_baseline_cpu_s) / self.locations
 

@@ -4,7 +4,7 @@ as pre-encoded binary-log frames with plain ``write`` calls, not through ``disd.
 Why: the bench measures the tailer and the DIS.  With a logger per internal partition the bench's
 own process spent as much CPU as the two under test at 10,000 locations (2,000 loggers, a
 partition function and a writer thread each), and made 4-9 of its 30 live writes in the time
-(docs/benchmarks.md); the logger's own speed is ``bench/logger_batch.py``'s figure.  Here each
+(docs/benchmarks-history.md); the logger's own speed is ``bench/logger_batch.py``'s figure.  Here each
 location's file gets its header, the burst's rows as frames (``disd.binlog.encode_frame``, at most
 ``MAX_ROWS_PER_FRAME`` rows each), and in the live phase the same pre-encoded frame of a few rows
 per tick, one ``write`` per location: the bytes a logger writes, without its CPU.  The tailer

@@ -2,7 +2,7 @@
 
 The many-locations targets (``bench/load.py``) are bound by CPU per location across the
 processes; this bench isolates the DIS's share that no serving change can remove: the ingest
-path a stream's messages run (``disd.server.ingest.LocationStream``: open, then a chunk and its
+path a stream's messages run (``disd.server.ingest.ServedStream``: open, then a chunk and its
 ack; a caught-up chunk is flushed at once, as the tailer marks the last chunk of a location).
 
 Phases over ``--locations`` new locations of Market.Trade (internal partitions x 5 dates, as
@@ -15,7 +15,7 @@ the DIS (512 by default: 1,000 column files cycle through them, as they do there
   and 10 rows) as one batch through the engine's chunk entry (``IngestService.ingest``, as the
   request's reader hands them over), ingested and flushed; then the streams stay open;
 * *live*: ``--rounds`` rounds of one 1-row chunk per location, each flushed, a chunk at a time
-  (``LocationStream.handle``, what a ``Stream`` call does per message);
+  (``ServedStream.handle``, what a ``Stream`` call does per message);
 * *live batch*: ``--rounds`` rounds of the same, every location's chunk of a round in one batch
   (what a ``Multiplex`` request carrying them does).
 
@@ -67,7 +67,7 @@ from disd.names import LocationKey  # noqa: E402
 from disd.rpc.keys import key_to_proto  # noqa: E402
 from disd.rpc.v1 import dis_pb2  # noqa: E402
 from disd.schema import SchemaRegistry, load_schema  # noqa: E402
-from disd.server.ingest import IngestService, LocationStream  # noqa: E402
+from disd.server.ingest import IngestService, ServedStream  # noqa: E402
 from disd.server.ingestsessions import SessionRegistry  # noqa: E402
 from disd.storage import StorageEngine  # noqa: E402
 from disd.config import StorageConfig  # noqa: E402
@@ -131,7 +131,7 @@ def dis_path(work: str, keys: list[LocationKey], logs: list, rounds: int,
         # a Multiplex request's opens: the new locations made together, then each stream opened
         engine.open_many([(k, version.version) for k, version in map(service.open_target, opens)])
         for o in opens:
-            s = LocationStream(service, "bench", lambda code, details: None)
+            s = ServedStream(service, "bench", lambda code, details: None)
             s.open(o)
             streams.append(s)
         acks = service.ingest([(s, c.chunk) for s, c in zip(streams, firsts)])

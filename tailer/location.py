@@ -60,8 +60,8 @@ log = structlog.get_logger("disd.tailer")
 
 #: A caught-up piece smaller than this waits while the location has a chunk unacknowledged, and
 #: is then read again with what arrived meanwhile (Nagle's rule, per location).  Why: the DIS's
-#: cost is per chunk far more than per row (about 0.2 ms in process for 2 rows or for 250,
-#: docs/benchmarks.md), so a location written a row at a time sent a chunk per row however far
+#: cost is per chunk far more than per row (a chunk of 2 rows costs it about what one of 250
+#: does), so a location written a row at a time sent a chunk per row however far
 #: behind the DIS was, and a DIS short of CPU fell further behind the more locations it had.
 #: Waiting for the one chunk in flight makes the chunks grow as the DIS slows, which bounds its
 #: work per second; a DIS keeping up acknowledges long before the next row, so nothing waits.

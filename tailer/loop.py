@@ -2,8 +2,9 @@
 
 Why one loop and no thread per location: a location's work per write is small (read the new
 bytes, cut whole frames, queue a chunk, take its ack), and with a thread each, 10,000 locations
-were 10,000 threads waking one another and waiting for the interpreter's lock: the tailers spent
-about 1.4 ms of CPU per location write (docs/benchmarks.md).  On the loop a location is a
+are 10,000 threads waking one another and waiting for the interpreter's lock, which costs the
+tailers far more CPU per location write than the work itself (docs/benchmarks-history.md, "the
+event-loop tailer").  On the loop a location is a
 coroutine (``disd.tailer.location``) woken by inotify (or the rescan), by its acks and by its
 timers, and the chunks of every location travel on one ``Multiplex`` call per DIS
 (``disd.tailer.muxcall``).  Directory scans stay on a thread of their own (``disd.tailer.core``):
@@ -31,7 +32,7 @@ from disd.tailer.protocol import StreamBroken
 #: resume point): a DIS without ``Multiplex`` takes an open call only when its gRPC server asks
 #: for the next one, and gRPC's server rejects calls beyond its backlog (CANCELLED, INTERNAL) and
 #: cancels one that waited longer than 30 s: thousands of streams opened at once, on a loaded
-#: machine, failed and were retried (docs/benchmarks.md).
+#: machine, failed and were retried (docs/benchmarks-history.md).
 MAX_OPENING = 16
 
 

@@ -30,8 +30,8 @@ RACE_DELAY_S = 0.1
 
 def chunk_request(file_name: str, piece: Piece) -> dis_pb2.IngestRequest:
     """The request carrying ``piece``, built by assigning the nested message's fields: passing
-    a ``LogChunk`` to ``IngestRequest(chunk=...)`` merges it, which took 5-10 ms per 4 MiB chunk
-    (upb) against 0.1 ms this way."""
+    a ``LogChunk`` to ``IngestRequest(chunk=...)`` merges it, which costs milliseconds per
+    4 MiB chunk (upb), many times what assigning costs."""
     req = dis_pb2.IngestRequest()
     chunk = req.chunk
     chunk.file_name = file_name

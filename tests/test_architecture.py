@@ -207,3 +207,17 @@ def test_every_error_the_product_defines_derives_from_dis_error():
                     and not name.startswith("_") and not issubclass(obj, DisError)):
                 strays.append(f"{module.__name__}.{name}")
     assert strays == []
+
+
+def test_each_class_name_has_one_meaning():
+    """No two classes of the product (disd and the tailer, private ones too) share a name: a name
+    read in a log, a traceback or a review means one thing wherever it appears."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for module, path in sorted(modules().items()):
+        if module.startswith("disd.rpc.v1"):
+            continue  # generated from proto/
+        for n in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(n, ast.ClassDef):
+                where[n.name].append(f"{module}:{n.lineno}")
+    shared = {name: places for name, places in where.items() if len(places) > 1}
+    assert not shared, "\n".join(f"{name}: {', '.join(places)}" for name, places in sorted(shared.items()))

@@ -142,11 +142,11 @@ def test_rows_newer_than_the_reader_narrow_back_only_when_every_value_fits():
     """A streaming query keeps the version it started with; rows of a newer version whose
     column was widened are cast back, and a value the older type cannot hold is refused rather
     than changed (Arrow would turn a large double into infinity as a float)."""
-    from disd.schemaversions import Projection
+    from disd.schemaversions import VersionProjection
 
     old = schema(1, ("P", "float"), ("N", "int"))
     new = schema(2, ("P", "double"), ("N", "long"))
-    back = Projection(new, old, {"P": "P", "N": "N"})
+    back = VersionProjection(new, old, {"P": "P", "N": "N"})
     ok = back.apply(pa.table({"P": pa.array([1.5, None, float("-inf")]), "N": pa.array([2**31 - 1, None, -5])}))
     assert ok.to_pydict() == {"P": [1.5, None, float("-inf")], "N": [2**31 - 1, None, -5]}
     with pytest.raises(pa.ArrowInvalid, match="column 'P': double value 1e\\+300 is out of float's range"):

@@ -7,40 +7,34 @@ request, gRPC's message, the decoded columns), most of them between 64 KiB and a
 **The trim threshold** (``M_TRIM_THRESHOLD``): glibc hands the top of a heap back to the system
 whenever more than this is free there, and a page handed back is a page fault and a page of
 zeros the next time it is used.  Its default (128 KiB, kept fixed once the mmap threshold is
-set) handed back nearly every such buffer: for the 4 M rows of ``bench/load.py``'s baseline
-(about 120 MB of log) the DIS took 143,000-196,000 page faults, some 600 MB of fresh pages, and
-in the burst over 200 locations the four tailers took 68,000-82,000.  With the settings below
-the DIS took 20,000-23,000, the tailers 38,000-47,000, and the baseline ran in 0.36-0.38 s
-instead of 0.61-0.66 s (docs/benchmarks.md, note "page faults").  The memory kept is bounded by
-the threshold per heap times the heaps:
+set) hands back nearly every such buffer, so the DIS and the tailer fault in fresh pages for
+most of the bytes they move, several times the faults of the settings below and a slower ingest
+(docs/benchmarks-history.md, note "page faults").  The memory kept is bounded by the threshold
+per heap times the heaps:
 
 **The arenas** (``M_ARENA_MAX``): glibc gives threads that allocate at once heaps of their own,
-up to eight per core.  With 16 MiB kept at each heap's top, the hostile-chunk test's waves (four
-streams at a time, served by different threads of a 16-thread pool) left more resident wave
-after wave: 169 MiB after the first, 341 MiB after the tenth (with four heaps, 120 MiB after the
-first and 262 MiB after the tenth in one of four runs).  Both processes allow two heaps: their
-Python threads allocate under one interpreter lock anyway, so more heaps buy little.
+up to eight per core.  With 16 MiB kept at each heap's top, waves of concurrent streams served
+by different threads leave more resident wave after wave.  Both processes allow two heaps:
+their Python threads allocate under one interpreter lock anyway, so more heaps buy little.
 
 **The mmap threshold** (``M_MMAP_THRESHOLD``): blocks of at least this size are mapped on their
 own and unmapped when freed.  glibc raises it on its own (up to 32 MiB) after the first such
 block is freed, so later large blocks come from the heaps, which keep freed memory for reuse.
 The DIS pins it at 4 MiB: ingest messages are up to 48 MiB and decoded on many threads at once,
-and a burst of large chunks would otherwise leave hundreds of MiB resident for good (measured:
-4 concurrent 30 MiB chunks, repeated, settle at about 530 MiB instead of 220 MiB;
-tests/hostile/test_ingest_fuzz.py).  A tailer's largest blocks are its own requests (up to
+and a burst of large chunks would otherwise leave hundreds of MiB resident for good
+(tests/hostile/test_ingest_fuzz.py).  A tailer's largest blocks are its own requests (up to
 8 MiB): it pins the threshold at 32 MiB so they are reused, not mapped afresh each time.
 
-**Free memory inside the heaps** (``HeapTrimmer``): the trim threshold only hands back free
-memory at a heap's *top*.  A burst of large messages is received as many gRPC slices below
-4 MiB, and once it is over their free pages sit between blocks still in use, resident until the
-heap happens to reuse them.  Under load on two cores, the hostile-chunk test's waves left
-205-229 MiB resident against a start of 99 MiB, and one CI run 330 MiB; ``malloc_trim(0)``,
-which returns every free page of every heap, brought the same runs back to 100-112 MiB.  The
-DIS calls it once a second while its resident size is ``growth`` above the lowest of the last
-``window_s``: after such a burst the memory goes back within a second, and a process whose
-memory is steady (however busy) is not trimmed, so its buffers are not faulted in afresh.  A
-trim costs a walk of the heaps (0.3 ms with a million small blocks live) plus 20 ms per
-300 MiB it returns.
+**Free memory inside the heaps** (``HeapTrimmer``): the trim threshold only hands back free memory
+at a heap's *top*.  A burst of large messages is received as many gRPC slices below 4 MiB, and
+once it is over their free pages sit between blocks still in use, resident until the heap happens
+to reuse them (after a burst, often more than the process held before it). ``malloc_trim(0)``,
+which returns every free page of every heap, brings it back to about where it started
+(docs/benchmarks-history.md, note "free heap pages handed back").  The DIS calls it once a second
+while its resident size is ``growth`` above the lowest of the last ``window_s``: after such a
+burst the memory goes back within a second, and a process whose memory is steady (however busy) is
+not trimmed, so its buffers are not faulted in afresh.  A trim costs a walk of the heaps (0.3 ms
+with a million small blocks live) plus 20 ms per 300 MiB it returns.
 """
 
 from __future__ import annotations

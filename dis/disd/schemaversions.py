@@ -134,7 +134,7 @@ def origins(newest: TableSchema, version: int) -> dict[str, str | None]:
 
 
 @dataclass(frozen=True)
-class Projection:
+class VersionProjection:
     """How to present rows stored in ``stored`` (a version of the table) as ``newest`` columns:
     ``sources`` maps each wanted newest column to the stored column to read (None: all null)."""
 
@@ -195,7 +195,7 @@ def _exact_cast(col: pa.ChunkedArray, to: pa.DataType, name: str) -> pa.ChunkedA
     return pc.cast(col, to, safe=True)
 
 
-def projection(schema: TableSchema, version: int, columns: Sequence[str] | None = None) -> Projection:
+def projection(schema: TableSchema, version: int, columns: Sequence[str] | None = None) -> VersionProjection:
     """The projection of rows stored in ``version`` onto ``columns`` (default: every column) of
     ``schema``; ``schema.versions`` must hold ``version``.
 
@@ -204,7 +204,7 @@ def projection(schema: TableSchema, version: int, columns: Sequence[str] | None 
     streaming query) started with and the table has moved on: each of ``schema``'s columns is
     then read from the column it became (renamed forward; none when a later version dropped it,
     and a column added since is no column's source), cast back to ``schema``'s type: exact
-    unless a widened column holds a value the older type cannot hold, which ``Projection.apply``
+    unless a widened column holds a value the older type cannot hold, which ``VersionProjection.apply``
     refuses (``pyarrow.ArrowInvalid``)."""
     if version <= schema.version:
         found = origins(schema, version)
@@ -215,7 +215,7 @@ def projection(schema: TableSchema, version: int, columns: Sequence[str] | None 
     wanted = list(columns) if columns is not None else schema.column_names
     for c in wanted:
         schema.column(c)  # KeyError naming the table for an unknown column
-    return Projection(schema.at_version(version), schema, {c: found[c] for c in wanted})
+    return VersionProjection(schema.at_version(version), schema, {c: found[c] for c in wanted})
 
 
 def declare(stored: Sequence[TableSchema], declared: TableSchema) -> list[TableSchema]:

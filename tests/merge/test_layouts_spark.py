@@ -16,7 +16,7 @@ from disd.historical.definitions import TableDefinition, read_definition, write_
 from disd.historical.index import read_index
 from disd.historical.layout import Layout, NamespaceRoot, NamespaceType
 from disd.schema import Column, ColumnType
-from disd.spark.usertables import UserTableError
+from disd.spark.usertables import SparkUserTableError
 from support import TRADE, trade_rows
 
 from .helpers import D1, D2, location_table
@@ -124,7 +124,7 @@ def test_user_tables_splayed_and_partitioned(spark, tmp_path):
     assert back.columns == ["Id", "K", "S", "T", "P", "B"]
     assert sorted(map(tuple, back.collect())) == sorted(map(tuple, df.collect()))
 
-    with pytest.raises(UserTableError, match="mode='replace'"):
+    with pytest.raises(SparkUserTableError, match="mode='replace'"):
         disd.spark.write_user_table(df, "Research", "Signals", db_root=str(db))
     old = users.splayed_path("Signals") / "part-00000.parquet"
     held = open(old, "rb")
@@ -146,7 +146,7 @@ def test_user_tables_splayed_and_partitioned(spark, tmp_path):
     assert back.columns == ["Id", "S", "Date"]
     assert sorted(map(tuple, back.collect())) == sorted(map(tuple, daily.collect()))
     assert read(spark, db, "Research.Daily").where(f"Date = '{D2}'").count() == 2000
-    with pytest.raises(UserTableError, match="already has partitions"):
+    with pytest.raises(SparkUserTableError, match="already has partitions"):
         disd.spark.write_user_table(daily, "Research", "Daily", db_root=str(db), partition_column="Date")
     more = spark.range(0, 10).selectExpr("id as Id", "'x' as S", "'2026-11-21' as Date")
     disd.spark.write_user_table(more, "Research", "Daily", db_root=str(db), partition_column="Date")
@@ -161,9 +161,9 @@ def test_user_tables_splayed_and_partitioned(spark, tmp_path):
         spark.conf.unset("spark.dis.dbRoot")
     assert read(spark, db, "Research.Tiny").count() == 3
 
-    with pytest.raises(UserTableError, match="decimal"):
+    with pytest.raises(SparkUserTableError, match="decimal"):
         disd.spark.write_user_table(spark.range(3).selectExpr("cast(id as decimal(10,2)) as D"), "Research", "Bad",
                                     db_root=str(db))
     pathlib.Path(db, "Systems", "Market").mkdir(parents=True)
-    with pytest.raises(UserTableError, match="system namespace"):
+    with pytest.raises(SparkUserTableError, match="system namespace"):
         disd.spark.write_user_table(df, "Market", "Mine", db_root=str(db))

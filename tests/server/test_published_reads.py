@@ -13,7 +13,7 @@ import pytest
 from disd.binlog import LocationKey
 from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.server.blockhttp import EngineBackend, Refused
+from disd.server.blockhttp import EngineBackend, HttpRefused
 from disd.storage.location import Location
 from support import Feeder, running_dis, trade_rows
 
@@ -71,6 +71,6 @@ def test_the_block_endpoint_answers_503_for_a_location_closed_under_a_read(serve
     chunk = backend.open_range(KEY, "Size.dat", 0, ROWS * 4)
     assert len(chunk(0, ROWS * 4)) == ROWS * 4
     srv.engine.location(KEY).close()
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(HttpRefused) as refused:
         chunk(0, 4)
     assert refused.value.status == 503 and refused.value.message == f"location {KEY} is closed"

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from disd.blocks.protocol import BlockSource, BlockSourceError, LocationSnapshot
 from disd.schema import TableSchema
-from disd.schemaversions import Projection, projection
+from disd.schemaversions import VersionProjection, projection
 from disd.storage.columns import DataEnds, read_rows_batched
 
 
@@ -53,7 +53,7 @@ def read_location(source: BlockSource, schema: TableSchema, snap: LocationSnapsh
 
 
 def version_projection(schema: TableSchema, version: int, columns: Sequence[str] | None = None,
-                       what: str = "a location") -> Projection:
+                       what: str = "a location") -> VersionProjection:
     """How rows stored in ``version`` of ``schema``'s table read as ``schema``'s columns (all, or
     ``columns``): ``disd.schemaversions.projection`` (an older version: renamed, widened, added
     columns null; a newer one, for a reader that started before the table moved on: renamed

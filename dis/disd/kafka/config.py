@@ -80,7 +80,7 @@ class KafkaConfig:
         return {"bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
                 # librdkafka postpones a partition's next fetch by this much whenever its local
                 # queue is over queued.min.messages; its default (1000 ms) stalls a consumer
-                # that takes batches of thousands (3.5x fewer messages/s on the mock cluster)
+                # that takes batches of thousands, several times fewer messages a second
                 "fetch.queue.backoff.ms": 10,
                 # fetch ahead more than librdkafka's defaults (100000 messages queued, 1 MiB a partition
                 # a fetch): a loop that works between batches then finds its next one waiting

@@ -24,7 +24,7 @@ from disd.proxy.upstream import Upstream, snapshot_info
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import TableSchema
-from disd.server.blockhttp import Refused, listing_refused
+from disd.server.blockhttp import HttpRefused, listing_refused
 from disd.server.listing import ListingRefused, messages, missing, projections, versions_of_json, versions_of_messages
 from disd.server.tabledata import BLOCKS_MESSAGE_BYTES, Updates, batches, listing, ranges_messages
 
@@ -266,7 +266,7 @@ class ProxyBlockBackend:
         try:
             return call()
         except DisClientError as e:
-            raise Refused(503, f"proxy: {e}") from None
+            raise HttpRefused(503, f"proxy: {e}") from None
 
     def tables(self) -> dict:
         infos = self._call(self.upstream.tables)
@@ -294,9 +294,9 @@ class ProxyBlockBackend:
     def open_range(self, key: LocationKey, name: str, start: int, stop: int) -> Callable[[int, int], bytes]:
         snap, size = self._call(lambda: published(self.upstream, key, name))
         if snap is None:
-            raise Refused(404, size)
+            raise HttpRefused(404, size)
         if stop > size:
-            raise Refused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published")
+            raise HttpRefused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published")
         bs = snap.block_size
 
         def chunk(a: int, b: int) -> bytes:
@@ -305,7 +305,7 @@ class ProxyBlockBackend:
             blocks = self._call(lambda: self.blocks.blocks(snap, name, a // bs, (b - 1) // bs))
             data = b"".join(blocks)[a - (a // bs) * bs:][: b - a]
             if len(data) != b - a:
-                raise Refused(503, f"{key} {name}: upstream served {len(data)} of bytes [{a}, {b})")
+                raise HttpRefused(503, f"{key} {name}: upstream served {len(data)} of bytes [{a}, {b})")
             return data
 
         return chunk

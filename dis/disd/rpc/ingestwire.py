@@ -3,9 +3,8 @@
 A ``LogChunk`` carries up to 32 MiB of log.  Parsed the usual way, its bytes are copied twice
 after gRPC hands the message over: protobuf's parser copies them into its message, and reading
 ``chunk.data`` copies them again into a new ``bytes``.  On the DIS each copy lands in freshly
-mapped pages (``disd.allocator`` keeps blocks of 4 MiB and more on mmap), and a profile of the
-TSBS bench put the two copies at about an eighth of the DIS's busy time, as much as writing the
-column files.
+mapped pages (``disd.allocator`` keeps blocks of 4 MiB and more on mmap), so the two copies
+cost the DIS about as much as writing the column files.
 
 ``parse_ingest_request`` is the Ingest service's request deserializer.  For the message that
 matters (an ``IngestRequest`` whose body is a ``chunk``, fields as proto/disd/rpc/v1/dis.proto

@@ -62,7 +62,7 @@ log = structlog.get_logger(__name__)
 CHUNK_BYTES = 1 << 20
 
 
-class Refused(DisError):
+class HttpRefused(DisError):
     """A request the endpoint answers with an error status (and ``{"error": message}``)."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -152,8 +152,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif url.path == "/v1/read":
                 self._read(q)
             else:
-                raise Refused(404, f"no such endpoint {url.path!r}")
-        except Refused as r:
+                raise HttpRefused(404, f"no such endpoint {url.path!r}")
+        except HttpRefused as r:
             self.close_connection = r.status in (400, 401)
             self._json(r.status, {"error": r.message})
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, socket.timeout):
@@ -165,9 +165,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         got = self.headers.get("Authorization")
         if got is None:
-            raise Refused(401, "missing bearer token")
+            raise HttpRefused(401, "missing bearer token")
         if not hmac.compare_digest(got.encode(), expected):
-            raise Refused(401, "invalid bearer token")
+            raise HttpRefused(401, "invalid bearer token")
 
     def _read(self, q: dict) -> None:
         try:
@@ -175,11 +175,11 @@ class _Handler(BaseHTTPRequestHandler):
                               q.get("column_partition", ""))
             start, stop = int(q.get("start", "")), int(q.get("stop", ""))
         except InvalidNameError as e:
-            raise Refused(400, str(e)) from None
+            raise HttpRefused(400, str(e)) from None
         except ValueError:
-            raise Refused(400, "start and stop must be integers") from None
+            raise HttpRefused(400, "start and stop must be integers") from None
         if start < 0 or stop < start:
-            raise Refused(400, f"bad range [{start}, {stop})")
+            raise HttpRefused(400, f"bad range [{start}, {stop})")
         name = q.get("file", "")
         chunk = self.server.backend.open_range(key, name, start, stop)
         first = chunk(start, min(stop, start + CHUNK_BYTES))
@@ -192,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         while pos < stop:
             try:
                 data = chunk(pos, min(stop, pos + CHUNK_BYTES))
-            except Refused as r:
+            except HttpRefused as r:
                 # Headers are out: the reader sees a short body and names the error itself.
                 log.warning("block endpoint read failed mid-response", location=str(key), file=name, error=r.message)
                 self.close_connection = True
@@ -208,20 +208,20 @@ def _version(raw: str) -> int:
     try:
         v = int(raw)
     except ValueError:
-        raise Refused(400, f"version must be a schema version number, got {raw!r}") from None
+        raise HttpRefused(400, f"version must be a schema version number, got {raw!r}") from None
     if v < 0:
-        raise Refused(400, f"version must be a schema version number, got {raw!r}")
+        raise HttpRefused(400, f"version must be a schema version number, got {raw!r}")
     return v
 
 
-def listing_refused(r: ListingRefused) -> Refused:
+def listing_refused(r: ListingRefused) -> HttpRefused:
     """A listing the backend cannot give, as the endpoint answers it (404 or 400)."""
-    return Refused(404 if r.not_found else 400, str(r))
+    return HttpRefused(404 if r.not_found else 400, str(r))
 
 
 class BlockBackend(Protocol):
     """What the block endpoint serves: a DIS's storage engine (``EngineBackend``) or a proxy's
-    published snapshots and cache (``disd.proxy.service``).  Errors are ``Refused``."""
+    published snapshots and cache (``disd.proxy.service``).  Errors are ``HttpRefused``."""
 
     def tables(self) -> dict:
         """``{"tables": [...]}``: every table served, as ``GET /v1/tables`` answers."""
@@ -273,12 +273,12 @@ class EngineBackend:
     def open_range(self, key: LocationKey, name: str, start: int, stop: int) -> Callable[[int, int], bytes]:
         loc, why = readable_location(self.engine, key)
         if loc is None:
-            raise Refused(404, why)
+            raise HttpRefused(404, why)
         size = loc.column_files().get(name)
         if size is None:
-            raise Refused(404, f"location {key} has no column file {name!r}")
+            raise HttpRefused(404, f"location {key} has no column file {name!r}")
         if stop > size:
-            raise Refused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published "
+            raise HttpRefused(416, f"{key} {name}: bytes [{start}, {stop}) asked, {size} published "
                                "(did the DIS recover to an earlier checkpoint after the scan was planned?)")
         bs = self.block_size
         metrics.BLOCK_READS.inc(-(-stop // bs) - start // bs if stop > start else 0)
@@ -287,11 +287,11 @@ class EngineBackend:
             try:
                 data = loc.read_range(name, a, b)
             except LocationError as e:
-                raise Refused(503, str(e)) from None
+                raise HttpRefused(503, str(e)) from None
             except OSError as e:
-                raise Refused(503, f"{key} {name}: {e}") from None
+                raise HttpRefused(503, f"{key} {name}: {e}") from None
             if len(data) != max(0, b - a):
-                raise Refused(503, f"{key} {name}: the file holds {a + len(data)} bytes, {b} were published")
+                raise HttpRefused(503, f"{key} {name}: the file holds {a + len(data)} bytes, {b} were published")
             return data
 
         return chunk

@@ -143,7 +143,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
     def Stream(self, request_iterator: Iterator[Request], context: grpc.ServicerContext):  # noqa: N802
         """One location's stream on its own call (the ``Multiplex`` call carries many:
         ``disd.server.ingestmux``)."""
-        stream = LocationStream(self, context.peer(), functools.partial(end_stream, context))
+        stream = ServedStream(self, context.peer(), functools.partial(end_stream, context))
         try:
             waiting = self.sessions.wait_open(stream.peer, stream.end)
             try:
@@ -223,7 +223,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         except Exception as e:  # noqa: BLE001 - the location reports its own error state
             log.error("rollback failed", location=str(key), error=str(e))
 
-    def ingest(self, chunks: "list[tuple[LocationStream, ChunkView | dis_pb2.LogChunk]]"
+    def ingest(self, chunks: "list[tuple[ServedStream, ChunkView | dis_pb2.LogChunk]]"
                ) -> "list[dis_pb2.IngestResponse | RequestRefused | None]":
         """The chunks of open streams, in order, handed to the storage engine as one batch: each
         one's ack or refusal, or None for a chunk after its stream's refused one (the stream ends
@@ -268,9 +268,10 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         return out
 
 
-class LocationStream:
-    """One location's ingest stream, whichever call carries it: a ``Stream`` call of its own or
-    one of the streams of a ``Multiplex`` call.  ``open`` takes the first request and answers
+class ServedStream:
+    """One location's ingest stream as the DIS serves it (the tailer's side is
+    ``disd.tailer.location.LocationStream``), whichever call carries it: a ``Stream`` call of its
+    own or one of the streams of a ``Multiplex`` call.  ``open`` takes the first request and answers
     the resume point; ``handle`` takes each later one and answers its ack (None for a report);
     both raise ``RequestRefused``, after which the caller ends the stream with that status;
     ``close`` ends it (its uncommitted rows rolled back), once, from any thread."""

@@ -1,14 +1,13 @@
 """The ``Ingest.Multiplex`` call: many locations' streams on one call, one thread reading them.
 
 Why: with a ``Stream`` call per location, the DIS serves every location on a thread of its own,
-and a location's write passes through that thread, gRPC's and the acking one.  At 200 locations
-each writing once a second, the DIS spent about 3 ms of CPU per write, most of it threads waking
-one another (docs/benchmarks.md, "What bounds many locations"), against 0.2 ms to ingest the
-chunk; and each new location cost a new call and a new thread.  On a ``Multiplex`` call, a
+and a location's write passes through that thread, gRPC's and the acking one: with many locations
+each writing a little, threads waking one another cost the DIS many times what ingesting the chunk
+does, and each new location costs a new call and a new thread.  On a ``Multiplex`` call, a
 tailer's streams are numbered frames: one thread reads every request of the call and handles it
-inline (``LocationStream``, the same code as ``Stream``'s), and the answers of a whole request
-go back as one response.  A tailer that has many locations writing at once puts their chunks in
-one request, so a message, and a wake-up, carries many locations' writes.
+inline (``ServedStream``, the same code as ``Stream``'s), and the answers of a whole request go
+back as one response.  A tailer that has many locations writing at once puts their chunks in one
+request, so a message, and a wake-up, carries many locations' writes.
 
 Threads: the reader (started here) owns the call's streams: it opens, feeds and ends them.  The
 call's own thread only writes responses.  Another thread (the idle reaper, a stream of another
@@ -31,7 +30,7 @@ import structlog
 
 from disd.rpc.ingestwire import END, ChunkView, MuxBody, parse_ingest_request, parse_mux_request
 from disd.rpc.v1 import dis_pb2
-from disd.server.ingest import IngestService, LocationStream, RequestRefused, count_refusal
+from disd.server.ingest import IngestService, RequestRefused, ServedStream, count_refusal
 from disd.server.ingestsessions import end_stream
 
 log = structlog.get_logger(__name__)
@@ -54,10 +53,10 @@ class MuxCall:
         self.service = service
         self.context = context
         self.peer = context.peer()
-        self.streams: dict[int, LocationStream] = {}
+        self.streams: dict[int, ServedStream] = {}
         self.ended: set[int] = set()  # numbers the DIS ended: their late frames are dropped
         self.out: queue.SimpleQueue = queue.SimpleQueue()  # lists of replies, then _DONE
-        self.to_close: list[LocationStream] = []  # ended by another thread, closed by the writer
+        self.to_close: list[ServedStream] = []  # ended by another thread, closed by the writer
         self.lock = threading.Lock()
 
     # -- the reader --------------------------------------------------------------------------
@@ -91,7 +90,7 @@ class MuxCall:
         alone (a stream's chunks gathered so far go first)."""
         replies: list[dis_pb2.MuxReply] = []
         since = time.monotonic()
-        batch: list[tuple[int, LocationStream, ChunkView]] = []
+        batch: list[tuple[int, ServedStream, ChunkView]] = []
         in_batch: set[int] = set()
         streams, ended = self.streams, self.ended
         for number, body in frames:
@@ -113,7 +112,7 @@ class MuxCall:
         if replies:
             self.out.put(replies)
 
-    def _chunks(self, batch: list[tuple[int, LocationStream, ChunkView]], replies: list[dis_pb2.MuxReply]) -> None:
+    def _chunks(self, batch: list[tuple[int, ServedStream, ChunkView]], replies: list[dis_pb2.MuxReply]) -> None:
         """A batch of chunks of open streams: acks, or the streams refused."""
         results = self.service.ingest([(stream, chunk) for _, stream, chunk in batch])
         for (number, stream, _), r in zip(batch, results):
@@ -166,7 +165,7 @@ class MuxCall:
                 grpc.StatusCode.INVALID_ARGUMENT, f"stream {number}: a frame carries a request or an end"), replies)
         try:
             if stream is None:
-                stream = LocationStream(self.service, self.peer, functools.partial(self._end_async, number))
+                stream = ServedStream(self.service, self.peer, functools.partial(self._end_async, number))
                 with self.lock:
                     self.streams[number] = stream
                 response = stream.open(body)
@@ -177,7 +176,7 @@ class MuxCall:
         if response is not None:
             replies.append(dis_pb2.MuxReply(stream=number, response=response))
 
-    def _refuse(self, number: int, stream: LocationStream | None, r: RequestRefused,
+    def _refuse(self, number: int, stream: ServedStream | None, r: RequestRefused,
                 replies: list[dis_pb2.MuxReply]) -> None:
         with self.lock:
             self.streams.pop(number, None)

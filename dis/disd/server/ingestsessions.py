@@ -95,7 +95,7 @@ class TailerProblem:
 
 
 @dataclass(eq=False)  # hashed by identity: kept in a set
-class Pending:
+class UnopenedCall:
     """A call that has not sent its ``open`` yet (a ``Multiplex`` call: its first frame):
     watched by the reaper too, so a client that connects and sends nothing cannot hold a server
     thread forever."""
@@ -122,7 +122,7 @@ class SessionRegistry:
         self._failures = failures
         self._by_key: dict[LocationKey, Session] = {}
         self._owner_locks: dict[LocationKey, threading.Lock] = {}
-        self._pending: set[Pending] = set()
+        self._pending: set[UnopenedCall] = set()
         self._problems: dict[LocationKey, TailerProblem] = {}
         # when the last stream of a location ended (monotonic), while no other is open: a problem
         # reported on it is dropped ``idle_timeout_s`` later (``_expire_problems``)
@@ -222,13 +222,13 @@ class SessionRegistry:
             log.info("tailer problem dropped: no stream of the location for server.idle_timeout_s", location=str(k),
                      tailer=p.tailer_id, problem=p.problem, idle_timeout_s=self.idle_timeout_s)
 
-    def wait_open(self, peer: str, end: EndStream) -> Pending:
-        p = Pending(peer, end)
+    def wait_open(self, peer: str, end: EndStream) -> UnopenedCall:
+        p = UnopenedCall(peer, end)
         with self._lock:
             self._pending.add(p)
         return p
 
-    def opened(self, p: Pending) -> None:
+    def opened(self, p: UnopenedCall) -> None:
         with self._lock:
             self._pending.discard(p)
 

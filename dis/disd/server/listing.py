@@ -7,7 +7,7 @@ second time, and two implementations of one rule drift apart.  So the DIS, and a
 versions its DISes list, resolve them in every listing (gRPC ``ListLocations``, the block
 endpoint's ``/v1/locations``): per (table, stored version) of the listed locations, each
 presented column with the stored column it comes from and that column's type
-(``Projection.listed``).  One projection per version, not per location: a listing of thousands
+(``VersionProjection.listed``).  One projection per version, not per location: a listing of thousands
 of locations written in a few versions carries a few.
 
 The presented version is each table's newest, or the one the request names: a streaming query
@@ -67,7 +67,7 @@ def projections(schema_of: SchemaOf, listed: Iterable[tuple[str, str, int]], nam
     """For each distinct (namespace, table, stored version) of ``listed`` (the listed
     locations'), the projection of that version onto the presented one (see
     ``presented_schema``), as JSON-able dicts: ``namespace``, ``table``, ``stored_version``,
-    ``presented_version`` and ``columns`` (``Projection.listed``).  A version 0 (not known: a
+    ``presented_version`` and ``columns`` (``VersionProjection.listed``).  A version 0 (not known: a
     location in error) and a table or version ``schema_of`` does not know are left out."""
     asked = presented_schema(schema_of, namespace, table, version)
     out, seen = [], set()

@@ -63,7 +63,9 @@ def _batches(proj: Projection, view: pa.Table, partition_column: str) -> Iterato
         yield to_batch(proj, target, part, len(part), date)
 
 
-class _Base:
+class _LastByReaderBase:
+    """What the last-by batch and stream readers share: options, keys, partition column, projection."""
+
     def _setup(self, o: SourceOptions, schema: StructType) -> None:
         self.opts = o
         client = connect(o)
@@ -76,7 +78,7 @@ class _Base:
         self.projection = projection(table, schema)
 
 
-class LastByBatchReader(_Base, DataSourceReader):
+class LastByBatchReader(_LastByReaderBase, DataSourceReader):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self._setup(options, schema)
 
@@ -87,7 +89,7 @@ class LastByBatchReader(_Base, DataSourceReader):
         return read_last_by(partition)
 
 
-class LastByStreamReader(_Base, DataSourceStreamReader):
+class LastByStreamReader(_LastByReaderBase, DataSourceStreamReader):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self._setup(options, schema)
         self._seen: dict[str, int] = {}

@@ -23,7 +23,7 @@ loaded (``TableInfo.versions_json``); every input partition carries each locatio
 (``Slice.schema_version``) and every known version (``Projection.versions_json``), and a task
 decodes each location in its own version and projects it (``disd.blocks.read_location``).
 ``DisStreamReader`` keeps its schema for the life of the query: locations in a version newer
-than the query's are projected onto the query's columns (``_Base.spec_for``).
+than the query's are projected onto the query's columns (``_ReaderBase.spec_for``).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class DisDataSource(DataSource):
         return DisStreamReader(o, schema)
 
 
-class _Base:
+class _ReaderBase:
     """What the batch and stream readers share: options, table, projection, a lazy client."""
 
     def _setup(self, o: SourceOptions, schema: StructType) -> None:
@@ -176,7 +176,7 @@ class _Base:
         return state
 
 
-class DisBatchReader(_Base, DataSourceReader):
+class DisBatchReader(_ReaderBase, DataSourceReader):
     """A batch scan, pruned only by the ``partitions`` option (no ``pushFilters``: see the module
     docstring)."""
 
@@ -234,7 +234,7 @@ def water_fill(pending: dict, budget: int) -> dict:
     return alloc
 
 
-class DisStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class DisStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of new rows.  An offset is ``{"<internal>/<column partition>": rows}``: the
     published row count of each location (absent means 0).  A micro-batch from offset A to B
     reads rows ``[A[k], B[k])`` of each location k, so batches neither overlap nor leave gaps, and

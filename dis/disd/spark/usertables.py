@@ -45,14 +45,16 @@ _TYPES = {
 }
 
 
-class UserTableError(DisSourceError, usertables.UserTableError):
-    """A user table that cannot be written as asked; nothing was made visible."""
+class SparkUserTableError(DisSourceError, usertables.UserTableError):
+    """A user table that ``write_user_table`` cannot write as asked; nothing was made visible.
+    Both a ``UserTableError`` and an error of the ``dis`` source (``DisSourceError``), so either
+    ``except`` catches it."""
 
 
 def column_type(name: str, spark_type) -> ColumnType:  # noqa: ANN001
     t = _TYPES.get(type(spark_type))
     if t is None:
-        raise UserTableError(f"column {name!r} is {spark_type.simpleString()}; user tables take boolean, tinyint, "
+        raise SparkUserTableError(f"column {name!r} is {spark_type.simpleString()}; user tables take boolean, tinyint, "
                              "smallint, int, bigint, float, double, string and timestamp (cast it first)")
     return t
 
@@ -60,7 +62,7 @@ def column_type(name: str, spark_type) -> ColumnType:  # noqa: ANN001
 def _db_root(df, db_root: str | None) -> str:  # noqa: ANN001
     root = db_root or df.sparkSession.conf.get(DB_ROOT_CONF, None) or os.environ.get("DIS_DB_ROOT")
     if not root:
-        raise UserTableError(f"no database root: pass db_root=..., or set the Spark conf {DB_ROOT_CONF} "
+        raise SparkUserTableError(f"no database root: pass db_root=..., or set the Spark conf {DB_ROOT_CONF} "
                              "or the environment variable DIS_DB_ROOT")
     return os.path.abspath(root)
 
@@ -91,9 +93,9 @@ def write_user_table(df, namespace: str, table: str, db_root: str | None = None,
         ns = usertables.user_namespace(_db_root(df, db_root), namespace, table, internal_partition)
         fields = {f.name: f for f in df.schema.fields}
         if partition_column is not None and partition_column not in fields:
-            raise UserTableError(f"partition column {partition_column!r} is not a column of the DataFrame")
+            raise SparkUserTableError(f"partition column {partition_column!r} is not a column of the DataFrame")
         if partition_column is not None and not isinstance(fields[partition_column].dataType, StringType):
-            raise UserTableError(f"partition column {partition_column!r} must be a string column")
+            raise SparkUserTableError(f"partition column {partition_column!r} must be a string column")
         columns = tuple(Column(f.name, column_type(f.name, f.dataType)) for f in df.schema.fields
                         if f.name != partition_column)
         defn = usertables.user_definition(namespace, table, columns, partition_column, sort_by)
@@ -105,6 +107,6 @@ def write_user_table(df, namespace: str, table: str, db_root: str | None = None,
         rows = _DataFrameRows(data, settings or ParquetSettings())
         return usertables.publish_user_table(ns, defn, rows, mode, internal_partition)
     except usertables.UserTableError as e:
-        if isinstance(e, UserTableError):
+        if isinstance(e, SparkUserTableError):
             raise
-        raise UserTableError(str(e)) from None
+        raise SparkUserTableError(str(e)) from None

@@ -5,7 +5,8 @@
  * (five for a table of four columns with a string).  Made from Python, each pwrite gives up the
  * interpreter's lock and waits to take it back; with a Multiplex call's reader flushing a
  * caught-up location after every chunk while other threads decode, that wait is two thread
- * switches at best, per file, per flush (docs/benchmarks.md, "a location's flush in one call").
+ * switches at best, per file, per flush (docs/benchmarks-history.md, "a location's flush in one
+ * call").
  * Here the lock is given up once for all of them.
  *
  * The calls are exactly those of the Python path it replaces (disd.storage.fsio.pwrite_all's

@@ -216,8 +216,8 @@ class TrackedFile:
 def pwrite_files(writes: Sequence[tuple[TrackedFile, object, int]]) -> None:
     """Write each ``(handle, data, offset)`` whole, in order, in one operation of the handles'
     file system (``fsio.pwrite_all``): a location's flush, a write per column file, gives up
-    the interpreter's lock once instead of once per file (docs/benchmarks.md, "a location's
-    flush in one call").  The handles must share one factory.
+    the interpreter's lock once instead of once per file (docs/benchmarks-history.md, "a
+    location's flush in one call").  The handles must share one factory.
 
     Each descriptor is pinned, as ``fsync`` pins it, from when it is looked up until the writes
     are done: looking up the next one may reopen a descriptor and so run cleanup, which passes

@@ -16,8 +16,8 @@ counted alike.
 Compound operations may be done by the file system itself: ``create_location``, a new
 location's directories, ``table.size`` and column files.  ``OsFileSystem`` does it in C
 (``disd.storage.newlocation``), the same calls in the same order in one call that gives up the
-interpreter's lock once instead of some thirty times (docs/benchmarks.md, "new locations in one
-call"); any other file system (the tests' recording and failing disks) gets the composition of
+interpreter's lock once instead of some thirty times (docs/benchmarks-history.md, "new
+locations in one call"); any other file system (the tests' recording and failing disks) gets the composition of
 its own operations below, so every call still passes through it.  ``pwrite_all``, several
 positional writes (a location's flush: a write per column file), is offered the same way: in C
 (``disd.storage.batchwrite``) by ``OsFileSystem`` alone, composed of ``pwrite`` for any other; and so are the cuts and writes of compiled write states

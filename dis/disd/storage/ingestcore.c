@@ -3,8 +3,8 @@
  *
  * Why C: at thousands of live locations a DIS takes thousands of small chunks a second, and the
  * Python path spent some 200 us of interpreter time on each (scan, decode into Arrow, plan,
- * encode, buffer, flush), so one interpreter could not carry them (docs/benchmarks.md, "the
- * limit").  Here a Multiplex request's chunks are scanned, checked, decoded, planned and appended
+ * encode, buffer, flush), so one interpreter could not carry them (docs/benchmarks-history.md,
+ * "the limit").  Here a Multiplex request's chunks are scanned, checked, decoded, planned and appended
  * to their locations' buffers in one loop over plain C data, and their writes made in another
  * (docs/architecture.md, "The ingest path").
  *

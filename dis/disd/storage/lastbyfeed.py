@@ -17,8 +17,8 @@ class Pending:
     """The rows appended to a location that its state has not absorbed yet, as the Arrow arrays
     ingestion appended (zero-copy slices of the decoded batches, each ``(first row, columns)``).
 
-    Why: a publish's state update used to read its rows back from the column files, and decoding
-    them was about 30% of its time.  The location calls ``add`` and ``truncate`` under its lock,
+    Why: otherwise a publish's state update reads its rows back from the column files, and
+    decoding them is a large share of its work.  The location calls ``add`` and ``truncate`` under its lock,
     with the same row numbers as its files (a rollback cuts back to the committed rows, never
     below the published ones).  ``take`` needs only this object's own lock, not the location's
     (whose holder may be appending for tens of ms): rows below the published count never change

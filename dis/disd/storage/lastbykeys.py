@@ -40,8 +40,9 @@ from disd.storage import columns as colfmt
 
 #: The memory of the arrays an update makes: the C library's allocator (glibc, as the DIS tunes it,
 #: ``disd.allocator``), not Arrow's default (mimalloc), which handed the pages of one update's
-#: arrays back to the system before the next and took fresh transparent huge pages for it:
-#: zeroing them was 18-43% of a DIS's CPU samples with last-by on (perf, ``bench/lastby.py``).
+#: arrays back to the system before the next and took fresh transparent huge pages for it, and
+#: zeroing those cost a large share of the DIS's CPU with last-by on (docs/benchmarks-history.md,
+#: "Last-by, this round").
 POOL = pa.system_memory_pool()
 
 try:  # the product's C module (setup.py); without it the reference answers

@@ -7,8 +7,8 @@
  * files created and opened).  Made from Python, each of them gives up the interpreter's lock and
  * waits to take it back; when other threads of the DIS are decoding chunks, that wait is up to a
  * switch interval every time and two thread switches at best, so a burst of new locations spent
- * most of the DIS's time handing the lock around (docs/benchmarks.md, "new locations in one
- * call").  Here the lock is given up once for all of them.
+ * most of the DIS's time handing the lock around (docs/benchmarks-history.md, "new locations in
+ * one call").  Here the lock is given up once for all of them.
  *
  * The calls and their order are exactly those of the Python path it replaces (disd.storage.fsio's
  * make_dirs, checkpoint.write_record, and an open + fstat per column file); docs/storage-format.md

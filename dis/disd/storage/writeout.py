@@ -12,8 +12,8 @@ Descriptors.  A column file whose descriptor the handle factory holds is written
 so cleanup cannot close it meanwhile).  One whose descriptor was reclaimed (more column files
 than ``max_open_files``) is opened for its writes alone, its identity checked as a reopen checks
 it, and closed again, in the same C call: at ten thousand live locations, where every write
-finds its files closed, reopening them through the factory cost more interpreter time than the
-rest of the write (docs/benchmarks.md, "descriptors").  Such opens count as cycling
+finds its files closed, reopening them through the factory costs more interpreter time than the
+rest of the write.  Such opens count as cycling
 (``dis_file_handle_fast_cycling_total``), as reclaims do.
 
 The caller holds each location's lock.
