@@ -24,7 +24,7 @@ import json
 import pathlib
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -415,7 +415,7 @@ class SchemaRegistry:
     def get(self, namespace: str, table: str) -> TableSchema | None:
         return self._by_key.get((namespace, table))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[TableSchema]:
         return iter(sorted(self._by_key.values(), key=lambda s: s.key))
 
     def __len__(self) -> int:

@@ -135,7 +135,7 @@ class SourceConsumer:
                     self._step()
                 except FetchProcessGone as e:
                     self._lost(e.index, str(e))
-                except Exception as e:  # noqa: BLE001 - the loop never dies; the error is shown
+                except Exception as e:  # the loop never dies; the error is shown
                     self._client_error(f"unexpected: {e!r}")
                     log.exception("kafka source loop failed; retrying", source=self.src.name)
                     self._stop.wait(1.0)

@@ -387,7 +387,7 @@ class StorageEngine:
         for cb in self._subscribers:
             try:
                 cb(loc, loc.published_rows)
-            except Exception as e:  # a subscriber's failure is its own
+            except Exception as e:  # noqa: BLE001 - a subscriber's failure is its own
                 log.warning("subscriber failed", error=str(e))
 
     # -- clocks --------------------------------------------------------------------------------

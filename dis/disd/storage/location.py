@@ -565,7 +565,7 @@ class Location:
         (its files may now disagree with its counts) and raises LocationError."""
         try:
             return fn()
-        except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
+        except Exception as e:  # whatever broke, this location stops, others go on
             self._fail(describe_failure(what, e), e)
             raise LocationError(self.error, self.error_errno) from e
 
