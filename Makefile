@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-test
 RUN_STAMP := $(VENV)/.installed
 DEPS   := pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto)
 
-.PHONY: test run install bench clean jar dist
+.PHONY: test run install bench clean jar dist lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,12 @@ dist: $(STAMP)
 	DIS_PYSPARK_HOME="$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
 	$(PY) -m build --outdir dist .
 
-test: $(STAMP) jar
+# ruff over the whole project ([tool.ruff] in pyproject.toml: the generated gRPC modules are left
+# out); `make test` runs it first, so a lint error fails the tests before they start.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) jar lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 run: $(RUN_STAMP)

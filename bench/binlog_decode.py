@@ -13,11 +13,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from _common import TRADE_SCHEMA, best_of, emit, trade_table  # noqa: E402
-from disd.binlog import BinlogWriter, RowFlag, decode_frames, decode_header, normalize_columns, scan_frames  # noqa: E402
-from disd.schema import load_schema  # noqa: E402
+from _common import TRADE_SCHEMA, best_of, emit, trade_table
+from disd.binlog import BinlogWriter, RowFlag, decode_frames, decode_header, normalize_columns, scan_frames
+from disd.schema import load_schema
 
 N = int(os.environ.get("BENCH_ROWS", 2_000_000))
 TARGET = 3_000_000

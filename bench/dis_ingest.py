@@ -44,22 +44,22 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import grpc  # noqa: E402
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-import yaml  # noqa: E402
+import grpc
+import numpy as np
+import psutil
+import yaml
 
-from _common import TRADE_SCHEMA, emit, trade_table, wait_serving  # noqa: E402
-from disd.binlog import RowFlag, normalize_columns  # noqa: E402
-from disd.binlog.format import encode_frame, encode_header, encode_rows  # noqa: E402
-from disd.names import LocationKey  # noqa: E402
-from disd.rpc.channel import MAX_MESSAGE_BYTES  # noqa: E402
-from disd.rpc.ingestwire import ChunkOut, encode_mux_request  # noqa: E402
-from disd.rpc.keys import key_to_proto  # noqa: E402
-from disd.rpc.v1 import dis_pb2  # noqa: E402
-from disd.schema import load_schema  # noqa: E402
-from e2e_helpers import start_dis  # noqa: E402
-from support import Proc, free_port  # noqa: E402
+from _common import TRADE_SCHEMA, emit, trade_table, wait_serving
+from disd.binlog import RowFlag, normalize_columns
+from disd.binlog.format import encode_frame, encode_header, encode_rows
+from disd.names import LocationKey
+from disd.rpc.channel import MAX_MESSAGE_BYTES
+from disd.rpc.ingestwire import ChunkOut, encode_mux_request
+from disd.rpc.keys import key_to_proto
+from disd.rpc.v1 import dis_pb2
+from disd.schema import load_schema
+from e2e_helpers import start_dis
+from support import Proc, free_port
 
 DATES = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
 FIRST_ROWS = 10

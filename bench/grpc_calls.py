@@ -38,8 +38,8 @@ import grpc
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from _common import emit  # noqa: E402
-from e2e_helpers import free_port  # noqa: E402
+from _common import emit
+from e2e_helpers import free_port
 
 SERVICE = "bench.Calls"
 PAYLOAD = b"x" * 1024

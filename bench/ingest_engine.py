@@ -23,10 +23,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from _common import TRADE_SCHEMA, emit, trade_table  # noqa: E402
-from disd.binlog import (  # noqa: E402
+from _common import TRADE_SCHEMA, emit, trade_table
+from disd.binlog import (
     BinlogWriter,
     FrameRun,
     LocationKey,
@@ -36,8 +36,8 @@ from disd.binlog import (  # noqa: E402
     normalize_columns,
     scan_frames,
 )
-from disd.schema import SchemaRegistry, load_schema  # noqa: E402
-from disd.storage import ImportConfig, StorageEngine  # noqa: E402
+from disd.schema import SchemaRegistry, load_schema
+from disd.storage import ImportConfig, StorageEngine
 
 N = int(os.environ.get("BENCH_ROWS", 4_000_000))
 TARGET = 3_000_000

@@ -39,14 +39,14 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+import numpy as np
+import yaml
+from confluent_kafka import Consumer, TopicPartition
 
-from disd.client import connect  # noqa: E402
-from disd.kafka.config import KafkaConfig  # noqa: E402
-from support import free_port_pair, start_dis_process, subprocess_env, write_dis_config  # noqa: E402
-from support.kafka_mock import MockCluster  # noqa: E402
+from disd.client import connect
+from disd.kafka.config import KafkaConfig
+from support import free_port_pair, start_dis_process, subprocess_env, write_dis_config
+from support.kafka_mock import MockCluster
 
 PRODUCE = pathlib.Path(__file__).resolve().parent.parent / "tests" / "kafka" / "produce.py"
 TOPIC, PARTS = "bench", 3

@@ -33,16 +33,16 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+import numpy as np
+import yaml
 
-from disd.binlog import BinlogWriter, normalize_columns  # noqa: E402
-from disd.client import connect, state_table  # noqa: E402
-from disd.schema import load_schema  # noqa: E402
-from disd.storage.lastby import last_by  # noqa: E402
-from _common import TRADE_SCHEMA, wait_serving  # noqa: E402
-from lastby.support_lastby import random_updates, with_last_by  # noqa: E402
-from support import (BIN, Proc, dis_settings, free_port, free_port_pair, sample, scrape,  # noqa: E402
+from disd.binlog import BinlogWriter, normalize_columns
+from disd.client import connect, state_table
+from disd.schema import load_schema
+from disd.storage.lastby import last_by
+from _common import TRADE_SCHEMA, wait_serving
+from lastby.support_lastby import random_updates, with_last_by
+from support import (BIN, Proc, dis_settings, free_port, free_port_pair, sample, scrape,
                      start_dis_process)
 
 KEYS = 100_000

@@ -32,12 +32,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from _common import TRADE_SCHEMA, emit, trade_table  # noqa: E402
-from disd.client import connect  # noqa: E402
-from disd.logger import IntradayLoggerBuilder  # noqa: E402
-from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config  # noqa: E402
+from _common import TRADE_SCHEMA, emit, trade_table
+from disd.client import connect
+from disd.logger import IntradayLoggerBuilder
+from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
 
 TARGET_P99_MS = 25.0
 

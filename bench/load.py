@@ -102,15 +102,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-import yaml  # noqa: E402
+import numpy as np
+import psutil
+import yaml
 
-from _common import TRADE_SCHEMA, Published, emit, wait_serving  # noqa: E402
-from disd.client import connect  # noqa: E402
-from disd.schema import load_schema  # noqa: E402
-from loadfeed import FrameFeed  # noqa: E402
-from e2e_helpers import BIN, Proc, free_port, start_dis  # noqa: E402
+from _common import TRADE_SCHEMA, Published, emit, wait_serving
+from disd.client import connect
+from disd.schema import load_schema
+from loadfeed import FrameFeed
+from e2e_helpers import BIN, Proc, free_port, start_dis
 
 DATES = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
 COLUMN_FILES = 5  # Market.Trade: Timestamp, Sym (offsets + data), Price, Size
@@ -763,7 +763,7 @@ def run_floor(work: pathlib.Path, args: argparse.Namespace, ips: list[str], date
                  first_rows_p50_s=float(np.percentile(first, 50)), cpu_by_process=spent)
 
 
-def main() -> None:  # noqa: PLR0915 - one linear script
+def main() -> None:  # one linear script
     args = parse_args()
     raise_open_files()
     load_avg = os.getloadavg()[0]  # the machine may be shared: say how busy it was
@@ -973,7 +973,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     live_cpu = cpu_line(cpu1, cpu2, live_s + drain_s) if ticks else "no live phase"
     print(f"CPU (cores busy) burst: {cpu_line(cpu0, cpu1, burst_s)}; live: {live_cpu}; "
           f"baseline: {cpu_line(bcpu0, bcpu1, base_s)}")
-    print(f"DIS's CPU per location write, live: {dis_ms_per_write:.3f} ms; tailers' {tailer_ms_per_write:.3f} ms ({ticks * streams} writes: "
+    print(f"DIS's CPU per location write, live: {dis_ms_per_write:.3f} ms; tailers' {tailer_ms_per_write:.3f} ms "
+          f"({ticks * streams} writes: "
           f"{ticks} ticks x {streams} locations)")
     print(f"a new location, the DIS's CPU beyond the baseline's (the same rows in one location): "
           f"{new_location_ms:.3f} ms")

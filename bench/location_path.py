@@ -57,20 +57,20 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from _common import TRADE_SCHEMA, emit, trade_table  # noqa: E402
-from disd.binlog import BinlogWriter, RowFlag, decode_header, normalize_columns, scan_frames  # noqa: E402
-from disd.binlog.filename import LogFileName  # noqa: E402
-from disd.logconfig import configure_logging  # noqa: E402
-from disd.names import LocationKey  # noqa: E402
-from disd.rpc.keys import key_to_proto  # noqa: E402
-from disd.rpc.v1 import dis_pb2  # noqa: E402
-from disd.schema import SchemaRegistry, load_schema  # noqa: E402
-from disd.server.ingest import IngestService, ServedStream  # noqa: E402
-from disd.server.ingestsessions import SessionRegistry  # noqa: E402
-from disd.storage import StorageEngine  # noqa: E402
-from disd.config import StorageConfig  # noqa: E402
+from _common import TRADE_SCHEMA, emit, trade_table
+from disd.binlog import BinlogWriter, RowFlag, decode_header, normalize_columns, scan_frames
+from disd.binlog.filename import LogFileName
+from disd.logconfig import configure_logging
+from disd.names import LocationKey
+from disd.rpc.keys import key_to_proto
+from disd.rpc.v1 import dis_pb2
+from disd.schema import SchemaRegistry, load_schema
+from disd.server.ingest import IngestService, ServedStream
+from disd.server.ingestsessions import SessionRegistry
+from disd.storage import StorageEngine
+from disd.config import StorageConfig
 
 DATES = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
 FIRST_ROWS = 10

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "dis"))  # this checkout'
 import numpy as np  # noqa: E402
 
 from _common import TRADE_SCHEMA, emit, trade_table  # noqa: E402
-from disd.logger import IntradayLoggerBuilder  # noqa: E402
+from disd.logger import IntradayLogger, IntradayLoggerBuilder  # noqa: E402
 
 N = int(os.environ.get("BENCH_ROWS", 2_000_000))
 BATCH = int(os.environ.get("BENCH_BATCH", 100_000))
@@ -37,7 +37,7 @@ REPEAT = 3
 TARGET = 1_000_000
 
 
-def make_logger(logdir: str):
+def make_logger(logdir: str) -> IntradayLogger:
     return (IntradayLoggerBuilder(str(TRADE_SCHEMA)).set_process_name("bench").set_log_dir(logdir)
             .set_column_partition_value("2026-11-22").set_internal_partition("bench").build())
 

@@ -29,23 +29,27 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from _common import ROOT, best_of, emit, trade_table  # noqa: E402
+from _common import ROOT, best_of, emit, trade_table
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from disd.binlog import DecodedRows, FrameRun, LocationKey  # noqa: E402
-from disd.config import parse_dis_config  # noqa: E402
+from disd.binlog import DecodedRows, FrameRun, LocationKey
+from disd.config import parse_dis_config
+
+if TYPE_CHECKING:
+    from disd.server.daemon import DisServer
 
 DATE = "2026-11-20"
 FEEDS = ("feed1", "feed2")
 CHUNK = 1 << 20
 
 
-def load(server, rows: int) -> None:
+def load(server: DisServer, rows: int) -> None:
     """Ingest ``rows`` rows into two locations of DATE straight into the storage engine (decoded
     rows, as the Ingest service hands them over), then checkpoint."""
     schema = server.schemas.get("Market", "Trade")

@@ -27,13 +27,13 @@ from concurrent import futures
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import grpc  # noqa: E402
-import numpy as np  # noqa: E402
+import grpc
+import numpy as np
 
-from _common import TRADE_SCHEMA, Published, emit, time_arrival, trade_table, wait_serving  # noqa: E402
-from disd.client import connect  # noqa: E402
-from disd.logger import IntradayLoggerBuilder  # noqa: E402
-from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config  # noqa: E402
+from _common import TRADE_SCHEMA, Published, emit, time_arrival, trade_table, wait_serving
+from disd.client import connect
+from disd.logger import IntradayLoggerBuilder
+from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
 
 N = int(os.environ.get("BENCH_ROWS", 4_000_000))
 TARGET_ROWS = 2_000_000
@@ -47,7 +47,7 @@ def published(port: int) -> int:
 
 def bare_grpc_seconds(data: bytes, chunk: int = 4 << 20) -> float:
     """Stream the bytes through a do-nothing gRPC stream on loopback (the transport's limit)."""
-    def sink(request_iterator, context):  # noqa: ANN001
+    def sink(request_iterator, context) -> bytes:  # noqa: ANN001
         n = 0
         for m in request_iterator:
             n += len(m)

@@ -51,14 +51,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import psutil  # noqa: E402
-import yaml  # noqa: E402
+import psutil
+import yaml
 
-from disd.binlog import LocationKey  # noqa: E402
-from disd.client import connect  # noqa: E402
-from proxy.readers_support import start_proxy  # noqa: E402
-from support import Feeder, free_port_pair, sample, scrape, start_dis_process, start_dis_server  # noqa: E402
-from support import trade_rows, write_dis_config  # noqa: E402
+from disd.binlog import LocationKey
+from disd.client import connect
+from proxy.readers_support import start_proxy
+from support import Feeder, free_port_pair, sample, scrape, start_dis_process, start_dis_server
+from support import trade_rows, write_dis_config
 
 TABLE = ("Market", "Trade")
 KEYS = [LocationKey("Market", "Trade", f"feed{i % 2 + 1}", d) for i, d in

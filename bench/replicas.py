@@ -41,14 +41,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+import numpy as np
+import yaml
 
-from _common import TRADE_SCHEMA, trade_table, wait_serving  # noqa: E402
-from disd.client import connect  # noqa: E402
-from disd.logger import IntradayLoggerBuilder  # noqa: E402
-from support import BIN, Proc, free_port, free_port_pair, sample, scrape, start_dis_process, trade_rows  # noqa: E402
-from support import write_dis_config  # noqa: E402
+from _common import TRADE_SCHEMA, trade_table, wait_serving
+from disd.client import connect
+from disd.logger import IntradayLoggerBuilder
+from support import BIN, Proc, free_port, free_port_pair, sample, scrape, start_dis_process, trade_rows
+from support import write_dis_config
 
 DAY = "2026-11-22"
 

@@ -38,18 +38,27 @@ import pathlib
 import shutil
 import sys
 import tempfile
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, Row
+    from pyspark.sql.datasource import DataSource, InputPartition
+    from pyspark.sql.types import StructType
+
+    from disd.server.daemon import DisServer
 import time
 
 import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from _common import ROOT, SYMS, best_of, emit  # noqa: E402
+from _common import ROOT, SYMS, best_of, emit
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from disd.binlog import DecodedRows, FrameRun, LocationKey  # noqa: E402
-from disd.config import parse_dis_config  # noqa: E402
+from disd.binlog import DecodedRows, FrameRun, LocationKey
+from disd.config import parse_dis_config
 
 START_NS = 1_763_800_000_000_000_000
 LOCATIONS = [("feed1", "2026-11-22"), ("feed2", "2026-11-22"), ("feed1", "2026-11-23"), ("feed2", "2026-11-23")]
@@ -66,7 +75,7 @@ def trade_chunk(start: int, n: int, rng: np.random.Generator) -> list[pa.Array]:
     ]
 
 
-def load_dis(server, rows: int) -> None:
+def load_dis(server: DisServer, rows: int) -> None:
     """Ingest ``rows`` rows spread over LOCATIONS straight into the storage engine (decoded rows,
     as the Ingest service hands them over after decoding the binary log), then publish."""
     schema = server.schemas.get("Market", "Trade")
@@ -89,21 +98,21 @@ def load_dis(server, rows: int) -> None:
         loc.checkpoint()
 
 
-def floor_source(rows: int, batch_rows: int):
+def floor_source(rows: int, batch_rows: int) -> type[DataSource]:
     """A Python data source that yields the Trade schema's batches from memory (each task builds
     one batch and yields it again and again): what Spark's Python Data Source path costs with no
     reading at all, the floor under any Python source."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     class FloorReader(DataSourceReader):
-        def __init__(self, schema):
+        def __init__(self, schema: StructType) -> None:
             self.schema = schema
 
-        def partitions(self):
+        def partitions(self) -> list[InputPartition]:
             half = rows // 2
             return [InputPartition((0, half)), InputPartition((half, rows))]
 
-        def read(self, partition):
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
             import numpy as np
             import pyarrow as pa
             from pyspark.sql.pandas.types import to_arrow_schema
@@ -122,13 +131,13 @@ def floor_source(rows: int, batch_rows: int):
 
     class FloorSource(DataSource):
         @classmethod
-        def name(cls):
+        def name(cls) -> str:
             return "dis_floor"
 
-        def schema(self):
+        def schema(self) -> str:
             return "Timestamp timestamp, Sym string, Price double, Size int, Date string not null"
 
-        def reader(self, schema):
+        def reader(self, schema: StructType) -> FloorReader:
             return FloorReader(schema)
 
     return FloorSource
@@ -180,7 +189,7 @@ def main() -> None:
 
         db_root = str(work / "db")
 
-        def dis(columns: str | None = None, direct: bool = False, reader: str | None = None, push: bool = True):
+        def dis(columns: str | None = None, direct: bool = False, reader: str | None = None, push: bool = True) -> DataFrame:
             r = (spark.read.format("dis").option("address", address)
                  .option("namespace", "Market").option("table", "Trade"))
             if not push:
@@ -205,19 +214,19 @@ def main() -> None:
         print(f"wrote the same rows as Parquet through Spark in {time.perf_counter() - t0:.1f} s "
               f"({sum(f.stat().st_size for f in pathlib.Path(pq_path).glob('*.parquet')) / 1e6:.0f} MB)")
 
-        def full(df):
+        def full(df: DataFrame) -> list[Row]:
             return (df.groupBy("Sym", "Date")
                     .agg(F.count("*").alias("n"), F.sum("Size").alias("size"), F.avg("Price").alias("price"),
                          F.max("Timestamp").alias("last"))
                     .orderBy("Sym", "Date").collect())
 
-        def one(df):
+        def one(df: DataFrame) -> float:
             return df.agg(F.sum("Price")).collect()[0][0]
 
-        def scan(df):
+        def scan(df: DataFrame) -> list[Row]:
             return df.agg(F.count("*"), F.count("Sym"), F.sum("Size"), F.max("Price"), F.min("Timestamp")).collect()
 
-        def same(a, b) -> bool:
+        def same(a: list[Row], b: list[Row]) -> bool:
             return [tuple(r) for r in a] == [tuple(r) for r in b] or all(
                 x.Sym == y.Sym and x.Date == y.Date and x.n == y.n and x.size == y.size and x.last == y.last
                 and abs(x.price - y.price) < 1e-6 for x, y in zip(a, b))

@@ -32,14 +32,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import yaml  # noqa: E402
+import numpy as np
+import pyarrow as pa
+import yaml
 
-from _common import ROOT, emit, time_arrival, wait_serving  # noqa: E402
-from disd.client import connect  # noqa: E402
-from disd.logger import IntradayLoggerBuilder  # noqa: E402
-from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config  # noqa: E402
+from _common import ROOT, emit, time_arrival, wait_serving
+from disd.client import connect
+from disd.logger import IntradayLoggerBuilder
+from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
 
 TAGS = ["hostname", "region", "datacenter", "rack", "os", "arch", "team", "service", "service_version",
         "service_environment"]

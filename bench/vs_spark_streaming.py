@@ -42,12 +42,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.csv as pacsv  # noqa: E402
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
 
-from _common import TRADE_SCHEMA, emit, trade_table  # noqa: E402
-from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config  # noqa: E402
+from _common import TRADE_SCHEMA, emit, trade_table
+from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 

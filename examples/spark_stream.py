@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 import disd.spark
@@ -36,7 +37,7 @@ def main() -> None:
               .option("startingOffsets", "earliest")  # or "latest": only rows published from now on
               .load())
 
-    def write(batch, batch_id: int) -> None:
+    def write(batch: DataFrame, batch_id: int) -> None:
         # Aggregated per micro-batch (no streaming state): sum the "volume" of a minute over its
         # batches when reading the output.  A batch re-run after a failure has the same batch id.
         per_minute = (batch.withColumn("minute", F.date_trunc("minute", "Timestamp"))

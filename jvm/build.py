@@ -20,6 +20,7 @@ Standard library only: it runs before the project is installed.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -59,9 +60,12 @@ def _pyspark_at(site: pathlib.Path) -> tuple[pathlib.Path, str] | None:
     version_py = site / "pyspark" / "version.py"
     if not jars.is_dir() or not version_py.is_file():
         return None
-    ns: dict = {}
-    exec(compile(version_py.read_text(), str(version_py), "exec"), ns)  # __version__ = "4.x.y"
-    return jars, str(ns.get("__version__"))
+    # `__version__: str = "4.x.y"`, read without running the file (nor importing PySpark)
+    for node in ast.parse(version_py.read_text(), str(version_py)).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id == "__version__" and node.value is not None:
+            return jars, str(ast.literal_eval(node.value))
+    return jars, "None"
 
 
 def find_pyspark() -> tuple[pathlib.Path, str] | None:

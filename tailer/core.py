@@ -202,7 +202,7 @@ class Tailer:
             if loop is not None and not self.stopping:
                 try:
                     loop.run_sync(lambda: self._apply(found, changed), timeout=60)
-                except Exception:  # noqa: BLE001 - the loop stopped meanwhile (the tailer stopping)
+                except Exception:  # the loop stopped meanwhile (the tailer stopping)
                     if not self.stopping:
                         raise
             if self.csv is not None:
@@ -294,7 +294,7 @@ class Tailer:
                 break
             try:
                 self.rescan(wake_all=False)
-            except Exception:  # noqa: BLE001 - keep watching
+            except Exception:  # keep watching
                 log.exception("directory scan failed")
 
     # -- life cycle --------------------------------------------------------------------------

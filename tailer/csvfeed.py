@@ -253,7 +253,7 @@ class CsvTranscoder:
             started = time.monotonic()
             try:
                 worked = self.pass_once()
-            except Exception:  # noqa: BLE001 - keep the thread alive
+            except Exception:  # keep the thread alive
                 log.exception("CSV transcoder failed; retrying")
                 self._quiet_since = None
                 self.halt.wait(self.poll_s)

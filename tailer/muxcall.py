@@ -124,7 +124,7 @@ class Multiplexer:
             return  # the call ended: its reader has the status
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a request that cannot be written ends the call
+        except Exception:  # a request that cannot be written ends the call
             call.cancel()
             raise
 

@@ -131,7 +131,7 @@ class LogRetention(threading.Thread):
             while not self.halt.wait(self.config.interval_ms / 1000):
                 try:
                     self.run_once()
-                except Exception as e:  # noqa: BLE001 - a bug must not end retention silently
+                except Exception as e:  # a bug must not end retention silently
                     self._error(f"retention pass failed: {e!r}")
                     log.exception("log retention pass failed")
         finally:

@@ -127,7 +127,7 @@ class SingleStream(StreamFlow):
             return  # the stream ended: its reader has the status
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a request that cannot be written ends the stream
+        except Exception:  # a request that cannot be written ends the stream
             call.cancel()
             raise
 

@@ -134,7 +134,7 @@ class Stops(_Base):
                         "ingest stream failed; reconnecting", error=detail, backoff_s=round(backoff, 2))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, self.cfg.max_backoff_ms / 1000)
-                except Exception as e:  # noqa: BLE001 - a bug must not end the location silently
+                except Exception as e:  # a bug must not end the location silently
                     self._set(state="reconnecting", error=repr(e), in_flight_bytes=0)
                     self.log.exception("unexpected error in the location's stream; retrying")
                     await asyncio.sleep(self.cfg.max_backoff_ms / 1000)

@@ -11,6 +11,7 @@ two packages that cannot be understood, tested or replaced one without the other
 from __future__ import annotations
 
 import ast
+import builtins
 import pathlib
 from collections import defaultdict
 
@@ -207,6 +208,128 @@ def test_every_error_the_product_defines_derives_from_dis_error():
                     and not name.startswith("_") and not issubclass(obj, DisError)):
                 strays.append(f"{module.__name__}.{name}")
     assert strays == []
+
+
+# -- module size --------------------------------------------------------------------------------
+MAX_LINES = 500
+
+#: Product modules allowed over ``MAX_LINES``, each with its reason.  A module leaves the list when
+#: it is split; a module not listed fails the check as soon as it passes the limit.
+LONG_MODULES = {
+    "dis/disd/storage/location.py": "one concept, a location's life: flushing, checkpointing, recovering and "
+                                    "reopening share its lock and its write state",
+    "dis/disd/storage/fsio.py": "the file-system seam and its compound operations, each the composition its C "
+                                "operation must match",
+    "dis/disd/storage/filehandles.py": "the pooled file handles and their factory, which share the pool's lock",
+    "dis/disd/kafka/consumer.py": "one Kafka source's consumer: its partitions' states, their fetch processes and "
+                                  "their locations share the consumer's lock (a split by concern is to come)",
+    "dis/disd/binlog/format.py": "the binary log's byte format in one place: header, frames and their row codecs",
+    "dis/disd/storage/ingestscan.c": "one pass over a chunk's frames (scan, CRC32C, row checks) kept in one "
+                                     "translation unit so the compiler inlines its helpers",
+    "dis/disd/storage/lastbyindex.c": "the last-by key index as one CPython type: the hash table and its methods",
+}
+
+
+def product_sources() -> list[pathlib.Path]:
+    """Every product source: dis/disd's Python and C, and the tailer's (generated gRPC left out)."""
+    out = [p for p in (ROOT / "dis" / "disd").rglob("*.py") if not p.name.endswith(("_pb2.py", "_pb2_grpc.py"))]
+    out += list((ROOT / "dis" / "disd").rglob("*.c"))
+    out += list((ROOT / "tailer").rglob("*.py"))
+    return sorted(out)
+
+
+def long_modules(paths: list[pathlib.Path], root: pathlib.Path = ROOT, limit: int = MAX_LINES) -> dict[str, int]:
+    """Path (relative to ``root``) -> line count of each source over ``limit`` lines."""
+    out = {}
+    for p in paths:
+        n = len(p.read_bytes().splitlines())
+        if n > limit:
+            out[p.relative_to(root).as_posix()] = n
+    return out
+
+
+def test_no_module_is_over_500_lines_unless_listed():
+    long = long_modules(product_sources())
+    unlisted = {p: n for p, n in long.items() if p not in LONG_MODULES}
+    assert not unlisted, f"over {MAX_LINES} lines (split by concern, or list in LONG_MODULES with the reason): {unlisted}"
+    stale = sorted(set(LONG_MODULES) - set(long))
+    assert not stale, f"listed in LONG_MODULES but no longer over {MAX_LINES} lines: {stale}"
+
+
+def test_a_long_module_is_found(tmp_path):
+    short, long = tmp_path / "short.py", tmp_path / "long.c"
+    short.write_text("x = 1\n" * 500)
+    long.write_text("int x;\n" * 501)
+    assert long_modules([short, long], tmp_path) == {"long.c": 501}
+
+
+# -- builtin exceptions -------------------------------------------------------------------------
+BUILTIN_EXCEPTIONS = {n for n, o in vars(builtins).items() if isinstance(o, type) and issubclass(o, BaseException)}
+
+#: ``raise`` of a builtin exception type that product code may keep: (module path, type) -> reason.
+#: Anything else raises one of the product's errors (each a ``disd.errors.DisError``, also
+#: deriving from the builtin where callers catch that builtin).
+BUILTIN_RAISES_ALLOWED = {
+    ("dis/disd/proxy/follow.py", "NotImplementedError"): "an abstract method's body",
+    ("tailer/protocol.py", "NotImplementedError"): "abstract methods' bodies",
+    ("dis/disd/kafka/__init__.py", "AttributeError"): "a module __getattr__ must raise AttributeError (PEP 562)",
+    ("dis/disd/logger/convert.py", "AssertionError"): "an unreachable branch: every column type is handled above",
+    ("tailer/watch.py", "AssertionError"): "an unreachable branch: only called for names that do not parse",
+    ("dis/disd/demo.py", "RuntimeError"): "the demo raises inside a transaction to show it abandoned; caught at once",
+    ("dis/disd/storage/ingest.py", "MemoryError"): "the C ingest core's out-of-memory status, raised as the "
+                                                    "interpreter raises it",
+    ("dis/disd/server/blockhttp.py", "OSError"): "a caught OSError of a socket's bind, re-raised naming the address",
+    ("dis/disd/server/daemon.py", "OSError"): "a socket's bind failure (caught OSError re-raised, or none of the "
+                                              "addresses bound), naming the address",
+    ("tailer/core.py", "OSError"): "a caught OSError of a socket's bind, re-raised naming the address",
+    ("tailer/retention.py", "FileExistsError"): "the file system's own error for a name taken (EEXIST), as a "
+                                                "rename without overwrite raises it",
+}
+
+
+def builtin_raises(path: pathlib.Path) -> list[tuple[str, int]]:
+    """(builtin exception type, line) of each ``raise`` of a builtin type in a module (a re-raise
+    of a caught exception, ``raise`` or ``raise e``, is not a type and is not counted)."""
+    out = []
+    for n in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(n, ast.Raise) and n.exc is not None:
+            exc = n.exc.func if isinstance(n.exc, ast.Call) else n.exc
+            name = exc.id if isinstance(exc, ast.Name) else exc.attr if (
+                isinstance(exc, ast.Attribute) and isinstance(exc.value, ast.Name) and exc.value.id == "builtins") else None
+            if name in BUILTIN_EXCEPTIONS:
+                out.append((name, n.lineno))
+    return out
+
+
+def test_product_code_raises_its_own_errors():
+    found = []
+    for p in product_sources():
+        if p.suffix != ".py":
+            continue
+        rel = p.relative_to(ROOT).as_posix()
+        found += [f"{rel}:{line} raises {name}" for name, line in builtin_raises(p)
+                  if (rel, name) not in BUILTIN_RAISES_ALLOWED]
+    assert not found, "raise the product's errors (disd.errors.DisError), or allow in BUILTIN_RAISES_ALLOWED " \
+                      "with the reason:\n" + "\n".join(found)
+
+
+def test_the_allowed_builtin_raises_are_all_still_there():
+    """An entry of the allow-list that no longer matches anything is removed, not kept in case."""
+    seen = {(p.relative_to(ROOT).as_posix(), name) for p in product_sources() if p.suffix == ".py"
+            for name, _ in builtin_raises(p)}
+    assert sorted(set(BUILTIN_RAISES_ALLOWED) - seen) == []
+
+
+def test_a_builtin_raise_is_found(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import builtins\n"
+                   "class Mine(Exception): pass\n"
+                   "def f(x):\n"
+                   "    if x == 1:\n        raise ValueError('bad')\n"
+                   "    if x == 2:\n        raise builtins.KeyError\n"
+                   "    if x == 3:\n        raise Mine('mine')\n"
+                   "    try:\n        g()\n    except OSError as e:\n        raise e\n")
+    assert builtin_raises(src) == [("ValueError", 5), ("KeyError", 7)]
 
 
 def test_each_class_name_has_one_meaning():

@@ -1,5 +1,6 @@
 """``bench/location_path.py``, small: the DIS's ingest path run in process over 10 new
-locations (opened together) and 3 live rounds a chunk at a time, 3 in batches.  The bench itself asserts every row published; here, that its last
+locations (opened together) and 3 live rounds a chunk at a time, 3 in batches.  The bench itself asserts every row
+published; here, that its last
 line carries its figures and that they are consistent with one another."""
 
 from __future__ import annotations

@@ -421,7 +421,7 @@ TAGS = TableSchema.from_dict({"namespace": "Test", "table": "Tags", "columns": [
     {"name": "C", "type": "string"}]})
 
 
-def _tags_frame(table: pa.Table, mutate=None) -> bytes:  # noqa: ANN001
+def _tags_frame(table: pa.Table, mutate=None) -> bytes:
     """A log of TAGS holding ``table`` in one frame; ``mutate(rec, heap)`` edits its records
     and string heap first and the frame is rebuilt (checksum included) around the result."""
     from disd.binlog.format import encode_frame, encode_header, encode_rows, layout_for
@@ -436,7 +436,7 @@ def _tags_frame(table: pa.Table, mutate=None) -> bytes:  # noqa: ANN001
     return encode_header(TAGS) + encode_frame(rec.tobytes() + bytes(heap), n)
 
 
-def _read_tags(tmp_path, blob: bytes) -> pa.Table:  # noqa: ANN001
+def _read_tags(tmp_path, blob: bytes) -> pa.Table:
     p = tmp_path / "Test.Tags.System.ip.2026-11-22.bin.2026-11-22.000000.000+0000"
     p.write_bytes(blob)
     return read_file(p).table
@@ -451,21 +451,21 @@ def test_several_string_columns_with_nulls_round_trip(tmp_path):
 def test_several_string_columns_name_the_bad_column(tmp_path):
     t = pa.table({"A": ["aa", "bb"], "N": [1, 2], "B": ["cc", "dd"], "C": ["ee", "ff"]})
 
-    def bad_utf8_in_c(rec, heap):  # noqa: ANN001
+    def bad_utf8_in_c(rec, heap):
         heap[-1] = 0xFF  # the last byte of the heap is the last row's C
         return heap
 
     with pytest.raises(CorruptLogError, match="column C"):
         _read_tags(tmp_path, _tags_frame(t, bad_utf8_in_c))
 
-    def null_b_with_bytes(rec, heap):  # noqa: ANN001
+    def null_b_with_bytes(rec, heap):
         rec["_nulls"][0] |= 1 << 2  # B of row 0 marked null, its two bytes still there
         return heap
 
     with pytest.raises(CorruptLogError, match="null B value with a non-zero length"):
         _read_tags(tmp_path, _tags_frame(t, null_b_with_bytes))
 
-    def short_heap(rec, heap):  # noqa: ANN001
+    def short_heap(rec, heap):
         return heap[:-1]
 
     with pytest.raises(CorruptLogError, match="heap size"):

@@ -26,7 +26,7 @@ DATES = ["2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24"]
 ROWS = 12  # a location's rows: single rows, then a transaction across two frames
 
 
-def _logs(staged) -> dict[tuple[str, str], int]:  # noqa: ANN001
+def _logs(staged) -> dict[tuple[str, str], int]:
     """Each location's log (single rows, then a 4-row transaction in two frames); its rows."""
     out = {}
     for i in range(LOCATIONS // len(DATES)):

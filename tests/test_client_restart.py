@@ -14,7 +14,7 @@ from support import ROOT, free_port_pair, wait_for, write_dis_config
 from support import start_dis_process as start_dis
 
 
-def _feed(port: int, logs, n: int) -> None:  # noqa: ANN001
+def _feed(port: int, logs, n: int) -> None:
     from disd.logger import IntradayLoggerBuilder
     from disd.tailer import Tailer, parse_tailer_config
 

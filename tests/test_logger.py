@@ -999,3 +999,49 @@ def test_new_partition_takes_the_first_free_numbered_internal_partition(tmp_path
             lg.close()
     with pytest.raises(ValueError, match="'refuse' or 'new_partition'"):
         builder(schema, tmp_path).set_on_location_in_use("steal")
+
+
+def test_the_loggers_errors_are_dis_errors_and_keep_their_builtin_base(tmp_path):
+    """Every error the logger raises on purpose is a ``DisError`` (one ``except`` catches them all)
+    and still the builtin its callers catch."""
+    from disd.errors import DisError
+    from disd.logger import LoggerError, LoggerTypeError, LoggerValueError
+
+    cases = []
+    b = builder(TRADE, tmp_path)
+    for call, builtin in ((lambda: b.set_rollover("weekly"), ValueError),
+                          (lambda: b.set_queue_size("x"), ValueError),
+                          (lambda: b.set_column_partition_function(lambda row: "p", columns=["Nope"]), KeyError)):
+        with pytest.raises(builtin) as e:
+            call()
+        cases.append(e.value)
+    log = b.build()
+    with pytest.raises(TypeError) as e:
+        log.log(Size=object())
+    assert isinstance(e.value, LoggerTypeError)
+    cases.append(e.value)
+    with pytest.raises(ValueError) as e:
+        log.log(Sym="x" * (MAX_FRAME_PAYLOAD + 1))
+    assert isinstance(e.value, LoggerValueError)
+    cases.append(e.value)
+    with log.transaction():
+        with pytest.raises(RuntimeError) as e:
+            with log.transaction():
+                pass
+    assert isinstance(e.value, LoggerError)
+    cases.append(e.value)
+    log.close()
+    assert [type(c).__name__ for c in cases if not isinstance(c, DisError)] == []
+    assert isinstance(cases[0], LoggerValueError) and isinstance(cases[1], LoggerValueError)
+    assert "weekly" in str(cases[0]) and "hourly" in str(cases[0]) and "'x'" in str(cases[1])
+
+
+def test_a_value_log_batch_cannot_convert_raises_a_dis_error(tmp_path):
+    from disd.errors import DisError
+
+    log = builder(TRADE, tmp_path).build()
+    for batch, builtin in (({"Size": [1, "x"]}, ValueError), ({"Size": [1, object()]}, (TypeError, ValueError))):
+        with pytest.raises(builtin, match=r"Market\.Trade: column Size \(int\), row 1") as e:
+            log.log_batch(batch)
+        assert isinstance(e.value, DisError)
+    log.close()

@@ -28,7 +28,7 @@ from support import ROOT
 VECTORS = ROOT / "tests" / "vectors"
 
 
-def load(name: str):  # noqa: ANN201
+def load(name: str):
     return json.loads((VECTORS / name).read_text(encoding="utf-8"))
 
 
@@ -126,7 +126,7 @@ def test_routing_files_parse_or_fail_as_the_vectors_say(name):
         return
     assert "error" not in want, want
 
-    def listed(replicas) -> list:  # noqa: ANN001
+    def listed(replicas) -> list:
         out = []
         for x in replicas:
             host, port = x.address.rsplit(":", 1)

@@ -65,7 +65,7 @@ def rows(version: int, start: int, n: int) -> pa.Table:
                      "New": nulled(pa.array([f"n{i}" for i in idx], pa.string()))})
 
 
-def expected(key: LocationKey | None = None, columns=None, day: str | None = None) -> pa.Table:  # noqa: ANN001
+def expected(key: LocationKey | None = None, columns=None, day: str | None = None) -> pa.Table:
     """The rows of one location (or of all, or of one day, in LOCS order) as version 2 presents
     them."""
     parts = []
@@ -87,7 +87,7 @@ def write_schema_dir(directory: pathlib.Path, schema_dict: dict) -> pathlib.Path
     return directory
 
 
-def build(db_root: pathlib.Path, versions=(1, 2)) -> pathlib.Path:  # noqa: ANN001
+def build(db_root: pathlib.Path, versions=(1, 2)) -> pathlib.Path:
     """Write every location of LOCS in ``versions``, checkpointed, and the table's versions
     record (as a DIS declaring version 1, then version 2, leaves it)."""
     store = VersionStore(str(db_root))

@@ -24,7 +24,7 @@ import json
 import pathlib
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -121,6 +121,15 @@ _SENTINEL: dict[ColumnType, Any] = {
 }
 
 
+class SchemaValueError(DisError, ValueError):
+    """A table schema that cannot be (no columns, a duplicate name, a bad version), or rows stored in
+    a version other than the one a reader decodes."""
+
+
+class UnknownColumnError(DisError, KeyError):
+    """A column name a table does not have."""
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -146,20 +155,20 @@ class TableSchema:
 
     def __post_init__(self) -> None:
         if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
-            raise ValueError(f"schema version must be a positive integer, not {self.version!r}")
+            raise SchemaValueError(f"schema version must be a positive integer, not {self.version!r}")
         validate_name(NameKind.NAMESPACE, self.namespace)
         validate_name(NameKind.TABLE, self.table)
         validate_name(NameKind.COLUMN, self.partition_column)
         if not self.columns:
-            raise ValueError("a table needs at least one column")
+            raise SchemaValueError("a table needs at least one column")
         seen: set[str] = set()
         for c in self.columns:
             validate_name(NameKind.COLUMN, c.name)
             if c.name in seen:
-                raise ValueError(f"duplicate column {c.name!r}")
+                raise SchemaValueError(f"duplicate column {c.name!r}")
             seen.add(c.name)
         if self.partition_column in seen:
-            raise ValueError(f"partition column {self.partition_column!r} is also a data column")
+            raise SchemaValueError(f"partition column {self.partition_column!r} is also a data column")
 
     @property
     def key(self) -> str:
@@ -174,7 +183,7 @@ class TableSchema:
         for c in self.columns:
             if c.name == name:
                 return c
-        raise KeyError(f"{self.key} has no column {name!r}")
+        raise UnknownColumnError(f"{self.key} has no column {name!r}")
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of the table's data columns (no partition column), as held in memory
@@ -415,7 +424,7 @@ class SchemaRegistry:
     def get(self, namespace: str, table: str) -> TableSchema | None:
         return self._by_key.get((namespace, table))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[TableSchema]:
         return iter(sorted(self._by_key.values(), key=lambda s: s.key))
 
     def __len__(self) -> int:

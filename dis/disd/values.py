@@ -56,7 +56,7 @@ def timestamp_ns(v: Any) -> int | None:
         if np.isnat(v):
             return None
         return int(v.astype("datetime64[ns]").astype(np.int64))
-    raise TypeError(f"cannot use {type(v).__name__} as a timestamp")
+    raise ColumnTypeError(f"cannot use {type(v).__name__} as a timestamp")
 
 
 def string_offsets(arr: pa.Array) -> np.ndarray:

@@ -131,7 +131,7 @@ class FaultyDisk(OsFileSystem):
             os.close(fd)
             self._rec(Op("close", path=path, fd=fd))
 
-    def pwrite(self, fd: int, data, offset: int) -> int:  # noqa: ANN001
+    def pwrite(self, fd: int, data, offset: int) -> int:
         path = self._paths.get(fd)
         f = self._fault("pwrite", path)
         if f and f.short and not f._short_pending and len(data) > 1:

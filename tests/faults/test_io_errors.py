@@ -155,7 +155,7 @@ def _first_frame(logs: Logs, f: int):
     return sub, decode_frames(data, 0, sub, TRADE)
 
 
-def _trusting_run(root) -> tuple[str | None, int]:  # noqa: ANN001
+def _trusting_run(root) -> tuple[str | None, int]:
     """One run of a location that trusts the fsync after a failed one: (what the power cut
     finds wrong, pages of Price.dat the failed fsync lost for good that no later write
     rewrote).  With none such pages nothing was lost, and the power cut cannot find anything."""

@@ -75,7 +75,7 @@ def _burst(tmp_path, disk: FaultyDisk) -> None:
     drop(engine)
 
 
-def _check(db) -> str | None:  # noqa: ANN001
+def _check(db) -> str | None:
     """Recover the image: (what is wrong, or None; the locations holding their rows)."""
     try:
         engine = StorageEngine(str(db), SCHEMAS, STORAGE)
@@ -137,14 +137,14 @@ def test_power_loss_during_a_burst_of_new_locations(tmp_path):
     assert not violations, f"DIS_FAULT_SEED={seed}: " + "\n".join(violations[:10])
 
 
-def _without_parent_fsyncs(fs, items, at_once=8):  # noqa: ANN001, ANN202
+def _without_parent_fsyncs(fs, items, at_once=8):
     """create_locations as the composition makes it, but no directory fsync after a mkdir."""
 
     class NoParentSync:
-        def __getattr__(self, name):  # noqa: ANN001, ANN204
+        def __getattr__(self, name):
             return getattr(fs, name)
 
-        def fsync_dir(self, path):  # noqa: ANN001, ANN202
+        def fsync_dir(self, path):
             if os.path.basename(path) in PARENTS:
                 return None  # a parent that gained a new directory: skipped (broken on purpose)
             return fs.fsync_dir(path)

@@ -79,7 +79,7 @@ FAULT_OPS = ("pwrite", "ftruncate", "fsync", "rename", "fsync_dir")
 FAULT_ERRNOS = (errno.ENOSPC, errno.EIO)
 
 
-def drive(loc: Location, logs: Logs, rng: random.Random, mark=None, engine: StorageEngine | None = None,  # noqa: ANN001
+def drive(loc: Location, logs: Logs, rng: random.Random, mark=None, engine: StorageEngine | None = None,
           disk: "FaultyDisk | None" = None, fault_rate: float = 0.0) -> int:
     """Ingest every log a few frames per call, with flushes, checkpoints and tailer reconnects
     (rollback, then resume from the resume point) at random; ``mark(loc)`` after every step.

@@ -20,7 +20,7 @@ with atheris.instrument_imports(include=["disd.binlog"]):
     from disd.binlog import CorruptLogError, decode_frames, decode_header, scan_frames
     from disd.binlog.format import FRAME_HEADER_SIZE, crc32c, encode_header
 
-from disd.schema import SchemaRegistry, TableSchema  # noqa: E402
+from disd.schema import SchemaRegistry, TableSchema
 
 _REG = SchemaRegistry.load_dir(__import__("pathlib").Path(__file__).resolve().parents[2] / "config" / "schemas")
 SCHEMAS: list[TableSchema] = [_REG.get("Market", "Trade"), _REG.get("Market", "Quote")]

@@ -27,7 +27,7 @@ from .helpers import seal, split_frames, valid_log
 SCHEMAS = {"trade": TRADE, "all": ALL_TYPES}
 
 
-def _all_types_log(tmp) -> bytes:  # noqa: ANN001
+def _all_types_log(tmp) -> bytes:
     from disd.binlog import BinlogWriter, normalize_columns
 
     p = tmp / "all.bin"
@@ -46,7 +46,7 @@ def _all_types_log(tmp) -> bytes:  # noqa: ANN001
 _SAMPLES: dict[str, bytes] = {}
 
 
-def sample(name: str, tmp_factory) -> bytes:  # noqa: ANN001
+def sample(name: str, tmp_factory) -> bytes:
     if name not in _SAMPLES:
         tmp = tmp_factory.mktemp(f"sample-{name}")
         _SAMPLES[name] = valid_log(tmp, TRADE) if name == "trade" else _all_types_log(tmp)
@@ -105,7 +105,7 @@ _op = st.one_of(
 )
 
 
-def mutate(buf: bytearray, ops) -> bytearray:  # noqa: ANN001
+def mutate(buf: bytearray, ops) -> bytearray:
     for kind, pos, arg in ops:
         if not buf:
             break

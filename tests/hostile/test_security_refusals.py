@@ -119,13 +119,13 @@ def _ingest_chunks(ch):
 
 
 class _Refused(grpc.RpcError):
-    def __init__(self, code, details) -> None:  # noqa: ANN001
+    def __init__(self, code, details) -> None:
         self._code, self._details = code, details
 
-    def code(self):  # noqa: ANN201
+    def code(self):
         return self._code
 
-    def details(self):  # noqa: ANN201
+    def details(self):
         return self._details
 
 

@@ -89,7 +89,7 @@ def as_read(cols: list[pa.Array]) -> pa.Table:
 class Model:
     """One location's rows and the two states fed from them (C index, Arrow reference)."""
 
-    def __init__(self, keys: tuple[str, ...], max_keys: int, root) -> None:  # noqa: ANN001
+    def __init__(self, keys: tuple[str, ...], max_keys: int, root) -> None:
         self.keys, self.max_keys = keys, max_keys
         self.dirs = [root / "native", root / "arrow"]
         for d in self.dirs:

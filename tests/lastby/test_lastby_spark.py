@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 
-import pyarrow as pa
 import pytest
 
 from disd.config import parse_dis_config
@@ -42,7 +41,7 @@ class UpsertSink:
         self.lock = threading.Lock()
         self.rows: dict = {}
 
-    def __call__(self, batch_df, batch_id) -> None:  # noqa: ANN001
+    def __call__(self, batch_df, batch_id) -> None:
         t = batch_df.toArrow()
         with self.lock:
             for r in t.to_pylist():

@@ -17,13 +17,13 @@ from .helpers import LOCS
 class Dis:
     """An in-process DIS over its own database root, and a way to add checkpointed rows."""
 
-    def __init__(self, db_root) -> None:  # noqa: ANN001
+    def __init__(self, db_root) -> None:
         self.db_root = db_root
         self.server = start_dis_server(db_root)
         self.feeder = Feeder(self.server)
         self.address = f"127.0.0.1:{self.server.port}"
 
-    def append(self, key, table, checkpoint: bool = True) -> None:  # noqa: ANN001
+    def append(self, key, table, checkpoint: bool = True) -> None:
         self.feeder.append(key, table)
         if checkpoint:
             self.server.engine.location(key).checkpoint()
@@ -32,7 +32,7 @@ class Dis:
         self.server.stop(0.5)
 
     @contextlib.contextmanager
-    def stopped(self):  # noqa: ANN201
+    def stopped(self):
         """The DIS stopped for a while (its database lock released, as for an offline writer),
         then started again on the same root."""
         self.stop()

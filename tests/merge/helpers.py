@@ -47,7 +47,7 @@ class IntradayDb:
         self.engine.close()
 
 
-def fill(db: IntradayDb, locs=LOCS) -> None:  # noqa: ANN001
+def fill(db: IntradayDb, locs=LOCS) -> None:
     for key, (start, n) in locs.items():
         db.append(key, trade_rows(start, n, nulls=True))
 

@@ -30,7 +30,7 @@ def main() -> None:
         if name == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def pyarrow_writer(spark, req, snap, sort_by, staging):  # noqa: ANN001 - merge.write_staging's signature
+    def pyarrow_writer(spark, req, snap, sort_by, staging):  # merge.write_staging's signature
         staging.mkdir()
         for i, loc in enumerate(checkpointed_locations(req.db_root, snap.schema, lambda v: v == req.value)):
             files = {}

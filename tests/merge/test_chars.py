@@ -46,7 +46,7 @@ def test_a_char_reads_the_same_from_the_client_spark_and_merged_parquet(spark, t
         assert client_rows.schema.field("Exchange").type == pa.string()
         assert by_sym(client_rows) == expected and by_sym(client_view) == expected
 
-        def load(**opts):  # noqa: ANN202
+        def load(**opts):
             r = spark.read.format("dis").option("address", address).option("table", "Market.Quote")
             for k, v in opts.items():
                 r = r.option(k, v)

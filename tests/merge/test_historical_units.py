@@ -237,7 +237,7 @@ def test_choosing_the_internal_partition(tmp_path):
 
 
 # -- discovery of every layout ------------------------------------------------------------------
-def definition(layout: Layout, pc: str | None = "Date", extra=()) -> TableDefinition:  # noqa: ANN001
+def definition(layout: Layout, pc: str | None = "Date", extra=()) -> TableDefinition:
     cols = tuple(TRADE.columns) + tuple(extra)
     return TableDefinition("Market", "Trade", NamespaceType.SYSTEM, cols, pc, layout)
 

@@ -24,7 +24,7 @@ from .helpers import D1, D2, location_table
 pytestmark = pytest.mark.spark
 
 
-def read(spark, db, table, **opts):  # noqa: ANN001, ANN201
+def read(spark, db, table, **opts):
     r = spark.read.format("dis").option("source", "historical").option("dbRoot", str(db)).option("table", table)
     for k, v in opts.items():
         r = r.option(k, v)
@@ -37,13 +37,13 @@ def other_tool_rows(start: int, n: int) -> pa.Table:
     return t.set_column(3, "Size", t.column("Size").cast(pa.int64()))
 
 
-def define(db, table: str, layout: Layout, pc: str | None = "Date", extra=()) -> None:  # noqa: ANN001
+def define(db, table: str, layout: Layout, pc: str | None = "Date", extra=()) -> None:
     ns = NamespaceRoot.system(db, "Ext")
     write_definition(ns, TableDefinition("Ext", table, NamespaceType.SYSTEM, tuple(TRADE.columns) + tuple(extra),
                                          pc, layout))
 
 
-def sizes(df) -> list[int]:  # noqa: ANN001
+def sizes(df) -> list[int]:
     return [r[0] for r in df.select("Size").orderBy("Size").collect()]
 
 

@@ -30,18 +30,18 @@ from .helpers import D1, D2, LOCS, location_table, rows_of
 pytestmark = pytest.mark.spark
 
 
-def request(db, address, value, **kw) -> MergeRequest:  # noqa: ANN001
+def request(db, address, value, **kw) -> MergeRequest:
     return MergeRequest("Market", "Trade", value, str(db), IntradaySource(address=address), **kw)
 
 
-def read(spark, db, source="historical", **opts):  # noqa: ANN001, ANN201
+def read(spark, db, source="historical", **opts):
     r = spark.read.format("dis").option("source", source).option("dbRoot", str(db)).option("table", "Market.Trade")
     for k, v in opts.items():
         r = r.option(k, v)
     return r.load()
 
 
-def intraday(address: str, values=None) -> pa.Table:  # noqa: ANN001
+def intraday(address: str, values=None) -> pa.Table:
     with connect(address) as c:
         return c.read_table("Market", "Trade", partitions=values)
 
@@ -176,7 +176,7 @@ def test_source_all_spans_historical_and_intraday(spark, fresh_dis, tmp_path):
     fresh_dis.append(LocationKey("Market", "Trade", "feed1", D1), trade_rows(100_000, 333))
     fresh_dis.append(LocationKey("Market", "Trade", "feed1", D2), trade_rows(200_000, 111))
 
-    def counts(df):  # noqa: ANN001, ANN202
+    def counts(df):
         return {r["Date"]: r["count"] for r in df.groupBy("Date").count().collect()}
 
     all_rows = read(spark, db, "all", address=fresh_dis.address)
@@ -213,7 +213,7 @@ def test_read_errors_name_the_cause(spark, tmp_path):
 def test_dis_merge_refuses_before_spark_starts(fresh_dis, tmp_path, monkeypatch, capsys):
     import disd.merge_job
 
-    def no_spark(master=None):  # noqa: ANN001, ANN202
+    def no_spark(master=None):
         raise AssertionError("Spark was started before the refusal")
 
     monkeypatch.setattr(disd.merge_job, "job_session", no_spark)

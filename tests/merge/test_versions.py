@@ -26,7 +26,7 @@ def python_spark(spark_session):
     spark_session.conf.unset("spark.dis.reader")
 
 
-def historical(spark, db, source="historical", **opts):  # noqa: ANN001, ANN201
+def historical(spark, db, source="historical", **opts):
     r = (spark.read.format("dis").option("source", source).option("dbRoot", str(db))
          .option("namespace", "Test").option("table", "Evolve"))
     for k, v in opts.items():
@@ -34,18 +34,18 @@ def historical(spark, db, source="historical", **opts):  # noqa: ANN001, ANN201
     return r.load()
 
 
-def sorted_rows(t) -> list[tuple]:  # noqa: ANN001
+def sorted_rows(t) -> list[tuple]:
     return sorted(zip(*(t.column(c).to_pylist() for c in t.column_names)),
                   key=lambda r: tuple((v is None, v if v is not None else 0) for v in r))
 
 
-def same_rows(df, want) -> None:  # noqa: ANN001
+def same_rows(df, want) -> None:
     got = df.select(*want.column_names).toArrow()
     assert got.num_rows == want.num_rows
     assert sorted_rows(got) == sorted_rows(want)
 
 
-def files_of(path) -> list:  # noqa: ANN001
+def files_of(path) -> list:
     return sorted(p for p in path.iterdir() if p.suffix == ".parquet" and not p.name.startswith((".", "_")))
 
 

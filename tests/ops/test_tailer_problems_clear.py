@@ -108,7 +108,7 @@ def test_every_kind_of_problem_clears_within_seconds_once_its_cause_is_gone(tmp_
             locs = by_location(status(port))
             problems = seen[0] = {k: (v["tailer_problem"] or {}).get("problem", "") for k, v in locs.items()}
             ok = (problems.get(loc("ip1"), "").startswith(f"the DIS refuses the stream of {v2_file.name}: ")
-                  and f"is not allowed: Market.Trade version 1 -> 2: column 'Size'" in problems.get(loc("ip2"), "")
+                  and "is not allowed: Market.Trade version 1 -> 2: column 'Size'" in problems.get(loc("ip2"), "")
                   and f"corrupt binary log {name('ip3', 10)} at byte" in problems.get(loc("ip3"), "")
                   and f"corrupt binary log {name('ip4', 9)} at byte {ip4_end}" in problems.get(loc("ip4"), "")
                   and f"file {bak.name} is not streamed: unexpected suffix '.bak'" in problems.get(loc("ip4"), ""))

@@ -28,7 +28,7 @@ def write_proxy_config(tmp: pathlib.Path, upstream: dict, **proxy) -> tuple[path
     return path, port
 
 
-def health_ok(port: int, security=None) -> bool:  # noqa: ANN001
+def health_ok(port: int, security=None) -> bool:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     ch = open_channel(f"127.0.0.1:{port}", security)
@@ -41,7 +41,7 @@ def health_ok(port: int, security=None) -> bool:  # noqa: ANN001
         ch.close()
 
 
-def start_proxy(tmp: pathlib.Path, config: pathlib.Path, security=None) -> Proc:  # noqa: ANN001
+def start_proxy(tmp: pathlib.Path, config: pathlib.Path, security=None) -> Proc:
     """``dis proxy --config CONFIG --json-logs`` (output in ``tmp/proxy.log``), once healthy."""
     p = Proc([str(BIN / "dis"), "proxy", "--config", str(config), "--json-logs"], tmp / "proxy.log").start()
     port = yaml.safe_load(config.read_text())["proxy"]["port"]
@@ -105,12 +105,12 @@ class Dis:
                 p.kill9()
 
 
-def logger(logs: pathlib.Path, ip: str = "feed0", day: str = "2026-11-22"):  # noqa: ANN201
+def logger(logs: pathlib.Path, ip: str = "feed0", day: str = "2026-11-22"):
     return (IntradayLoggerBuilder(str(ROOT / "config" / "schemas" / "Market.Trade.yaml")).set_process_name("feed")
             .set_log_dir(str(logs)).set_column_partition_value(day).set_internal_partition(ip).build())
 
 
-def published_rows(address: str, security=None) -> int:  # noqa: ANN001
+def published_rows(address: str, security=None) -> int:
     """Rows of Market.Trade the server at ``address`` lists, over every location."""
     from disd.client import connect
 
@@ -147,12 +147,12 @@ class Subscriber:
         self.call.cancel()
 
 
-def log_rows(lg, start: int, n: int) -> None:  # noqa: ANN001
+def log_rows(lg, start: int, n: int) -> None:
     lg.log_batch(trade_rows(start, n), atomic=True)
     lg.flush() if hasattr(lg, "flush") else None
 
 
-def wait_rows(address: str, n: int, timeout: float = 60, security=None) -> None:  # noqa: ANN001
+def wait_rows(address: str, n: int, timeout: float = 60, security=None) -> None:
     wait_for(lambda: published_rows(address, security) >= n, timeout, 0.1, f"{n} rows at {address}")
 
 

@@ -34,7 +34,7 @@ def plain_routing(path: pathlib.Path, dis: str) -> pathlib.Path:
     return path
 
 
-def start_proxy(tmp: pathlib.Path, routing: pathlib.Path, port: int | None = None, **proxy):  # noqa: ANN201
+def start_proxy(tmp: pathlib.Path, routing: pathlib.Path, port: int | None = None, **proxy):
     """A real ``dis proxy`` process (``proxy_support.start_proxy``; output in ``tmp/proxy.log``)
     whose upstream is ``routing``, on loopback ``port`` (its block endpoint on port + 1) with
     metrics on a free port and the default cache (1 GiB), once healthy: ``(Proc, port, metrics_port)``."""

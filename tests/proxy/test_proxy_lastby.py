@@ -30,7 +30,7 @@ A2 = LocationKey("Market", "Trade", "A", "2026-11-23")
 
 
 class Stack:
-    def __init__(self, srv, feeder, proxy, config, port, routing) -> None:  # noqa: ANN001
+    def __init__(self, srv, feeder, proxy, config, port, routing) -> None:
         self.srv, self.feeder, self.proxy, self.config, self.routing = srv, feeder, proxy, config, routing
         self.dis = f"127.0.0.1:{srv.port}"
         self.address = f"127.0.0.1:{port}"
@@ -63,11 +63,11 @@ def stack(tmp_path_factory):
         srv.stop(0.5)
 
 
-def _states(client, **kw) -> dict:  # noqa: ANN001
+def _states(client, **kw) -> dict:
     return {key_from_proto(m.key): m for m in client.last_by_states("Market", "Trade", **kw)}
 
 
-def _caught_up(stack: Stack, proxy) -> bool:  # noqa: ANN001
+def _caught_up(stack: Stack, proxy) -> bool:
     """Whether the proxy's states cover every row the DIS's do."""
     want = {k: loc.lastby.snapshot().rows for k, loc in ((l.key, l) for l in stack.srv.engine.locations())
             if loc.lastby is not None}
@@ -132,7 +132,7 @@ def test_requests_naming_no_table_or_one_location_are_answered_as_the_dis_answer
     wait_for(lambda: sample(stack.metrics(), "dis_proxy_lastby_subscribers") == 0, 10, 0.1, "the stream closed")
 
 
-def _refusal(address: str, call: str, request) -> tuple[grpc.StatusCode, str]:  # noqa: ANN001
+def _refusal(address: str, call: str, request) -> tuple[grpc.StatusCode, str]:
     ch = open_channel(address)
     try:
         stub = getattr(dis_pb2_grpc.TableDataStub(ch), call)
@@ -220,7 +220,7 @@ def test_spark_last_by_view_through_the_proxy(spark_session, stack):  # noqa: F8
     assert got.column_names == ["Timestamp", "Sym", "Price", "Size", "Date"]
     assert got.num_rows == want.num_rows
 
-    def rows(t):  # noqa: ANN001, ANN202 - (Date, Sym) is unique in a table's view
+    def rows(t):  # (Date, Sym) is unique in a table's view
         return {(r["Date"], r["Sym"]): (r["Size"], r["Price"]) for r in
                 t.select(["Date", "Sym", "Size", "Price"]).to_pylist()}
 

@@ -28,12 +28,12 @@ KEY = LocationKey("Market", "Trade", "feed0", "2026-11-22")
 KEYS = 1000
 
 
-def _log(lg, start: int, n: int) -> None:  # noqa: ANN001
+def _log(lg, start: int, n: int) -> None:
     lg.log_batch(random_updates(start, n, KEYS, seed=31), atomic=True)
     lg.flush()
 
 
-def _opened(proxy) -> int:  # noqa: ANN001
+def _opened(proxy) -> int:
     """How many times the proxy's last-by feed opened an upstream stream (its log says)."""
     return sum("upstream last-by subscription open" in line for line in proxy.log_text().splitlines())
 

@@ -161,7 +161,7 @@ def test_subscriptions_through_the_proxy_list_what_the_dis_lists(stack):
     same locations and sizes as the DIS's own and as the proxy's Subscribe gives one by one."""
     dis, config, port = stack
 
-    def infos(msgs) -> dict:  # noqa: ANN001
+    def infos(msgs) -> dict:
         return {(m.key.internal_partition, m.key.column_partition): (m.rows, tuple((f.name, f.size) for f in m.files))
                 for m in msgs}
 

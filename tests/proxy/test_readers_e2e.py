@@ -30,7 +30,7 @@ TOTAL = 32_000
 
 
 class Front:
-    def __init__(self, dis: str, routing, proc, metrics_port: int, address: str) -> None:  # noqa: ANN001
+    def __init__(self, dis: str, routing, proc, metrics_port: int, address: str) -> None:
         self.dis, self.routing, self.proc, self.metrics_port, self.address = dis, routing, proc, metrics_port, address
 
     def metric(self, name: str) -> float:
@@ -74,7 +74,7 @@ def test_the_client_reads_the_dis_rows_through_the_proxy(front):
     assert front.metric("dis_proxy_upstream_subscriptions") == 1  # Market.Trade, once
 
 
-def test_spark_scans_through_the_proxy(spark, front):
+def test_spark_scans_through_the_proxy(spark, front):  # noqa: F811 - spark.conftest's fixtures
     served = front.metric("dis_proxy_cache_hits_total") + front.metric("dis_proxy_cache_misses_total")
     df = (spark.read.format("dis").option("routing", str(front.routing)).option("table", "Market.Trade")
           .option("retrySeconds", "0").option("minPartitions", "3").load())
@@ -85,7 +85,7 @@ def test_spark_scans_through_the_proxy(spark, front):
     assert front.metric("dis_proxy_cache_hits_total") + front.metric("dis_proxy_cache_misses_total") > served
 
 
-def test_dis_merge_reads_through_the_proxy(spark, front, tmp_path):
+def test_dis_merge_reads_through_the_proxy(spark, front, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     day = "2026-11-20"
     req = MergeRequest("Market", "Trade", day, str(tmp_path / "hist"), IntradaySource(routing=str(front.routing)),
                        force=True)
@@ -109,7 +109,7 @@ def test_the_client_rides_out_a_proxy_restart(front, tmp_path):
             want = c.read_table("Market", "Trade", columns=["Size"]).column("Size").to_pylist()
             proc.kill9()
 
-            def restart():  # noqa: ANN202
+            def restart():
                 time.sleep(1.0)
                 restarted.append(start_proxy(tmp_path / "proxy", routing, port)[0])
 
@@ -127,7 +127,7 @@ def test_the_client_rides_out_a_proxy_restart(front, tmp_path):
                 p.terminate()
 
 
-def test_spark_fails_over_between_two_proxies(spark, front, tmp_path):
+def test_spark_fails_over_between_two_proxies(spark, front, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     """Two proxies of one entry are a replica set to both Spark readers: with one killed (-9)
     the scan reads everything through the other."""
     ports = [free_port_pair(), free_port_pair()]
@@ -145,7 +145,7 @@ def test_spark_fails_over_between_two_proxies(spark, front, tmp_path):
                 p.terminate()
 
 
-def test_a_stream_reads_through_the_proxy(spark, front, tmp_path):
+def test_a_stream_reads_through_the_proxy(spark, front, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     df = (spark.readStream.format("dis").option("routing", str(front.routing)).option("table", "Market.Trade")
           .option("retrySeconds", "0").option("maxRowsPerTrigger", "10000").load())
     sink = SizeSink()

@@ -16,7 +16,7 @@ from .readers_support import dead_address, proxied_routing
 pytestmark = pytest.mark.spark
 
 
-def scan(spark, routing, **opts):  # noqa: ANN001, ANN201
+def scan(spark, routing, **opts):  # noqa: F811 - the session fixture's name
     r = spark.read.format("dis").option("routing", str(routing)).option("table", "Market.Trade") \
         .option("retrySeconds", "0")
     for k, v in opts.items():
@@ -24,7 +24,7 @@ def scan(spark, routing, **opts):  # noqa: ANN001, ANN201
     return r.load()
 
 
-def test_a_batch_scan_reads_through_the_proxy(spark, trade_address, tmp_path):
+def test_a_batch_scan_reads_through_the_proxy(spark, trade_address, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])
     df = scan(spark, routing, minPartitions="3")
     row = df.selectExpr("count(*) AS n", "sum(CAST(Size AS BIGINT)) AS s", "count(Sym) AS syms").collect()[0]
@@ -33,12 +33,12 @@ def test_a_batch_scan_reads_through_the_proxy(spark, trade_address, tmp_path):
     assert scan(spark, routing, partitions="2026-11-23").count() == 7_000
 
 
-def test_two_proxies_one_down_the_scan_fails_over(spark, trade_address, tmp_path):
+def test_two_proxies_one_down_the_scan_fails_over(spark, trade_address, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [dead_address(), trade_address])
     assert scan(spark, routing, minPartitions="2").selectExpr("count(*)").collect()[0][0] == TOTAL
 
 
-def test_a_stream_reads_through_the_proxy(spark, trade_address, tmp_path):
+def test_a_stream_reads_through_the_proxy(spark, trade_address, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])
     df = (spark.readStream.format("dis").option("routing", str(routing)).option("table", "Market.Trade")
           .option("retrySeconds", "0").load())
@@ -52,7 +52,7 @@ def test_a_stream_reads_through_the_proxy(spark, trade_address, tmp_path):
     assert sorted(sink.sizes().tolist()) == list(range(TOTAL))
 
 
-def test_a_merge_reads_through_the_proxy(spark, trade_address, tmp_path):
+def test_a_merge_reads_through_the_proxy(spark, trade_address, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     """``dis merge`` snapshots the partition (listing and Status) and reads its rows through the
     proxy; the merged rows are the DIS's."""
     routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])

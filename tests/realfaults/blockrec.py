@@ -93,7 +93,7 @@ def _serve(mountpoint: str, image: str, log_path: str) -> None:
             self.log.write(HEADER.pack(kind, offset, len(payload)))
             self.log.write(payload)
 
-        def getattr(self, path, fh=None):  # noqa: ANN001, ANN201
+        def getattr(self, path, fh=None):
             base = {"st_uid": 0, "st_gid": 0, "st_atime": self.now, "st_mtime": self.now, "st_ctime": self.now}
             if path == "/":
                 return {**base, "st_mode": stat.S_IFDIR | 0o755, "st_nlink": 2}
@@ -103,24 +103,24 @@ def _serve(mountpoint: str, image: str, log_path: str) -> None:
                 return {**base, "st_mode": stat.S_IFREG | 0o600, "st_nlink": 1, "st_size": 0}
             raise FuseOSError(errno.ENOENT)
 
-        def readdir(self, path, fh):  # noqa: ANN001, ANN201
+        def readdir(self, path, fh):
             return [".", "..", IMAGE_NAME, CTL_NAME]
 
-        def open(self, path, flags):  # noqa: ANN001, ANN201
+        def open(self, path, flags):
             if path not in ("/" + IMAGE_NAME, "/" + CTL_NAME):
                 raise FuseOSError(errno.ENOENT)
             return 0
 
-        def truncate(self, path, length, fh=None):  # noqa: ANN001, ANN201
+        def truncate(self, path, length, fh=None):
             if path != "/" + CTL_NAME:
                 raise FuseOSError(errno.EPERM)
 
-        def read(self, path, size, offset, fh):  # noqa: ANN001, ANN201
+        def read(self, path, size, offset, fh):
             if path != "/" + IMAGE_NAME:
                 return b""
             return os.pread(self.fd, size, offset)
 
-        def write(self, path, data, offset, fh):  # noqa: ANN001, ANN201
+        def write(self, path, data, offset, fh):
             if path == "/" + CTL_NAME:
                 for line in bytes(data).decode().splitlines():
                     if line.strip():
@@ -131,22 +131,22 @@ def _serve(mountpoint: str, image: str, log_path: str) -> None:
             self._record(b"W", offset, bytes(data))
             return len(data)
 
-        def fsync(self, path, datasync, fh):  # noqa: ANN001, ANN201
+        def fsync(self, path, datasync, fh):
             if path == "/" + IMAGE_NAME:
                 self._record(b"F", 0, b"")
                 self.log.flush()
             return 0
 
-        def flush(self, path, fh):  # noqa: ANN001, ANN201
+        def flush(self, path, fh):
             return 0
 
-        def release(self, path, fh):  # noqa: ANN001, ANN201
+        def release(self, path, fh):
             return 0
 
-        def statfs(self, path):  # noqa: ANN001, ANN201
+        def statfs(self, path):
             return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1, "f_bfree": 0, "f_bavail": 0, "f_namemax": 255}
 
-        def destroy(self, path):  # noqa: ANN001, ANN201
+        def destroy(self, path):
             self.log.flush()
             self.log.close()
             os.close(self.fd)

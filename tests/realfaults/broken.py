@@ -14,7 +14,7 @@ def _proxy_publishes_any_size() -> None:
     from disd.blocks import LocationSnapshot
     from disd.proxy import upstream
 
-    def publish(self, infos, address):  # noqa: ANN001, ANN202
+    def publish(self, infos, address):
         changed = []
         with self._lock:
             for m in infos:

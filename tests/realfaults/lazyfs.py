@@ -87,7 +87,7 @@ def _serve(mountpoint: str, root: str) -> None:
             if st.st_nlink <= 1:
                 self.pending.pop(st.st_ino, None)
 
-        def __call__(self, op, path, *args):  # noqa: ANN001, ANN204
+        def __call__(self, op, path, *args):
             try:
                 with self.mutex:
                     if self.dead and path != CTL and op in DATA_OPS:
@@ -99,7 +99,7 @@ def _serve(mountpoint: str, root: str) -> None:
                 raise FuseOSError(e.errno or errno.EIO) from None
 
         # -- names: at once ---------------------------------------------------------------
-        def getattr(self, path, fh=None):  # noqa: ANN001, ANN201
+        def getattr(self, path, fh=None):
             if path == CTL:
                 return {"st_mode": 0o100600, "st_nlink": 1, "st_size": 4096}
             st = os.lstat(self._p(path))
@@ -110,20 +110,20 @@ def _serve(mountpoint: str, root: str) -> None:
                 out["st_size"] = p.size
             return out
 
-        def readdir(self, path, fh):  # noqa: ANN001, ANN201
+        def readdir(self, path, fh):
             return [".", "..", *os.listdir(self._p(path))]
 
-        def mkdir(self, path, mode):  # noqa: ANN001, ANN201
+        def mkdir(self, path, mode):
             os.mkdir(self._p(path), mode)
 
-        def rmdir(self, path):  # noqa: ANN001, ANN201
+        def rmdir(self, path):
             os.rmdir(self._p(path))
 
-        def unlink(self, path):  # noqa: ANN001, ANN201
+        def unlink(self, path):
             self._drop_if_last_link(self._p(path))
             os.unlink(self._p(path))
 
-        def rename(self, old, new):  # noqa: ANN001, ANN201
+        def rename(self, old, new):
             self._drop_if_last_link(self._p(new))
             os.rename(self._p(old), self._p(new))
             if self.armed is not None and os.path.basename(new) == self.armed[0]:
@@ -137,32 +137,32 @@ def _serve(mountpoint: str, root: str) -> None:
                     os.kill(fuse_get_context()[2], signal.SIGSTOP)
                     self._cut()
 
-        def chmod(self, path, mode):  # noqa: ANN001, ANN201
+        def chmod(self, path, mode):
             os.chmod(self._p(path), mode)
 
-        def chown(self, path, uid, gid):  # noqa: ANN001, ANN201
+        def chown(self, path, uid, gid):
             os.chown(self._p(path), uid, gid)
 
-        def utimens(self, path, times=None):  # noqa: ANN001, ANN201
+        def utimens(self, path, times=None):
             os.utime(self._p(path), times)
 
-        def access(self, path, amode):  # noqa: ANN001, ANN201
+        def access(self, path, amode):
             if path != CTL and not os.access(self._p(path), amode):
                 raise FuseOSError(errno.EACCES)
 
-        def statfs(self, path):  # noqa: ANN001, ANN201
+        def statfs(self, path):
             st = os.statvfs(self._p(path))
             return {k: getattr(st, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail",
                                                 "f_ffree", "f_files", "f_flag", "f_frsize", "f_namemax")}
 
-        def fsyncdir(self, path, datasync, fh):  # noqa: ANN001, ANN201
+        def fsyncdir(self, path, datasync, fh):
             return 0
 
         # -- contents: kept until fsync ---------------------------------------------------------
-        def create(self, path, mode, fi=None):  # noqa: ANN001, ANN201
+        def create(self, path, mode, fi=None):
             return os.open(self._p(path), os.O_RDWR | os.O_CREAT, mode)
 
-        def open(self, path, flags):  # noqa: ANN001, ANN201
+        def open(self, path, flags):
             if path == CTL:
                 return os.open(os.devnull, os.O_RDWR)
             fd = os.open(self._p(path), os.O_RDWR if flags & os.O_ACCMODE != os.O_RDONLY else os.O_RDONLY)
@@ -182,13 +182,13 @@ def _serve(mountpoint: str, root: str) -> None:
             p.ops.append(("t", length, b""))
             p.size = length
 
-        def read(self, path, size, offset, fh):  # noqa: ANN001, ANN201
+        def read(self, path, size, offset, fh):
             if path == CTL:
                 return f"{self.cuts}\n".encode()[offset:offset + size]
             p = self.pending.get(self._ino(fh))
             return os.pread(fh, size, offset) if p is None else p.window(fh, offset, size)
 
-        def write(self, path, data, offset, fh):  # noqa: ANN001, ANN201
+        def write(self, path, data, offset, fh):
             if path == CTL:
                 words = bytes(data).decode().split()
                 if words == ["cut"]:
@@ -203,7 +203,7 @@ def _serve(mountpoint: str, root: str) -> None:
             p.size = max(p.size, offset + len(data))
             return len(data)
 
-        def truncate(self, path, length, fh=None):  # noqa: ANN001, ANN201
+        def truncate(self, path, length, fh=None):
             if path == CTL:
                 return
             if fh is None:
@@ -215,7 +215,7 @@ def _serve(mountpoint: str, root: str) -> None:
             else:
                 self._truncate(fh, length)
 
-        def fsync(self, path, datasync, fh):  # noqa: ANN001, ANN201
+        def fsync(self, path, datasync, fh):
             p = self.pending.pop(self._ino(fh), None)
             if p is not None:
                 for kind, off, data in p.ops:
@@ -226,10 +226,10 @@ def _serve(mountpoint: str, root: str) -> None:
             os.fsync(fh)
             return 0
 
-        def flush(self, path, fh):  # noqa: ANN001, ANN201
+        def flush(self, path, fh):
             return 0
 
-        def release(self, path, fh):  # noqa: ANN001, ANN201
+        def release(self, path, fh):
             os.close(fh)
             return 0
 

@@ -272,7 +272,7 @@ class Checker:
         return problems
 
 
-def check_offline(db: pathlib.Path, schema, floor: dict[str, int], logged: dict[str, int],  # noqa: ANN001
+def check_offline(db: pathlib.Path, schema, floor: dict[str, int], logged: dict[str, int],
                   versions: dict[str, int]) -> tuple[dict[str, int], list[str]]:
     """A database root as a power cut left it, read as the DIS host's column-file reader reads
     it (at each location's checkpoint): (rows per location, what is wrong).  Every location

@@ -28,7 +28,7 @@ def subscribe(address: str, out: str) -> None:
     f = open(out, "a", buffering=1)
     lock = threading.Lock()
 
-    def emit(kind: str, m) -> None:  # noqa: ANN001
+    def emit(kind: str, m) -> None:
         with lock:
             f.write(f"{time.time():.4f} {kind} {m.key.internal_partition} {m.rows}\n")
 
@@ -70,7 +70,7 @@ def spark(routing: str, checkpoint: str, out: str) -> None:
     s.sparkContext.setLogLevel("ERROR")
     outdir = pathlib.Path(out)
 
-    def sink(df, batch_id):  # noqa: ANN001, ANN202
+    def sink(df, batch_id):
         sizes = np.asarray(df.select("Size").toArrow().column("Size"), np.int64)
         tmp = outdir / f".batch-{batch_id}.npy"
         np.save(tmp, sizes)

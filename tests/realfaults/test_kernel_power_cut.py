@@ -32,7 +32,7 @@ def _kernel_features():
     require(loop_problem())
 
 
-def replay(tmp_path, rec, full: int, offline: int, stop_at_first: bool = False):  # noqa: ANN001, ANN201
+def replay(tmp_path, rec, full: int, offline: int, stop_at_first: bool = False):
     chosen, fulls = choose(len(rec.flushes), offline + full, full, SEED)
     checker = Checker(rec, tmp_path / "replay")
     try:

@@ -35,7 +35,7 @@ def _kernel_features():
     require(fuse_problem())
 
 
-def cut_the_power(tmp_path, cuts: int, broken: str | None = None, stop_at_first: bool = False):  # noqa: ANN001, ANN201
+def cut_the_power(tmp_path, cuts: int, broken: str | None = None, stop_at_first: bool = False):
     """(what went wrong at each cut, the rows found after each, seconds)."""
     t0 = time.monotonic()
     v1, _ = schemas_dirs(tmp_path)

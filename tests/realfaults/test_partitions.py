@@ -49,7 +49,7 @@ def _kernel_features():
 class Writers:
     """The applications: a 100-row transaction to each location every 100 ms, on a thread."""
 
-    def __init__(self, tmp, logs) -> None:  # noqa: ANN001
+    def __init__(self, tmp, logs) -> None:
         v1, _ = schemas_dirs(tmp)
         self.loggers = Loggers(logs, {1: v1 / "Market.Trade.yaml"})
         for ip, base in BASES.items():
@@ -71,7 +71,7 @@ class Writers:
         return self.loggers.logged()
 
 
-def run_scenario(tmp_path, spark: bool, proxy_break: str | None = None, freeze_s: float = FREEZE_S):  # noqa: ANN001, ANN201
+def run_scenario(tmp_path, spark: bool, proxy_break: str | None = None, freeze_s: float = FREEZE_S):
     logs = tmp_path / "logs"
     logs.mkdir()
     phases: list[Phase] = []
@@ -90,7 +90,7 @@ def run_scenario(tmp_path, spark: bool, proxy_break: str | None = None, freeze_s
             watch = Watch(cluster)
             time.sleep(3)
 
-            def fault(name: str, start, seconds: float, heal) -> None:  # noqa: ANN001
+            def fault(name: str, start, seconds: float, heal) -> None:
                 t0 = time.time()
                 start()
                 time.sleep(seconds)
@@ -134,7 +134,7 @@ def run_scenario(tmp_path, spark: bool, proxy_break: str | None = None, freeze_s
             cluster.stop()
 
 
-def check(cluster, watch, phases, want, spark, caught_up, times):  # noqa: ANN001, ANN201
+def check(cluster, watch, phases, want, spark, caught_up, times):
     problems: list[str] = []
     expected = {ip: BASES[ip] + np.arange(n) for ip, n in want.items()}
     for host in ("r1", "r2", "proxy"):
@@ -165,7 +165,7 @@ def check(cluster, watch, phases, want, spark, caught_up, times):  # noqa: ANN00
     return problems, report
 
 
-def figures(watch, phases, seen, caught_up, times) -> dict:  # noqa: ANN001
+def figures(watch, phases, seen, caught_up, times) -> dict:
     """Per fault: the readers' visibility latency (logged -> seen through the proxy's Subscribe)
     of the transactions logged during it, p50 and max, next to the baseline's; how long after
     healing every row logged before it was visible to the readers and at each replica; and what

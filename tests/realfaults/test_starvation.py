@@ -102,7 +102,7 @@ def window(address: str, loggers: Loggers, seconds: float) -> dict:
             "visible_ms_max": round(1000 * lat[-1]) if lat else None, "errors": errors[:3]}
 
 
-def starve(tmp_path, headroom_mib: int | None = None):  # noqa: ANN001, ANN201
+def starve(tmp_path, headroom_mib: int | None = None):
     """(problems, figures)."""
     v1, _ = schemas_dirs(tmp_path)
     logs, work = tmp_path / "logs", tmp_path / "work"

@@ -73,7 +73,7 @@ def replica_set(tmp: pathlib.Path, names=("dis-a", "dis-b"), tailers: bool = Tru
     return rs
 
 
-def logger(logs: pathlib.Path, ip: str, day: str):  # noqa: ANN201
+def logger(logs: pathlib.Path, ip: str, day: str):
     return (IntradayLoggerBuilder(str(ROOT / "config" / "schemas" / "Market.Trade.yaml")).set_process_name("feed")
             .set_log_dir(str(logs)).set_column_partition_value(day).set_internal_partition(ip).build())
 

@@ -50,7 +50,7 @@ def _trade_batches(rng: random.Random, first: int) -> list[tuple[int, list[int]]
     inside a transaction begun after committed rows."""
     batches, row = [], first
 
-    def add(flags):  # noqa: ANN001
+    def add(flags):
         nonlocal row
         batches.append((row, flags))
         row += len(flags)

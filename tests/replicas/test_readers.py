@@ -78,7 +78,7 @@ def test_a_read_survives_kill_9_of_its_replica_mid_scan_and_status_shows_it(tmp_
 
             reads = 0
 
-            def read_ranges(self, snap, ranges):  # noqa: ANN001, ANN201
+            def read_ranges(self, snap, ranges):
                 self.reads += 1
                 if self.reads == 3:
                     rs.by_address(snap.address).proc.kill9()
@@ -117,7 +117,7 @@ def test_a_read_survives_kill_9_of_its_replica_mid_scan_and_status_shows_it(tmp_
         rs.stop()
 
 
-def _load(path):  # noqa: ANN001, ANN202
+def _load(path):
     from disd.routing import load_routing
 
     return load_routing(path)

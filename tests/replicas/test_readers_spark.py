@@ -38,7 +38,7 @@ def test_a_batch_scan_with_a_replica_killed_during_it_is_exact(spark, tmp_path):
         marker = tmp_path / "killed"
         pid = victim.proc.p.pid
 
-        def kill_in_first_task(batches):  # noqa: ANN001, ANN202
+        def kill_in_first_task(batches):
             # The first task to run kills the replica; the scan's other tasks (8 input
             # partitions, 2 at a time) read after it, their slices listed at the dead replica.
             try:

@@ -34,7 +34,7 @@ def vector(stored: int, presented: int) -> dict:
     return {"namespace": NS, "table": TABLE, **p}
 
 
-def from_messages(found) -> list[dict]:  # noqa: ANN001
+def from_messages(found) -> list[dict]:
     return [{"namespace": p.namespace, "table": p.table, "stored_version": p.stored_version,
              "presented_version": p.presented_version,
              "columns": [{"name": c.name, "type": c.type, "stored": c.stored or None,

@@ -28,7 +28,7 @@ def served(tmp_path, monkeypatch):
     calls: list[tuple[str, int, int]] = []
     original = Location.read_range
 
-    def recorded(self, file_name, start, stop):  # noqa: ANN001, ANN202
+    def recorded(self, file_name, start, stop):
         calls.append((file_name, start, stop))
         return original(self, file_name, start, stop)
 

@@ -71,7 +71,7 @@ def test_stream_refusals_are_clear(loaded):
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def _ranges(stub, ranges):  # noqa: ANN001, ANN202
+def _ranges(stub, ranges):
     req = dis_pb2.ReadRangesRequest(location=key_msg(KEY), ranges=[
         dis_pb2.BlockRange(file=f, first_block=a, block_count=n) for f, a, n in ranges])
     return list(stub.ReadRanges(req))
@@ -115,16 +115,16 @@ class _Counting(TableDataService):
 
     calls: dict[str, int]
 
-    def ReadRanges(self, request, context):  # noqa: N802, ANN001, ANN201
+    def ReadRanges(self, request, context):  # noqa: N802
         self.calls["ReadRanges"] = self.calls.get("ReadRanges", 0) + 1
         yield from super().ReadRanges(request, context)
 
-    def ReadBlocks(self, request, context):  # noqa: N802, ANN001, ANN201
+    def ReadBlocks(self, request, context):  # noqa: N802
         self.calls["ReadBlocks"] = self.calls.get("ReadBlocks", 0) + 1
         yield from super().ReadBlocks(request, context)
 
 
-def _serve(service):  # noqa: ANN001, ANN202
+def _serve(service):
     from concurrent import futures
 
     server = grpc.server(futures.ThreadPoolExecutor(4))

@@ -6,7 +6,6 @@ version a location is in."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import urllib.request
 

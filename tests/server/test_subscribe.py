@@ -26,7 +26,7 @@ def _key(i: int) -> LocationKey:
     return LocationKey("Market", "Trade", f"ip{i}", "2026-11-22")
 
 
-def _infos(msgs) -> dict:  # noqa: ANN001
+def _infos(msgs) -> dict:
     """(internal partition, rows, files) per location of LocationInfo messages."""
     return {m.key.internal_partition: (m.rows, tuple((f.name, f.size) for f in m.files)) for m in msgs}
 
@@ -40,7 +40,7 @@ class _Context:
     def is_active(self) -> bool:
         return self.active
 
-    def abort(self, code, details):  # noqa: ANN001, ANN201
+    def abort(self, code, details):
         raise AssertionError(f"aborted: {code} {details}")
 
 

@@ -12,7 +12,7 @@ from disd.binlog import LocationKey
 from disd.client import connect
 from support import SCHEMAS, Feeder, start_dis_server, trade_rows
 
-from .conftest import LOCS, TOTAL
+from .conftest import TOTAL
 from .test_units import all_types_table
 
 pytestmark = pytest.mark.spark

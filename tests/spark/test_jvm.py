@@ -22,8 +22,8 @@ from pyspark.sql import functions as F
 
 from disd.binlog import LocationKey
 
-from .conftest import LOCS, TOTAL
-from support import ROOT, SCHEMAS, Feeder, dis_config, trade_rows
+from .conftest import TOTAL
+from support import ROOT, Feeder, dis_config, trade_rows
 from support import start_dis_server as start_dis
 
 K1 = LocationKey("Market", "Trade", "feed1", "2026-11-22")

@@ -273,7 +273,7 @@ def test_a_jvm_stream_keeps_its_schema_when_a_newer_version_appears(jvm_spark, t
     received: list[pa.Table] = []
     lock = threading.Lock()
 
-    def sink(batch_df, batch_id) -> None:  # noqa: ANN001
+    def sink(batch_df, batch_id) -> None:
         t = batch_df.toArrow()
         with lock:
             received.append(t)

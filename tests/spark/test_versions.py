@@ -28,7 +28,7 @@ def evolved(tmp_path_factory):
     return db, schemas
 
 
-def python_read(spark, **opts):  # noqa: ANN001, ANN201
+def python_read(spark, **opts):
     r = spark.read.format("dis").option("reader", "python").option("namespace", "Test").option("table", "Evolve")
     for k, v in opts.items():
         r = r.option(k, str(v))
@@ -41,7 +41,7 @@ def sorted_rows(t: pa.Table) -> list[tuple]:
                   key=lambda r: tuple((v is None, v if v is not None else 0) for v in r))
 
 
-def same_rows(df, want: pa.Table) -> None:  # noqa: ANN001
+def same_rows(df, want: pa.Table) -> None:
     got = df.select(*want.column_names).toArrow()
     assert got.num_rows == want.num_rows
     assert sorted_rows(got) == sorted_rows(want)
@@ -114,7 +114,7 @@ def test_a_stream_keeps_its_schema_when_a_newer_version_appears(tmp_path):
         srv.stop(0.5)
 
 
-def read_all(r, start: dict, end: dict) -> pa.Table:  # noqa: ANN001
+def read_all(r, start: dict, end: dict) -> pa.Table:
     batches = []
     for p in r.partitions(start, end):
         batches += list(read_partition(pickle.loads(pickle.dumps(p))))  # as a task gets it

@@ -36,7 +36,7 @@ class Composed(OsFileSystem):
 class ShortWrites(Composed):
     """A disk that writes at most 3 bytes a call: a short write must be continued."""
 
-    def pwrite(self, fd: int, data, offset: int) -> int:  # noqa: ANN001
+    def pwrite(self, fd: int, data, offset: int) -> int:
         return os.pwrite(fd, memoryview(data)[:3], offset)
 
 
@@ -157,7 +157,7 @@ def test_the_engines_flush_is_one_call(tmp_path, monkeypatch, compiled):
     if compiled:
         native = ingestcore.write_out
 
-        def spy(jobs):  # noqa: ANN001, ANN202
+        def spy(jobs):
             calls.append(len(jobs[0][0].sizes()))
             return native(jobs)
 
@@ -165,7 +165,7 @@ def test_the_engines_flush_is_one_call(tmp_path, monkeypatch, compiled):
     else:
         native = fsio._native_pwrite_all
 
-        def spy(writes):  # noqa: ANN001, ANN202
+        def spy(writes):
             calls.append(len(writes))
             return native(writes)
 
@@ -203,7 +203,7 @@ def test_a_busy_interpreter_does_not_hold_up_a_flush(tmp_path):
     fds = open_files(tmp_path, 5, os.O_DSYNC)
     block = b"x" * 65536  # a block
 
-    def flushes(fs) -> float:  # noqa: ANN001
+    def flushes(fs) -> float:
         t0 = time.perf_counter()
         for i in range(20):
             fsio.pwrite_all(fs, [(fd, block, len(block) * i) for fd in fds])
@@ -226,7 +226,7 @@ def test_a_busy_interpreter_does_not_hold_up_a_flush(tmp_path):
 _CALL = re.compile(r"^\d+\s+pwrite64\((\d+)<([^>]*)>, .*, (\d+), (\d+)\)\s+=\s+(\d+)")
 
 
-def traced_writes(kind: str, root) -> list[tuple[str, ...]]:  # noqa: ANN001
+def traced_writes(kind: str, root) -> list[tuple[str, ...]]:
     """The pwrite calls ``pwrite_all`` makes under ``root`` (``strace -y``), as (file, size,
     offset, written) with ``root`` replaced by ``ROOT``."""
     script = ("import os, sys\nfrom disd.storage import fsio\nfrom disd.storage.fsio import OsFileSystem\n"

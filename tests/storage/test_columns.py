@@ -99,11 +99,11 @@ def test_batched_reads_ask_once_from_row_zero_and_twice_after_it(all_types_locat
     files = {name: (loc.path / name).read_bytes()[:size] for name, size in loc.column_files().items()}
     calls: list[list[tuple[str, int, int]]] = []
 
-    def fetch_many(ranges):  # noqa: ANN001, ANN202
+    def fetch_many(ranges):
         calls.append(list(ranges))
         return [files[n][a:b] for n, a, b in ranges]
 
-    def read(a: int, b: int, sizes=None):  # noqa: ANN001, ANN202
+    def read(a: int, b: int, sizes=None):
         calls.clear()
         got = colfmt.read_rows_batched(ALL_TYPES, None, a, b, fetch_many, sizes)
         assert got.equals(colfmt.read_rows(ALL_TYPES, None, a, b, lambda n, x, y: files[n][x:y])), (a, b)
@@ -122,7 +122,7 @@ def test_batched_reads_ask_once_from_row_zero_and_twice_after_it(all_types_locat
     # DataEnds: a read from where an earlier one stopped knows its strings' first byte
     ends: dict = {}
 
-    def follow(a: int, b: int, sizes=None):  # noqa: ANN001, ANN202
+    def follow(a: int, b: int, sizes=None):
         calls.clear()
         got = colfmt.read_rows_batched(ALL_TYPES, None, a, b, fetch_many, sizes, ends)
         assert got.equals(expect.slice(a, b - a)), (a, b)
@@ -230,7 +230,7 @@ def test_encode_decode_property(col_data, data):
     assert decode_column(col, files, b - a, start=a).equals(arr.slice(a, b - a))
 
 
-def file_sizes(schema, rows: int, string_data_sizes: dict[str, int]) -> dict[str, int]:  # noqa: ANN001
+def file_sizes(schema, rows: int, string_data_sizes: dict[str, int]) -> dict[str, int]:
     """Sizes of every column file holding exactly ``rows`` rows."""
     out: dict[str, int] = {}
     for c in schema.columns:

@@ -271,7 +271,7 @@ def test_a_slow_open_holds_up_no_other_handle(tmp_path):
     entered, gate = threading.Event(), threading.Event()
 
     class SlowCreate(OsFileSystem):
-        def open(self, path: str, flags: int, mode: int = 0o644) -> int:  # noqa: D102
+        def open(self, path: str, flags: int, mode: int = 0o644) -> int:
             if path.endswith("slow.dat"):
                 entered.set()
                 gate.wait(20)
@@ -326,13 +326,13 @@ def test_max_open_files_left_out_is_derived_from_the_descriptor_limit(tmp_path, 
     assert fh.max_open_files_for(300, 16) == 16  # never below the least the engine works with
 
 
-def _live_writes(eng: StorageEngine, tmp_path, n_locs: int, rounds: int):  # noqa: ANN202
+def _live_writes(eng: StorageEngine, tmp_path, n_locs: int, rounds: int):
     """``n_locs`` Market.Trade locations, then ``rounds`` rounds of a 1-row caught-up chunk to
     each, every round one batch through the chunk entry (as a Multiplex request's)."""
     from disd.storage.ingest import LocationIngest, ingest_chunks
 
     class Chunk:
-        def __init__(self, name, offset, data):  # noqa: ANN001, ANN204
+        def __init__(self, name, offset, data):
             self.file_name, self.offset, self.data, self.caught_up = name, offset, data, True
 
     logs, streams = {}, {}
@@ -367,7 +367,7 @@ def test_writes_to_reclaimed_descriptors_open_their_files_alone_within_the_limit
     eng = StorageEngine(str(root), SCHEMAS, StorageConfig(max_open_files=16))
     peak, stop = 0, threading.Event()
 
-    def watch():  # noqa: ANN202
+    def watch():
         nonlocal peak
         while not stop.is_set():
             peak = max(peak, fds_under(root, column_files_only=True))
@@ -399,12 +399,12 @@ def test_a_write_that_opens_a_replaced_file_alone_finds_it_replaced(tmp_path):
         loc = _live_writes(eng, tmp_path, 4, 1)[0]
         eng.file_handles.cleanup()  # every descriptor reclaimed (none busy)
         while eng.file_handles.open_count:
-            eng.file_handles._cleanup_locked(room=eng.file_handles.capacity)  # noqa: SLF001
+            eng.file_handles._cleanup_locked(room=eng.file_handles.capacity)
         victim = loc.path / "Price.dat"
         copy = tmp_path / "copy"
         copy.write_bytes(victim.read_bytes())
         os.replace(copy, victim)
-        name = f"Market.Trade.System.ip0.2026-11-22.bin.2026-11-22.000000.000+0000"
+        name = "Market.Trade.System.ip0.2026-11-22.bin.2026-11-22.000000.000+0000"
         p = tmp_path / "logs" / name
         start = p.stat().st_size
         write_log(p, TRADE, trade_rows(1, 1), [3])

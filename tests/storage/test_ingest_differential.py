@@ -44,7 +44,7 @@ IPS = ("ip0", "ip1")
 STRINGS = st.text(st.characters(codec="utf-8"), max_size=6)
 
 
-def _value(t: ColumnType):  # noqa: ANN202
+def _value(t: ColumnType):
     if t is ColumnType.BOOL:
         return st.booleans()
     if t is ColumnType.FLOAT:
@@ -60,7 +60,7 @@ def _value(t: ColumnType):  # noqa: ANN202
 
 
 @st.composite
-def frame_rows(draw, schema: TableSchema) -> tuple[list[pa.Array], list[int]]:  # noqa: ANN001
+def frame_rows(draw, schema: TableSchema) -> tuple[list[pa.Array], list[int]]:
     n = draw(st.integers(0, 5))
     cols = []
     for c in schema.columns:
@@ -137,25 +137,25 @@ class Log:
             self.sent = 0
 
 
-def _location(engine: StorageEngine, schema: TableSchema, ip: str):  # noqa: ANN202
+def _location(engine: StorageEngine, schema: TableSchema, ip: str):
     return engine.location(LocationKey(schema.namespace, schema.table, ip, "2026-11-22"))
 
 
-def _stream(loc, schema: TableSchema) -> LocationIngest:  # noqa: ANN001
+def _stream(loc, schema: TableSchema) -> LocationIngest:
     """A stream's open: what the last one left uncommitted rolled back, then its resume point."""
     loc.rollback()
     rp, epoch = loc.resume()
     return LocationIngest(loc, schema, rp, epoch)
 
 
-def _answer(r: ChunkResult | None):  # noqa: ANN202
+def _answer(r: ChunkResult | None):
     if r is None:
         return None
     refused = (r.refused.kind, r.refused.message) if r.refused is not None else None
     return (r.file_name, r.offset, r.committed_rows, refused, r.took)
 
 
-def _counts(loc):  # noqa: ANN001, ANN202
+def _counts(loc):
     return (loc.written_rows, loc.committed_rows, loc.txn_open, loc.source, dict(loc.import_state),
             loc.committed_sizes)
 
@@ -242,7 +242,7 @@ def _record(path: pathlib.Path) -> dict:
     return d
 
 
-def _chunks(schema: TableSchema, logs: dict[str, Log], sends) -> list[tuple[str, Chunk]]:  # noqa: ANN001
+def _chunks(schema: TableSchema, logs: dict[str, Log], sends) -> list[tuple[str, Chunk]]:
     """One batch: per send, the next frames of a location's log (at most one chunk a location:
     after a refusal its stream ends), mutated as asked."""
     out, seen = [], set()

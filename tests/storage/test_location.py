@@ -60,7 +60,7 @@ class SpyDisk(OsFileSystem):
     def __init__(self) -> None:
         self.writes: list[tuple[str, int, int]] = []
 
-    def pwrite(self, fd: int, data, offset: int) -> int:  # noqa: ANN001
+    def pwrite(self, fd: int, data, offset: int) -> int:
         n = os.pwrite(fd, data, offset)
         name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
         if name.endswith((".dat", ".off")):  # the column files' writes

@@ -153,7 +153,7 @@ def test_a_busy_interpreter_does_not_hold_up_new_locations(tmp_path):
         while not stop.is_set():
             x += 1
 
-    def make(fs, root) -> float:  # noqa: ANN001
+    def make(fs, root) -> float:
         t0 = time.perf_counter()
         for i in range(20):
             p = str(root / f"ip{i}" / "d" / "T")

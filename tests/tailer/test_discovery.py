@@ -77,7 +77,7 @@ def test_csv_files_of_csv_tables(tmp_path):
     assert spool.format() == name() and csv_name == p.name
 
 
-def _events(w: DirectoryWatcher, timeout: float = 2.0):  # noqa: ANN202 - Events
+def _events(w: DirectoryWatcher, timeout: float = 2.0):  # Events
     """The events the watcher has within ``timeout`` (as the tailer's loop reads them when the
     descriptor is readable)."""
     import select

@@ -60,7 +60,7 @@ def test_idle_workers_wait_for_events_not_the_poll(tmp_path, dis):
     looks = {"n": 0}
     files_of = t.files_of
 
-    def counted(key):  # noqa: ANN001, ANN202 - counts how often the workers look at their files
+    def counted(key):  # counts how often the workers look at their files
         looks["n"] += 1
         return files_of(key)
 

@@ -127,7 +127,7 @@ EVOLVE_ROWS = {
 DAY = "2026-01-01"
 
 
-def _arrow(col, values: list) -> pa.Array:  # noqa: ANN001 - disd.schema.Column
+def _arrow(col, values: list) -> pa.Array:  # disd.schema.Column
     t = col.type
     if t is ColumnType.CHAR:
         return pa.array(values, pa.uint16())
@@ -300,7 +300,7 @@ def routing(folder: pathlib.Path) -> dict:
             out[path.name] = {"error": str(e).replace(str(path), PATH)}
             continue
 
-        def listed(replicas) -> list:  # noqa: ANN001
+        def listed(replicas) -> list:
             return [[x.name, x.address, x.http_address or plus_one(x.address)] for x in replicas]
 
         out[path.name] = {

@@ -104,7 +104,7 @@ class RowSink:
         self.lock = threading.Lock()
         self.parts: list[pa.Table] = []
 
-    def __call__(self, batch_df, batch_id) -> None:  # noqa: ANN001
+    def __call__(self, batch_df, batch_id) -> None:
         t = batch_df.toArrow()
         with self.lock:
             self.parts.append(t)

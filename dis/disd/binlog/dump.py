@@ -3,7 +3,8 @@
 The table view shows each value on one line, at most ``MAX_WIDTH`` characters (longer values
 end in an ellipsis; control characters are escaped); ``--json`` gives every value whole.  A
 char prints as its character.  Both show the schema version the file is written in (the header
-schema's ``version``; 1 for a file written before versions) next to the format version.  A file with a corrupt frame prints its header and the rows
+schema's ``version``; 1 for a file written before versions) next to the format version.
+A file with a corrupt frame prints its header and the rows
 before that frame, then the error (exit status 1).  The output stops quietly when its reader
 goes away (``| head``).
 """

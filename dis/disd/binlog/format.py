@@ -67,6 +67,10 @@ class BinlogError(DisError):
     """Base of every error reading a binary log."""
 
 
+class FrameEncodeError(BinlogError, ValueError):
+    """Rows or a payload the encoder cannot frame (columns of unequal length, a frame too big)."""
+
+
 class CorruptLogError(BinlogError):
     """Bytes that are complete but wrong: a checksum mismatch or an impossible field."""
 
@@ -234,7 +238,7 @@ def _c_columns(schema: TableSchema, columns: Sequence[pa.Array], n: int) -> list
     out = []
     for c, arr in zip(schema.columns, columns):
         if len(arr) != n:
-            raise ValueError(f"column {c.name} has {len(arr)} values for {n} flags")
+            raise FrameEncodeError(f"column {c.name} has {len(arr)} values for {n} flags")
         if not isinstance(arr, pa.Array) or arr.type != c.type.arrow_type:
             return None
         bufs = arr.buffers()
@@ -257,7 +261,7 @@ def encode_rows_numpy(schema: TableSchema, columns: Sequence[pa.Array], flags: n
     heaps: list[tuple[int, np.ndarray, np.ndarray]] = []
     for i, (c, arr) in enumerate(zip(schema.columns, columns)):
         if len(arr) != n:
-            raise ValueError(f"column {c.name} has {len(arr)} values for {n} flags")
+            raise FrameEncodeError(f"column {c.name} has {len(arr)} values for {n} flags")
         if arr.null_count:
             nulls[:, i] = ~np.asarray(arr.is_valid())
         if c.type is ColumnType.STRING:
@@ -298,7 +302,7 @@ def encode_rows_numpy(schema: TableSchema, columns: Sequence[pa.Array], flags: n
 
 def encode_frame(payload: bytes, row_count: int) -> bytes:
     if len(payload) > MAX_FRAME_PAYLOAD:
-        raise ValueError(f"frame payload of {len(payload)} bytes exceeds {MAX_FRAME_PAYLOAD}")
+        raise FrameEncodeError(f"frame payload of {len(payload)} bytes exceeds {MAX_FRAME_PAYLOAD}")
     head = struct.pack("<III", len(payload), row_count, crc32c(payload))
     return head + struct.pack("<I", crc32c(head)) + payload
 

@@ -160,7 +160,7 @@ def _first_bad_row(values: Any, ctype: ColumnType) -> int | None:
 
 
 def _kind(e: BaseException) -> type[Exception]:
-    return TypeError if isinstance(e, (TypeError, pa.ArrowNotImplementedError)) else ValueError
+    return ColumnTypeError if isinstance(e, (TypeError, pa.ArrowNotImplementedError)) else ColumnValueError
 
 
 def _why(e: BaseException) -> str:

@@ -36,6 +36,11 @@ VERSION = 1
 NO_PARTITION = "__dis_no_partition"
 
 
+class DefinitionValueError(DisError, ValueError):
+    """A field of a definition that is out of range; ``TableDefinition.from_dict`` reports it as a
+    ``DefinitionError`` naming the file."""
+
+
 class DefinitionError(DisError):
     """A definition file that is missing, damaged or contradicts the data or the request."""
 
@@ -140,7 +145,7 @@ class TableDefinition:
             kind = NamespaceType(d.get("namespace_type", NamespaceType.SYSTEM.value))
             version = d.get("schema_version", 1)
             if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-                raise ValueError(f"schema_version must be a positive integer, not {version!r}")
+                raise DefinitionValueError(f"schema_version must be a positive integer, not {version!r}")
             return cls(str(d["namespace"]), str(d["table"]), kind, cols, d.get("partition_column"), layout,
                        tuple(d.get("sort_by") or ()), version)
         except (KeyError, TypeError, ValueError) as e:

@@ -16,7 +16,13 @@ import pathlib
 from dataclasses import dataclass
 from typing import Sequence
 
+from disd.errors import DisError
+
 TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
+
+
+class ParquetSettingsError(DisError, ValueError):
+    """A Parquet setting out of range; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ class ParquetSettings:
     def __post_init__(self) -> None:
         for name in ("row_group_rows", "row_group_bytes", "max_rows_per_file"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise ParquetSettingsError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 def write_parquet(df, directory: os.PathLike[str] | str, settings: ParquetSettings,  # noqa: ANN001

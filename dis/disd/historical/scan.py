@@ -47,7 +47,7 @@ class FilePiece:
     values: tuple[tuple[str, str | None], ...]
 
 
-def plan_row_groups(files: Sequence, rows_per_partition: int,  # noqa: ANN001 - ParquetFileInfo
+def plan_row_groups(files: Sequence, rows_per_partition: int,  # ParquetFileInfo
                     min_partitions: int) -> list[list[FilePiece]]:
     """The pieces of each task over ``files`` (``ParquetFileInfo``), balanced by row-group sizes:
     the largest row groups first, each onto the least loaded task."""

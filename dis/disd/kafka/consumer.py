@@ -38,6 +38,7 @@ from disd.kafka.fetcher import OFFSET_COLUMN
 from disd.kafka.link import FetchPool, FetchProcess, FetchProcessGone
 from disd.kafka.watch import FetchWatch
 from disd.names import LocationKey
+from disd.schema import SchemaValueError
 from disd.storage import LocationError, StorageEngine
 from disd.storage.checkpoint import SourcePosition
 
@@ -135,7 +136,7 @@ class SourceConsumer:
                     self._step()
                 except FetchProcessGone as e:
                     self._lost(e.index, str(e))
-                except Exception as e:  # noqa: BLE001 - the loop never dies; the error is shown
+                except Exception as e:  # the loop never dies; the error is shown
                     self._client_error(f"unexpected: {e!r}")
                     log.exception("kafka source loop failed; retrying", source=self.src.name)
                     self._stop.wait(1.0)
@@ -525,7 +526,7 @@ class SourceConsumer:
         if loc.in_error:
             raise LocationError(loc.error, loc.error_errno)
         if loc.schema_version != self.src.schema.version:
-            raise ValueError(f"location {loc.key} is written in schema version {loc.schema_version}, the source "
+            raise SchemaValueError(f"location {loc.key} is written in schema version {loc.schema_version}, the source "
                              f"decodes version {self.src.schema.version}")
         return loc
 

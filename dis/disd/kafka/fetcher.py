@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
+from disd.errors import DisError
 from disd.kafka.config import SourceConfig
 from disd.kafka.decode import Batch, Decoder
 
@@ -34,6 +35,10 @@ OFFSET_COLUMN = "__kafka_offset"
 #: a command's answer, a log line, or a batch to decode (``Fetcher.encode``), to the DIS:
 #: (header, b"" or the ``Batch``)
 Send = Callable[[tuple, Any], None]
+
+
+class FetchCommandError(DisError, ValueError):
+    """A command the fetch process does not know (the DIS and its fetch process disagree)."""
 
 
 class Fetcher:
@@ -101,7 +106,7 @@ class Fetcher:
             except KafkaException as e:
                 self.send(("log", "debug", "kafka monitoring commit failed", {"error": str(e)}), b"")
         else:
-            raise ValueError(f"unknown command {op!r}")
+            raise FetchCommandError(f"unknown command {op!r}")
 
     # -- consuming -------------------------------------------------------------------------------
     def fetch_once(self, timeout: float = 0.1) -> bool:

@@ -137,6 +137,7 @@ from disd.logger.config import Rollover
 from disd.logger.errors import (
     LoggerClosedError,
     LoggerError,
+    LoggerFlushTimeout,
     LoggerSchemaError,
     LoggerTypeError,
     LoggerValueError,
@@ -150,6 +151,7 @@ __all__ = [
     "LocationInUseError",
     "LoggerClosedError",
     "LoggerError",
+    "LoggerFlushTimeout",
     "LoggerSchemaError",
     "LoggerTypeError",
     "LoggerValueError",

@@ -17,7 +17,7 @@ from disd.binlog import normalize_columns
 from disd.binlog.format import layout_for
 from disd.logger.config import LoggerConfig, Rollover
 from disd.logger.convert import RowSizeCheck, owned, rows_to_columns, value_normalizer
-from disd.logger.errors import LoggerClosedError, LoggerError, LoggerValueError, LoggerWriterError
+from disd.logger.errors import LoggerClosedError, LoggerError, LoggerFlushTimeout, LoggerValueError, LoggerWriterError
 from disd.logger.files import LogFiles, MonotonicClock
 from disd.logger.rowqueue import BREAK, STOP, Flush, Item, RowQueue
 from disd.logger.writer import LogWriter
@@ -128,7 +128,7 @@ class IntradayLogger:
         """Rows logged by this thread inside the block are written as one transaction when it
         ends normally, and never written when it raises."""
         if getattr(self._local, "txn", None) is not None:
-            raise RuntimeError("transactions do not nest")
+            raise LoggerError("transactions do not nest")
         self._check_open()
         txn = self._local.txn = Txn()
         try:
@@ -203,7 +203,7 @@ class IntradayLogger:
         f = Flush(fsync)
         self._queue.put(f)
         if not f.event.wait(timeout):
-            raise TimeoutError("logger flush timed out")
+            raise LoggerFlushTimeout("logger flush timed out")
         self._check_error()
 
     def close(self) -> None:

@@ -126,7 +126,10 @@ class IntradayLoggerBuilder:
     def set_rollover(self, mode: Rollover | str, fixed_timestamp: dt.datetime | None = None) -> "IntradayLoggerBuilder":
         """``hourly`` (default), ``daily`` or ``fixed``; ``fixed_timestamp`` names the fixed files
         (default: the time the logger is built)."""
-        self._rollover = Rollover(mode)
+        try:
+            self._rollover = Rollover(mode)
+        except ValueError:
+            raise LoggerValueError(f"rollover must be {', '.join(r.value for r in Rollover)}, not {mode!r}") from None
         if fixed_timestamp is not None and fixed_timestamp.tzinfo is None:
             fixed_timestamp = fixed_timestamp.replace(tzinfo=dt.timezone.utc)
         self._fixed_stamp = fixed_timestamp
@@ -134,9 +137,13 @@ class IntradayLoggerBuilder:
 
     def set_queue_size(self, rows: int) -> "IntradayLoggerBuilder":
         """At most this many rows wait for the writer; callers block beyond it."""
-        if int(rows) < 1:
+        try:
+            rows = int(rows)
+        except (TypeError, ValueError):
+            raise LoggerValueError(f"queue size must be a whole number of rows, not {rows!r}") from None
+        if rows < 1:
             raise LoggerValueError("queue size must be at least 1 row")
-        self._queue_rows = int(rows)
+        self._queue_rows = rows
         return self
 
     def set_max_write_delay(self, seconds: float) -> "IntradayLoggerBuilder":

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from disd.logger.errors import LoggerValueError
+from disd.logger.errors import LoggerTypeError, LoggerValueError
 from disd.binlog.format import MAX_FRAME_PAYLOAD, RowLayout
 from disd.binlog.normalize import show_value
 from disd.schema import Column, ColumnType
@@ -24,7 +24,7 @@ def value_normalizer(table: str, col: Column, row_size: int) -> Callable[[Any], 
     where = f"{table}: column {name} ({t.value})"
 
     def bad(v: Any, why: str = "") -> Exception:
-        return TypeError(f"{where}: cannot log {type(v).__name__} {show_value(v)}{why}")
+        return LoggerTypeError(f"{where}: cannot log {type(v).__name__} {show_value(v)}{why}")
 
     if t in (ColumnType.BYTE, ColumnType.SHORT, ColumnType.INT, ColumnType.LONG):
         bits = t.width * 8
@@ -152,9 +152,9 @@ class RowSizeCheck:
         self.string_columns = layout.string_columns
         self.long_string = (MAX_FRAME_PAYLOAD - layout.row_size) // 4  # chars; beyond, count bytes
 
-    def _error(self, column: int, size: int, row: int | None) -> ValueError:
+    def _error(self, column: int, size: int, row: int | None) -> LoggerValueError:
         at = "" if row is None else f", row {row}"
-        return ValueError(f"{self.table}: column {self.names[column]} (string){at}: the row is {size} bytes, "
+        return LoggerValueError(f"{self.table}: column {self.names[column]} (string){at}: the row is {size} bytes, "
                           f"over the frame limit of {MAX_FRAME_PAYLOAD} bytes")
 
     def check_row(self, tup: tuple) -> None:

@@ -17,6 +17,10 @@ class LoggerClosedError(LoggerError):
     """The logger was closed."""
 
 
+class LoggerFlushTimeout(LoggerError, TimeoutError):
+    """``flush(timeout)`` returned before the writer had written everything logged before it."""
+
+
 class LoggerWriterError(LoggerError):
     """The writer thread failed; ``__cause__`` is what it failed with.  The logger is stopped."""
 

@@ -17,7 +17,7 @@ class Item:
 
     __slots__ = ("rows", "cols", "n", "txn", "partition")
 
-    def __init__(self, rows: list | None, cols: list[pa.Array] | None, n: int, txn: bool, partition: str | None):
+    def __init__(self, rows: list | None, cols: list[pa.Array] | None, n: int, txn: bool, partition: str | None) -> None:
         self.rows = rows
         self.cols = cols
         self.n = n

@@ -80,8 +80,8 @@ def last_by(upstream: Upstream, request: dis_pb2.LastByRequest, context) -> dis_
                                                                                      context)])
 
 
-def subscribe_last_by(upstream: Upstream, request: dis_pb2.LastByRequest,  # noqa: ANN001
-                      context) -> Iterator[dis_pb2.LastByState]:
+def subscribe_last_by(upstream: Upstream, request: dis_pb2.LastByRequest,
+                      context: grpc.ServicerContext) -> Iterator[dis_pb2.LastByState]:
     """Every matching location's whole published state, then per publish of the proxy the
     latest rows of the keys that changed (the whole state again when the changes were not all
     kept).  Open while the DISes are away: it goes on when the feeds publish again.  A feed that

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Iterable
 import grpc
 import pyarrow as pa
 
+from disd.errors import DisError
 from disd.names import LocationKey
 from disd.proxy.follow import FollowedStream
 from disd.rpc.keys import key_from_proto, key_to_proto
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 #: What a DIS answers about a table's last-by that stays so (no last-by keys, no such table, a DIS
 #: without last-by): a feed stops and its readers are given the same answer.
 REFUSALS = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED)
+
+
+class LastByStreamError(DisError, ValueError):
+    """A last-by stream out of order (changes of a location before its whole state)."""
 
 
 @dataclass
@@ -171,7 +176,7 @@ class LastByFeed(FollowedStream[LocationLastBy]):
         else:
             base = self._received.get(key)
             if base is None or key not in self._streamed:
-                raise ValueError(f"the DIS sent changes of {key} before its whole state")
+                raise LastByStreamError(f"the DIS sent changes of {key} before its whole state")
             changes = from_ipc(m.arrow_ipc)
             state = State(upsert(base.table, changes, m.keys), m.rows, m.schema_version, tuple(m.keys))
         self._received[key] = state

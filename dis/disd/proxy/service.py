@@ -41,7 +41,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         self.lastby_subscribers = 0  # open reader SubscribeLastBy streams (dis_proxy_lastby_subscribers)
         self._lock = threading.Lock()
 
-    def _upstream(self, context, call: Callable):  # noqa: ANN001, ANN202
+    def _upstream(self, context, call: Callable):  # noqa: ANN202
         """``call()``, an upstream failure turned into the status a DIS's own would have."""
         try:
             return call()
@@ -70,7 +70,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         for snaps, listed in self._subscription(request, context):
             yield dis_pb2.LocationBatch(locations=[snapshot_info(s) for s in snaps], listed=listed)
 
-    def _subscription(self, request, context) -> Iterator[tuple[list[LocationSnapshot], bool]]:  # noqa: ANN001
+    def _subscription(self, request, context) -> Iterator[tuple[list[LocationSnapshot], bool]]:
         """``(snapshots, listed)`` as a DIS's subscription gives them: every published snapshot of
         the matching tables now, in batches, the last (possibly empty) one ``listed``; then each
         set of changes.  Each location's size is given once, increasing."""
@@ -81,7 +81,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         sent: dict[LocationKey, int] = {}
         unlisten: dict[str, Callable[[], None]] = {}
 
-        def follow(feeds):  # noqa: ANN001, ANN202 - listen first, then take the current state
+        def follow(feeds):  # noqa: ANN202 - listen first, then take the current state
             out = []
             for f in feeds:
                 if f.name not in unlisten:
@@ -119,7 +119,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
             with self._lock:
                 self.subscribers -= 1
 
-    def _snapshot(self, request, context) -> LocationSnapshot:  # noqa: ANN001
+    def _snapshot(self, request, context) -> LocationSnapshot:
         """The proxy's published snapshot of the location a read names; NOT_FOUND as a DIS
         says it."""
         try:
@@ -131,14 +131,14 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, why)
         return snap
 
-    def _published(self, request, context) -> tuple[LocationSnapshot, int]:  # noqa: ANN001
+    def _published(self, request, context) -> tuple[LocationSnapshot, int]:
         """The proxy's published snapshot of the location a read names, and the file's size in
         it; NOT_FOUND as a DIS says it."""
         snap = self._snapshot(request, context)
         return snap, self._file_size(snap, request.file, context)
 
     @staticmethod
-    def _file_size(snap: LocationSnapshot, file: str, context) -> int:  # noqa: ANN001
+    def _file_size(snap: LocationSnapshot, file: str, context) -> int:
         size = file_size(snap, file)
         if isinstance(size, str):
             context.abort(grpc.StatusCode.NOT_FOUND, size)
@@ -224,7 +224,7 @@ def upstream_projections(upstream: Upstream, listed: list[tuple[str, str, int]],
     return found
 
 
-def sorted_snaps(feed) -> list[LocationSnapshot]:  # noqa: ANN001
+def sorted_snaps(feed) -> list[LocationSnapshot]:
     return sorted(feed.snapshots(), key=lambda s: (s.key.column_partition, s.key.internal_partition))
 
 

@@ -41,20 +41,20 @@ class _TokenInterceptor(
     def __init__(self, token: str) -> None:
         self._md = ("authorization", f"Bearer {token}")
 
-    def _details(self, d):  # noqa: ANN001
+    def _details(self, d) -> grpc.ClientCallDetails:  # noqa: ANN001
         md = list(d.metadata or []) + [self._md]
         return d._replace(metadata=md) if hasattr(d, "_replace") else _Details(d, md)
 
-    def intercept_unary_unary(self, cont, d, req):  # noqa: ANN001
+    def intercept_unary_unary(self, cont, d, req) -> grpc.Call:  # noqa: ANN001
         return cont(self._details(d), req)
 
-    def intercept_unary_stream(self, cont, d, req):  # noqa: ANN001
+    def intercept_unary_stream(self, cont, d, req) -> grpc.Call:  # noqa: ANN001
         return cont(self._details(d), req)
 
-    def intercept_stream_unary(self, cont, d, it):  # noqa: ANN001
+    def intercept_stream_unary(self, cont, d, it) -> grpc.Call:  # noqa: ANN001
         return cont(self._details(d), it)
 
-    def intercept_stream_stream(self, cont, d, it):  # noqa: ANN001
+    def intercept_stream_stream(self, cont, d, it) -> grpc.Call:  # noqa: ANN001
         return cont(self._details(d), it)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import pathlib
+from typing import Iterator
 
 import grpc
 
@@ -26,11 +27,11 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
     )
 
 
-def _deny(code: grpc.StatusCode, details: str, streaming_response: bool, streaming_request: bool):
-    def unary(request, context):  # noqa: ANN001
+def _deny(code: grpc.StatusCode, details: str, streaming_response: bool, streaming_request: bool) -> grpc.RpcMethodHandler:
+    def unary(request, context) -> None:  # noqa: ANN001
         context.abort(code, details)
 
-    def stream(request_or_iterator, context):  # noqa: ANN001
+    def stream(request_or_iterator, context) -> Iterator[None]:  # noqa: ANN001
         context.abort(code, details)
         yield  # pragma: no cover
 
@@ -49,7 +50,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
-    def intercept_service(self, continuation, handler_call_details):  # noqa: ANN001
+    def intercept_service(self, continuation, handler_call_details) -> grpc.RpcMethodHandler | None:  # noqa: ANN001
         method = handler_call_details.method or ""
         if method.startswith(OPEN_SERVICES):
             return continuation(handler_call_details)

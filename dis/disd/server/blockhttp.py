@@ -139,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, obj: object) -> None:
         self._send(status, json.dumps(obj, separators=(",", ":")).encode())
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         try:
             self._authorize()
             url = urlsplit(self.path)

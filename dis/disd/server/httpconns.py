@@ -170,7 +170,7 @@ class ConnectionLoop:
                 now = time.monotonic()
                 self._expire(now)
                 self._report(now)
-        except Exception:  # noqa: BLE001 - logged; the endpoint is then down, the daemon stays up
+        except Exception:  # logged; the endpoint is then down, the daemon stays up
             log.error("block endpoint connection loop failed", exc_info=True)
         finally:
             for c in list(self._waiting) + list(self._refusing):
@@ -330,7 +330,7 @@ class ConnectionLoop:
         self._watch(c, selectors.EVENT_READ)
 
     # -- bytes from waiting connections -----------------------------------------------------------
-    def _step(self, c: Conn, mask: int) -> None:  # noqa: ARG002 - one path for read and write readiness
+    def _step(self, c: Conn, mask: int) -> None:  # one path for read and write readiness
         try:
             if c.state in ("handshake", "refuse"):
                 self._handshake(c)
@@ -338,7 +338,7 @@ class ConnectionLoop:
                 self._drain(c)
             else:
                 self._read(c)
-        except Exception:  # noqa: BLE001 - one connection's failure must not stop the others'
+        except Exception:  # one connection's failure must not stop the others'
             log.warning("block endpoint connection failed", peer=_peer(c.peer), exc_info=True)
             self._close(c)
 
@@ -450,7 +450,7 @@ class ConnectionLoop:
         try:
             c.sock.settimeout(self.serve_timeout_s)
             keep = self.handle(c.sock, head, c.peer)
-        except Exception:  # noqa: BLE001 - one request failed, the endpoint goes on
+        except Exception:  # one request failed, the endpoint goes on
             log.warning("block endpoint request failed", peer=_peer(c.peer), exc_info=True)
         finally:
             with self._lock:

@@ -140,7 +140,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         self.routed = routed
         self.refusals = RefusalLog()
 
-    def Stream(self, request_iterator: Iterator[Request], context: grpc.ServicerContext):  # noqa: N802
+    def Stream(self, request_iterator: Iterator[Request], context: grpc.ServicerContext) -> Iterator[dis_pb2.IngestResponse]:  # noqa: N802
         """One location's stream on its own call (the ``Multiplex`` call carries many:
         ``disd.server.ingestmux``)."""
         stream = ServedStream(self, context.peer(), functools.partial(end_stream, context))

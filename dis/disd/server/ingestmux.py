@@ -72,7 +72,7 @@ class MuxCall:
                 self._request(frames)
         except grpc.RpcError:
             pass  # the call ended (cancelled by the tailer, or the server stopping)
-        except Exception:  # noqa: BLE001 - a bug must not leave the call's streams open
+        except Exception:  # a bug must not leave the call's streams open
             log.exception("ingest multiplex call failed", peer=self.peer)
             self.context.cancel()
         finally:

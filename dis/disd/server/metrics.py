@@ -77,7 +77,7 @@ class ServerCollector:
         self.db_root = db_root
         self.tabledata = tabledata
 
-    def _server_gauges(self, locations: list) -> Iterator[Metric]:  # noqa: ANN001
+    def _server_gauges(self, locations: list) -> Iterator[Metric]:
         values = [
             ("dis_locations", "Locations open", len(locations)),
             ("dis_partitions_in_error", "Locations in error state (not accepting rows)",

@@ -46,7 +46,7 @@ def listing(items: Sequence) -> Iterator[tuple[Sequence, bool]]:
         yield part, i == len(parts) - 1
 
 
-def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:  # noqa: ANN001
+def location_info(loc, block_size: int) -> dis_pb2.LocationInfo:
     rows = loc.published_rows  # read before the files: files then cover at least these rows
     files = loc.column_files()
     return dis_pb2.LocationInfo(
@@ -102,7 +102,7 @@ class Updates:
         self.pending: dict = {}
         self.cond = threading.Condition()
 
-    def push(self, loc) -> None:  # noqa: ANN001 - anything with a hashable ``key``
+    def push(self, loc) -> None:  # anything with a hashable ``key``
         with self.cond:
             self.pending[loc.key] = loc
             self.cond.notify()
@@ -130,7 +130,7 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         self.subscribers = 0  # open Subscribe streams (the dis_subscribers gauge)
         self._subscribers_lock = threading.Lock()
 
-    def _matching(self, namespace: str, table: str):
+    def _matching(self, namespace: str, table: str) -> Iterator[Location]:
         for loc in self.engine.locations():
             if namespace and loc.key.namespace != namespace:
                 continue
@@ -166,12 +166,12 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         for locs, listed in self._subscription(request, context):
             yield dis_pb2.LocationBatch(locations=[location_info(loc, self.block_size) for loc in locs], listed=listed)
 
-    def _subscription(self, request, context) -> Iterator[tuple[Sequence, bool]]:  # noqa: ANN001
+    def _subscription(self, request, context) -> Iterator[tuple[Sequence, bool]]:
         """``(locations, listed)``: every matching location now, in batches, the last (possibly
         empty) one ``listed``; then each set of changes gathered while the last was sent."""
         updates = Updates()
 
-        def on_change(loc, _rows=None) -> None:  # noqa: ANN001
+        def on_change(loc, _rows=None) -> None:
             if (not request.namespace or loc.key.namespace == request.namespace) and (
                 not request.table or loc.key.table == request.table
             ):
@@ -190,7 +190,7 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
             with self._subscribers_lock:
                 self.subscribers -= 1
 
-    def _location(self, request, context):  # noqa: ANN001, ANN202
+    def _location(self, request, context):  # noqa: ANN202
         """The key and location a read names, or abort."""
         try:
             key = location_key(request.location)
@@ -202,19 +202,19 @@ class TableDataService(dis_pb2_grpc.TableDataServicer):
         return key, loc
 
     @staticmethod
-    def _file_size(key, sizes: dict[str, int], file: str, context) -> int:  # noqa: ANN001
+    def _file_size(key, sizes: dict[str, int], file: str, context) -> int:
         """The published size of a column file a read names, or abort."""
         size = sizes.get(file)
         if size is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"location {key} has no column file {file!r}")
         return size
 
-    def _column_file(self, request, context):  # noqa: ANN001, ANN202
+    def _column_file(self, request, context):  # noqa: ANN202
         """The location and published size of the column file a read names, or abort."""
         key, loc = self._location(request, context)
         return key, loc, self._file_size(key, loc.column_files(), request.file, context)
 
-    def _block(self, key, loc, file: str, index: int, size: int) -> bytes:  # noqa: ANN001
+    def _block(self, key, loc, file: str, index: int, size: int) -> bytes:
         """Block ``index`` of a column file cut at its published ``size`` (as the call read it),
         through ``Location.read_range``; full blocks are cached (their bytes never change once
         published)."""

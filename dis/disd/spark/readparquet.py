@@ -46,7 +46,7 @@ class HistoricalInputPartition(InputPartition):
         return f"HistoricalInputPartition({self.index}: {len(self.pieces)} pieces, {self.rows} rows)"
 
 
-def plan_files(files: Sequence, spec: HistoricalSpec, rows_per_partition: int,  # noqa: ANN001
+def plan_files(files: Sequence, spec: HistoricalSpec, rows_per_partition: int,
                min_partitions: int) -> list[HistoricalInputPartition]:
     """Input partitions over ``files`` (``ParquetFileInfo``), balanced by row-group sizes
     (``disd.historical.scan.plan_row_groups``)."""

@@ -43,7 +43,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from disd.client import DisClientError
+from disd.client import Client, DisClientError
 from disd.spark.arrow import projection, spark_schema
 from disd.spark.errors import DisSourceError
 from disd.spark.filters import PartitionFilter
@@ -88,7 +88,7 @@ class DisDataSource(DataSource):
             return LastByBatchReader(o, schema)
         return DisBatchReader(o, schema)
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's DataSource method
         o = parse_options(self.options)
         if o.from_storage:
             raise DisSourceError("streaming reads a DIS: give option 'address' or 'routing' (and source 'intraday')")
@@ -125,7 +125,7 @@ class _ReaderBase:
                              None if o.db_root else o.routing_value())
 
     @property
-    def client(self):  # noqa: ANN201
+    def client(self) -> Client:
         if self._client is None:
             self._client = connect(self.opts)
         return self._client

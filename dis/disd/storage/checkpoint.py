@@ -9,7 +9,8 @@ A small text file, readable by people and other programs (three lines, each endi
 Line 1 is the magic word and the format version.  Line 2 is one JSON object: the committed row
 count, each column file's size at that count, the source record (log file name and byte offset
 just past the last committed row, plus ``skip_rows`` when that row is inside a frame), the schema
-fingerprint and version (``schema_version``, absent in records older than schema versions), the import state (counters carried across restarts) and the time.  Line 3 is the
+fingerprint and version (``schema_version``, absent in records older than schema versions), the import state (counters carried across
+restarts) and the time.  Line 3 is the
 CRC32C of line 2 in 8 hex digits, so a torn or damaged record is detected rather than trusted.
 
 Writing follows the order that makes a crash at any point safe: the column files were fsynced
@@ -114,7 +115,8 @@ class CheckpointRecord:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"{path}: checkpoint record unreadable: {e}") from None
-        if rec.schema_version < 0 or rec.rows < 0 or rec.source.offset < 0 or rec.source.skip_rows < 0 or (rec.source.partition or 0) < 0 or any(v < 0 for v in rec.files.values()):
+        if rec.schema_version < 0 or rec.rows < 0 or rec.source.offset < 0 or rec.source.skip_rows < 0 \
+                or (rec.source.partition or 0) < 0 or any(v < 0 for v in rec.files.values()):
             raise CheckpointError(f"{path}: checkpoint record has a negative count")
         return rec
 

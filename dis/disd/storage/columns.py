@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from disd.schema import Column, ColumnType, TableSchema
 from disd.values import string_offsets
+from disd.storage.errors import StorageKeyError, StorageValueError
 
 NULL_BIT = np.uint64(1 << 63)
 OFFSET_MASK = np.uint64((1 << 63) - 1)
@@ -139,7 +140,7 @@ def decode_string(ends_raw: bytes | memoryview, prev_end: int, data: bytes | mem
     offs[1:] -= prev_end
     total = int(offs[-1]) if nrows else 0
     if nrows and (total > len(data) or bool((np.diff(offs) < 0).any())):
-        raise ValueError("string offsets are not monotonic or point past the data: damaged column file")
+        raise StorageValueError("string offsets are not monotonic or point past the data: damaged column file")
     has_nulls = bool(isnull.any())
     validity = pa.py_buffer(np.packbits(~isnull, bitorder="little")) if has_nulls else None
     null_count = int(isnull.sum()) if has_nulls else 0
@@ -164,9 +165,9 @@ def _dict_fetch(files: Mapping[str, bytes | bytearray | memoryview]) -> Fetch:
         try:
             data = files[name]
         except KeyError:
-            raise KeyError(f"column file {name!r} not given") from None
+            raise StorageKeyError(f"column file {name!r} not given") from None
         if len(data) < stop:
-            raise ValueError(f"column file {name!r} has {len(data)} bytes, rows need {stop}")
+            raise StorageValueError(f"column file {name!r} has {len(data)} bytes, rows need {stop}")
         return memoryview(data)[start:stop]
 
     return fetch

@@ -23,6 +23,7 @@ from disd.storage import columns as colfmt
 from disd.storage import metrics
 from disd.storage.checkpoint import SourcePosition
 from disd.storage.transactions import plan_transactions
+from disd.storage.errors import StorageValueError
 
 if TYPE_CHECKING:
     from disd.storage.location import Location
@@ -37,13 +38,13 @@ def ingest(loc: "Location", file_name: str, run: FrameRun, rows: DecodedRows) ->
     cols = list(rows.columns)
     n = len(flags)
     if len(cols) != len(loc.schema.columns):
-        raise ValueError(f"{len(cols)} columns given, {loc.schema.key} has {len(loc.schema.columns)}")
+        raise StorageValueError(f"{len(cols)} columns given, {loc.schema.key} has {len(loc.schema.columns)}")
     if any(len(c) != n for c in cols):
-        raise ValueError("columns and flags differ in length")
+        raise StorageValueError("columns and flags differ in length")
     if run.starts and sum(run.row_counts) != n:
-        raise ValueError(f"the frames of the run hold {sum(run.row_counts)} rows, {n} rows given")
+        raise StorageValueError(f"the frames of the run hold {sum(run.row_counts)} rows, {n} rows given")
     if not run.starts and n:
-        raise ValueError("rows given without frames")
+        raise StorageValueError("rows given without frames")
     if n == 0:
         return
     skip = 0
@@ -90,7 +91,7 @@ def append_committed(loc: "Location", cols: list[pa.Array], source: SourcePositi
     state = loc.state
     assert state is not None
     if cols and len(cols) != len(loc.schema.columns):
-        raise ValueError(f"{len(cols)} columns given, {loc.schema.key} has {len(loc.schema.columns)}")
+        raise StorageValueError(f"{len(cols)} columns given, {loc.schema.key} has {len(loc.schema.columns)}")
     n = len(cols[0]) if cols else 0
     if n:
         if state.txn_open or state.written_rows != state.committed_rows:

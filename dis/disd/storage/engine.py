@@ -42,6 +42,7 @@ from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location, new_record
 from disd.storage.versionstore import VersionStore
 from disd.storage.writeout import flush_many
+from disd.storage.errors import NoLocationError, StorageStateError
 
 log = structlog.get_logger(__name__)
 
@@ -181,7 +182,7 @@ class StorageEngine:
         while True:
             with self._lock:
                 if self._closed:
-                    raise RuntimeError("the storage engine is closed")
+                    raise StorageStateError("the storage engine is closed")
                 loc = self._locs.get(key)
                 if loc is not None:
                     return loc
@@ -202,7 +203,7 @@ class StorageEngine:
                 raise UnknownTableError(f"unknown table {key.namespace}.{key.table}")
             path = location_path(self.db_root, key)
             if not create and not os.path.isdir(path):
-                raise LookupError(f"no location {key}")
+                raise NoLocationError(f"no location {key}")
             loc = self._new_location(key, schema, path, version)
             self._register(loc)
         finally:
@@ -226,7 +227,7 @@ class StorageEngine:
                 self._locs[loc.key] = loc
         if closed:
             loc.close()
-            raise RuntimeError("the storage engine is closed")
+            raise StorageStateError("the storage engine is closed")
         self.checkpointer.add(loc)
 
     def open_many(self, wanted: Sequence[tuple[LocationKey, int | None]]) -> None:
@@ -387,7 +388,7 @@ class StorageEngine:
         for cb in self._subscribers:
             try:
                 cb(loc, loc.published_rows)
-            except Exception as e:  # a subscriber's failure is its own
+            except Exception as e:  # noqa: BLE001 - a subscriber's failure is its own
                 log.warning("subscriber failed", error=str(e))
 
     # -- clocks --------------------------------------------------------------------------------

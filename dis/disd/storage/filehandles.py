@@ -45,6 +45,7 @@ import structlog
 from disd.errors import DisError
 from disd.storage import metrics
 from disd.storage.fsio import OS, FileSystem, pwrite_all, pwrite_whole
+from disd.storage.errors import StorageValueError
 
 log = structlog.get_logger(__name__)
 
@@ -122,7 +123,7 @@ class TrackedFile:
     # The descriptor is valid only while self.lock is held (or the handle is pinned).
     def _fd(self) -> int:
         if self.closed:
-            raise ValueError(f"{self.path}: handle is closed")
+            raise StorageValueError(f"{self.path}: handle is closed")
         if self.fd is None:
             self.factory._open_fd(self, create=False)
         return self.fd  # type: ignore[return-value]
@@ -256,7 +257,7 @@ class TrackedFileHandleFactory:
 
     def __init__(self, max_open_files: int = 512, fs: FileSystem = OS) -> None:
         if max_open_files < 2:
-            raise ValueError("max_open_files must be at least 2")
+            raise StorageValueError("max_open_files must be at least 2")
         self.capacity = max_open_files
         self.fs = fs
         self._lock = threading.Lock()
@@ -365,7 +366,7 @@ class TrackedFileHandleFactory:
             for h in handles:
                 with h.lock:
                     if h.closed:
-                        raise ValueError(f"{h.path}: handle is closed")
+                        raise StorageValueError(f"{h.path}: handle is closed")
                     if h.fd is None and (h.spec is None or len(self._handles) + self._opening < target):
                         self._open_fd(h, create=False)
                     if h.fd is not None:

@@ -20,7 +20,8 @@ interpreter's lock once instead of some thirty times (docs/benchmarks-history.md
 locations in one call"); any other file system (the tests' recording and failing disks) gets the composition of
 its own operations below, so every call still passes through it.  ``pwrite_all``, several
 positional writes (a location's flush: a write per column file), is offered the same way: in C
-(``disd.storage.batchwrite``) by ``OsFileSystem`` alone, composed of ``pwrite`` for any other; and so are the cuts and writes of compiled write states
+(``disd.storage.batchwrite``) by ``OsFileSystem`` alone, composed of ``pwrite`` for any other; and so are the cuts and
+writes of compiled write states
 (``write_states``, ``storage.writeout``).
 """
 

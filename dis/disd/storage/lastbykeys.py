@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from disd.schema import Column, ColumnType
 from disd.storage import columns as colfmt
+from disd.storage.errors import StorageStateError
 
 #: The memory of the arrays an update makes: the C library's allocator (glibc, as the DIS tunes it,
 #: ``disd.allocator``), not Arrow's default (mimalloc), which handed the pages of one update's
@@ -214,7 +215,7 @@ class IndexKeys:
 
     def __init__(self, columns: Sequence[Column]) -> None:
         if lastbyindex is None:
-            raise RuntimeError("disd.storage.lastbyindex is not built")
+            raise StorageStateError("disd.storage.lastbyindex is not built")
         self.columns = list(columns)
         several = len(self.columns) > 1
         self._index = lastbyindex.KeyIndex([_spec(c, several) for c in self.columns])

@@ -78,6 +78,7 @@ from disd.storage.filehandles import FileIdentityError, TrackedFile, TrackedFile
 from disd.storage.versionstore import LocationVersionError, location_schema
 from disd.storage.writeout import write_out
 from disd.storage.writestate import WriteState, new_write_state
+from disd.storage.errors import StorageKeyError, StorageValueError
 
 if TYPE_CHECKING:
     from disd.config import ImportConfig
@@ -174,7 +175,7 @@ class Location:
         created: "tuple[CheckpointRecord, list[TrackedFile]] | BaseException | None" = None,
     ) -> None:
         if block_size < 1:
-            raise ValueError("block_size must be positive")
+            raise StorageValueError("block_size must be positive")
         self.key = key
         # ``table``: the table's newest schema with every version the database holds.  ``schema``:
         # the version this location is written in (its column files, its rows), which recovery
@@ -565,7 +566,7 @@ class Location:
         (its files may now disagree with its counts) and raises LocationError."""
         try:
             return fn()
-        except Exception as e:  # noqa: BLE001 - whatever broke, this location stops, others go on
+        except Exception as e:  # whatever broke, this location stops, others go on
             self._fail(describe_failure(what, e), e)
             raise LocationError(self.error, self.error_errno) from e
 
@@ -732,14 +733,14 @@ class Location:
         checkpoint (after an I/O error) while the read was under way.  LocationError when the
         location is closed, KeyError for a file it does not have."""
         if start < 0:
-            raise ValueError(f"{self.key} {file_name}: start must not be negative, got {start}")
+            raise StorageValueError(f"{self.key} {file_name}: start must not be negative, got {start}")
         with self.lock:
             if self.closed:
                 raise LocationError(f"location {self.key} is closed")
             size = self.published_sizes.get(file_name)
             handle = self._handle(file_name)
         if size is None or handle is None:
-            raise KeyError(f"{self.key} has no column file {file_name!r}")
+            raise StorageKeyError(f"{self.key} has no column file {file_name!r}")
         stop = min(stop, size)
         if stop <= start:
             return b""
@@ -752,7 +753,7 @@ class Location:
         """Block ``block_index`` of a column file: ``read_range`` of its bytes."""
         bs = block_size or self.block_size
         if block_index < 0:
-            raise ValueError("block_index must not be negative")
+            raise StorageValueError("block_index must not be negative")
         return self.read_range(file_name, block_index * bs, (block_index + 1) * bs)
 
     def _handle(self, file_name: str) -> TrackedFile | None:

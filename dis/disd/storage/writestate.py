@@ -25,6 +25,7 @@ import os
 from typing import Protocol, Sequence
 
 from disd.schema import ColumnType, TableSchema
+from disd.storage.errors import StorageStateError, StorageValueError
 
 try:  # built by setup.py when a C compiler is there; without it, PyWriteState everywhere
     from disd.storage import ingestcore
@@ -88,7 +89,7 @@ def new_write_state(schema: TableSchema, block_size: int, compiled: bool | None 
     use_c = ingestcore is not None and not _FORCE_PYTHON if compiled is None else compiled
     if use_c:
         if ingestcore is None:
-            raise RuntimeError("disd.storage.ingestcore was not built (no C compiler?)")
+            raise StorageStateError("disd.storage.ingestcore was not built (no C compiler?)")
         return ingestcore.WriteState(kinds, block_size)
     return PyWriteState(kinds, block_size)
 
@@ -112,7 +113,7 @@ class PyWriteState:
 
     def __init__(self, kinds: bytes, block_size: int) -> None:
         if block_size < 1:
-            raise ValueError("block_size must be positive")
+            raise StorageValueError("block_size must be positive")
         self.block = block_size
         self.nfiles = sum(2 if k == TYPE_CODES[ColumnType.STRING] else 1 for k in kinds)
         self._files = [_File() for _ in range(self.nfiles)]
@@ -126,7 +127,7 @@ class PyWriteState:
 
     def reset(self, rows: int, sizes: Sequence[int], source: Source) -> None:
         if len(sizes) != self.nfiles:
-            raise ValueError(f"{self.nfiles} sizes expected")
+            raise StorageValueError(f"{self.nfiles} sizes expected")
         for f, size in zip(self._files, sizes):
             f.disk = f.committed = size
             f.buf = bytearray()
@@ -137,7 +138,7 @@ class PyWriteState:
 
     def append(self, parts: Sequence[object], rows: int) -> None:
         if len(parts) != self.nfiles:
-            raise ValueError(f"{self.nfiles} parts expected")
+            raise StorageValueError(f"{self.nfiles} parts expected")
         for f, part in zip(self._files, parts):
             f.buf += memoryview(part).cast("B")
         self.written_rows += rows
