@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-test
 RUN_STAMP := $(VENV)/.installed
 DEPS   := pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto)
 
-.PHONY: test run install bench clean jar dist
+.PHONY: test run install bench clean jar dist typecheck
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,14 @@ dist: $(STAMP)
 	DIS_PYSPARK_HOME="$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
 	$(PY) -m build --outdir dist .
 
-test: $(STAMP) jar
+# mypy over `disd` ([tool.mypy] in pyproject.toml; strict for storage, binlog, blocks, server).  The
+# tailer's source (tailer/) installs as `disd.tailer`: a link makes it so for mypy too.
+typecheck: $(STAMP)
+	mkdir -p build/typecheck/disd
+	ln -sfn ../../../tailer build/typecheck/disd/tailer
+	$(PY) -m mypy
+
+test: $(STAMP) jar typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 run: $(RUN_STAMP)
