@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import structlog
 
@@ -100,7 +100,7 @@ class LocationIngest:
         self.epoch = epoch
 
 
-Item = tuple  # (LocationIngest, Chunk, Refused | None): a chunk, and the session's veto on it
+Item = tuple["LocationIngest", "Chunk", "Refused | None"]  # (LocationIngest, Chunk, Refused | None): a chunk, and the session's veto on it
 
 
 def schema_mismatch_message(table: TableSchema, fingerprint: str, log_schema: TableSchema | None, where: str) -> str:
@@ -234,7 +234,7 @@ class _Batch:
     def ack(self, i: int, committed: int, took: bool) -> None:
         cur, ch, _ = self.items[i]
         loc = cur.location
-        self.results[i] = ChunkResult(ch.file_name, ch.offset + len(ch.data), committed, None, took)  # type: ignore[arg-type]
+        self.results[i] = ChunkResult(ch.file_name, ch.offset + len(ch.data), committed, None, took)
         self.touched[id(loc)] = loc
         if ch.caught_up:
             self.caught_up[id(loc)] = loc
@@ -297,7 +297,7 @@ def _check(batch: _Batch) -> None:
         batch.checked[i] = where
         if ch.file_name != cur.file_name:
             cur.file_name, cur.name = ch.file_name, where[1]
-        cur.offset = ch.offset + len(ch.data)  # type: ignore[arg-type]
+        cur.offset = ch.offset + len(ch.data)
 
 
 def _run(batch: _Batch) -> None:
@@ -359,7 +359,7 @@ def _by_reference(batch: _Batch, i: int, start: int, veto: Refused | None) -> Re
     return refused
 
 
-def _compiled(batch: _Batch, i: int, out: tuple) -> None:
+def _compiled(batch: _Batch, i: int, out: tuple[Any, ...]) -> None:
     _, dirty, frames, kept, committed, nbytes, abandoned, ends_without_start, restarts, rolled, after = out
     cur = batch.items[i][0]
     loc = cur.location

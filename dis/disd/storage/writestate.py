@@ -27,9 +27,9 @@ from typing import Protocol, Sequence, cast
 from disd.schema import ColumnType, TableSchema
 
 try:  # built by setup.py when a C compiler is there; without it, PyWriteState everywhere
-    from disd.storage import ingestcore
+    from disd.storage import ingestcore as ingestcore  # (re-exported: storage.ingest calls it)
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
-    ingestcore = None
+    ingestcore = None  # type: ignore[assignment]  # (mypy cannot type "a module or None")
 
 #: the column types as the compiled state numbers them (ingestcore.h)
 TYPE_CODES = {
