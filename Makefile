@@ -40,11 +40,15 @@ dist: $(STAMP)
 	$(PY) -m build --outdir dist .
 
 # mypy over `disd` ([tool.mypy] in pyproject.toml; strict for storage, binlog, blocks, server).  The
-# tailer's source (tailer/) installs as `disd.tailer`: a link makes it so for mypy too.
+# tailer's source (tailer/) installs as `disd.tailer`: a link makes it so for mypy too.  stubtest
+# holds the C modules' stubs (the .pyi beside their sources) to the modules as built.
+C_MODULES := disd.storage.ingestcore disd.storage.newlocation disd.storage.batchwrite \
+             disd.storage.lastbyindex disd.binlog.rowencode
 typecheck: $(STAMP)
 	mkdir -p build/typecheck/disd
 	ln -sfn ../../../tailer build/typecheck/disd/tailer
 	$(PY) -m mypy
+	MYPYPATH=dis $(PY) -m mypy.stubtest --mypy-config-file pyproject.toml $(C_MODULES)
 
 test: $(STAMP) jar typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)

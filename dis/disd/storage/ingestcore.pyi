@@ -1,7 +1,7 @@
 """Stub of the C module ingestcore.c (setup.py builds it): a location's write state, and the byte
 work of a batch of locations' chunks (the shapes of items and results: ingestcore.c's header)."""
 
-from typing import Any, Sequence
+from typing import Any, Sequence, final
 
 from typing_extensions import Buffer
 
@@ -12,6 +12,7 @@ REFERENCE: int
 NOMEM: int
 SKIPPED: int
 
+@final
 class WriteState:
     """disd.storage.writestate.WriteState, in C."""
 

@@ -1,7 +1,8 @@
 """Stub of the C module lastbyindex.c (setup.py builds it): a last-by state's keys in a hash table."""
 
-from typing import Any, Sequence
+from typing import Any, Sequence, final
 
+@final
 class KeyIndex:
     # columns: (kind, width, sentinel) each
     def __init__(self, columns: Sequence[tuple[int, int, Any]]) -> None: ...
