@@ -234,7 +234,7 @@ class _Batch:
     def ack(self, i: int, committed: int, took: bool) -> None:
         cur, ch, _ = self.items[i]
         loc = cur.location
-        self.results[i] = ChunkResult(ch.file_name, ch.offset + len(ch.data), committed, None, took)
+        self.results[i] = ChunkResult(ch.file_name, ch.offset + len(ch.data), committed, None, took)  # type: ignore[arg-type]
         self.touched[id(loc)] = loc
         if ch.caught_up:
             self.caught_up[id(loc)] = loc
@@ -297,7 +297,7 @@ def _check(batch: _Batch) -> None:
         batch.checked[i] = where
         if ch.file_name != cur.file_name:
             cur.file_name, cur.name = ch.file_name, where[1]
-        cur.offset = ch.offset + len(ch.data)
+        cur.offset = ch.offset + len(ch.data)  # type: ignore[arg-type]
 
 
 def _run(batch: _Batch) -> None:
