@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-test
 RUN_STAMP := $(VENV)/.installed
 DEPS   := pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto)
 
-.PHONY: test run install bench clean jar dist lint
+.PHONY: test run install bench clean jar dist lint typecheck
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,18 @@ dist: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP) jar lint
+# mypy over `disd` ([tool.mypy] in pyproject.toml; strict for storage, binlog, blocks, server).  The
+# tailer's source (tailer/) installs as `disd.tailer`: a link makes it so for mypy too.  stubtest
+# holds the C modules' stubs (the .pyi beside their sources) to the modules as built.
+C_MODULES := disd.storage.ingestcore disd.storage.newlocation disd.storage.batchwrite \
+             disd.storage.lastbyindex disd.binlog.rowencode
+typecheck: $(STAMP)
+	mkdir -p build/typecheck/disd
+	ln -sfn ../../../tailer build/typecheck/disd/tailer
+	$(PY) -m mypy
+	MYPYPATH=dis $(PY) -m mypy.stubtest --mypy-config-file pyproject.toml $(C_MODULES)
+
+test: $(STAMP) jar lint typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 run: $(RUN_STAMP)

@@ -258,7 +258,7 @@ class Stops(_Base):
         await s.drain()  # what went before the file is the DIS's
         with self._lock:
             problems.schema_stop = (cur.name, problem)
-        self._hint = prev[0]  # type: ignore[index] - a reconnect comes back here with the schema before the file
+        self._hint = prev[0]  # type: ignore[index]  # a reconnect comes back here with the schema before the file
         self._sync_problem(s, accepts, told)
         self._set(state="refused", error=problem, in_flight_bytes=0)
         self._say_stop(("schema", problem), "schema change refused: this location stops before the file until it "

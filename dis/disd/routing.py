@@ -201,9 +201,9 @@ def resolve(address: str | None = None, routing: str | pathlib.Path | Routing | 
     if isinstance(routing, Routing):
         return routing
     if routing is not None and address is not None:
-        raise ConfigError("give either an address or a routing file, not both")
+        raise ConfigError("connecting", "address", "give either an address or a routing file, not both")
     if routing is not None:
         return load_routing(routing)
     if address is None:
-        raise ConfigError("an address (host:port) or a routing file is required")
+        raise ConfigError("connecting", "address", "an address (host:port) or a routing file is required")
     return Routing.single(address)

@@ -10,7 +10,7 @@ Public surface::
 The byte layout is specified in docs/binlog-format.md and implemented in ``format``.
 """
 
-from disd.binlog.filename import InvalidLogFileName, LocationKey, LogFileName, NamespaceSet
+from disd.binlog.filename import InvalidLogFileName, LogFileName, NamespaceSet
 from disd.binlog.format import (
     BinlogError,
     CorruptLogError,
@@ -25,6 +25,7 @@ from disd.binlog.format import (
 )
 from disd.binlog.io import BinlogWriter, LogContents, read_file, read_header
 from disd.binlog.normalize import normalize_columns
+from disd.names import LocationKey
 
 __all__ = [
     "BinlogError",

@@ -62,7 +62,7 @@ def _char(code: int) -> str:
     return f"\\u{code:04x}" if 0xD800 <= code <= 0xDFFF else chr(code)
 
 
-def _column_values(contents: LogContents, table: pa.Table, char: Callable[[int], str]) -> list[list]:
+def _column_values(contents: LogContents, table: pa.Table, char: Callable[[int], str]) -> list[list[Any]]:
     out = []
     for c in contents.schema.columns:
         values = table.column(c.name).to_pylist()

@@ -39,7 +39,7 @@ from disd.values import string_offsets
 try:  # the product's C encoder (setup.py); without it the numpy one encodes
     from disd.binlog import rowencode
 except ImportError:  # pragma: no cover - a build without a C compiler
-    rowencode = None
+    rowencode = None  # type: ignore[assignment]  # (mypy cannot type "a module or None")
 
 MAGIC = b"DISBLOG\x00"
 VERSION = 1

@@ -7,7 +7,7 @@ the input, from 0); that row is found only after the conversion failed, by conve
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,7 @@ def normalize_columns(schema: TableSchema, data: Any) -> list[pa.Array]:
     array per schema column (missing columns are all null)."""
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         names = set(data.schema.names)
-        get = lambda name: data.column(name)  # noqa: E731
+        get: Callable[[str], Any] = lambda name: data.column(name)  # noqa: E731
         n = data.num_rows
     elif isinstance(data, Mapping):
         names = set(data)

@@ -9,7 +9,7 @@ and what to do when it fails, is ``GrpcBlocks``'s concern.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import grpc
 
@@ -100,7 +100,7 @@ class BlockCalls:
         stub = self.stub(address)
         key = key_to_proto(snap.key)
         parts: list[bytes] = []
-        pending: list = []
+        pending: list[Any] = []
         idx = first
         try:
             while idx <= last or pending:

@@ -193,5 +193,5 @@ class LocalColumnFiles:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
+    def __exit__(self, *exc: object) -> None:  # noqa: ANN002
         self.close()

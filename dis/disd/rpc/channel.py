@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pathlib
 
+from typing import Any
+
 import grpc
 
 from disd.security import ClientSecurity
@@ -45,16 +47,16 @@ class _TokenInterceptor(
         md = list(d.metadata or []) + [self._md]
         return d._replace(metadata=md) if hasattr(d, "_replace") else _Details(d, md)
 
-    def intercept_unary_unary(self, cont, d, req) -> grpc.Call:  # noqa: ANN001
+    def intercept_unary_unary(self, cont, d, req) -> Any:  # noqa: ANN001 - grpc's call objects; the continuation's own
         return cont(self._details(d), req)
 
-    def intercept_unary_stream(self, cont, d, req) -> grpc.Call:  # noqa: ANN001
+    def intercept_unary_stream(self, cont, d, req) -> Any:  # noqa: ANN001 - grpc's call objects; the continuation's own
         return cont(self._details(d), req)
 
-    def intercept_stream_unary(self, cont, d, it) -> grpc.Call:  # noqa: ANN001
+    def intercept_stream_unary(self, cont, d, it) -> Any:  # noqa: ANN001 - grpc's call objects; the continuation's own
         return cont(self._details(d), it)
 
-    def intercept_stream_stream(self, cont, d, it) -> grpc.Call:  # noqa: ANN001
+    def intercept_stream_stream(self, cont, d, it) -> Any:  # noqa: ANN001 - grpc's call objects; the continuation's own
         return cont(self._details(d), it)
 
 

@@ -16,7 +16,7 @@ keeps the version it started with, and rows of a newer version are projected bac
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import grpc
 
@@ -63,7 +63,7 @@ def presented_schema(schema_of: SchemaOf, namespace: str, table: str, version: i
 
 
 def projections(schema_of: SchemaOf, listed: Iterable[tuple[str, str, int]], namespace: str = "",
-                table: str = "", version: int = 0) -> list[dict]:
+                table: str = "", version: int = 0) -> list[dict[str, Any]]:
     """For each distinct (namespace, table, stored version) of ``listed`` (the listed
     locations'), the projection of that version onto the presented one (see
     ``presented_schema``), as JSON-able dicts: ``namespace``, ``table``, ``stored_version``,
@@ -88,19 +88,19 @@ def versions_of_messages(infos: Iterable[dis_pb2.LocationInfo]) -> list[tuple[st
     return [(m.key.namespace, m.key.table, m.schema_version) for m in infos]
 
 
-def versions_of_json(locations: Iterable[dict]) -> list[tuple[str, str, int]]:
+def versions_of_json(locations: Iterable[dict[str, Any]]) -> list[tuple[str, str, int]]:
     """(namespace, table, schema version) of each location of a ``/v1/locations`` answer."""
     return [(x["namespace"], x["table"], x["schema_version"]) for x in locations]
 
 
-def missing(found: list[dict], listed: Iterable[tuple[str, str, int]]) -> bool:
+def missing(found: list[dict[str, Any]], listed: Iterable[tuple[str, str, int]]) -> bool:
     """Whether a listed (namespace, table, version) has no projection in ``found`` (the
     schemas used were older than a location: a proxy lists its DISes' tables again)."""
     have = {(p["namespace"], p["table"], p["stored_version"]) for p in found}
     return any(v and (ns, tb, v) not in have for ns, tb, v in listed)
 
 
-def messages(found: list[dict]) -> list[dis_pb2.VersionProjection]:
+def messages(found: list[dict[str, Any]]) -> list[dis_pb2.VersionProjection]:
     """``projections`` as the ``ListLocationsResponse.projections`` of the gRPC contract (a
     column with no stored column has empty ``stored`` and ``stored_type``)."""
     return [dis_pb2.VersionProjection(

@@ -33,7 +33,7 @@ class RefusalLog:
         self.max_remembered = max_remembered
         self._lock = threading.Lock()
         # (location, code, details) -> [when last said (monotonic), repeats since]
-        self._said: collections.OrderedDict[tuple, list] = collections.OrderedDict()
+        self._said: collections.OrderedDict[tuple[str | None, str, str], list[float]] = collections.OrderedDict()
 
     def refused(self, code: str, details: str, peer: str, location: str | None, tailer: str | None) -> None:
         key = (location, code, details)

@@ -105,7 +105,7 @@ class _ReaderBase:
     def _setup(self, o: SourceOptions, schema: StructType) -> None:
         self.opts = o
         self.output_schema = schema
-        self._client = None
+        self._client: Client | None = None
         try:
             table = table_schema(self.client, o)
         finally:

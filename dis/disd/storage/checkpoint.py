@@ -153,4 +153,5 @@ def remove_stale_temp(directory: str | os.PathLike[str], fs: FileSystem = OS) ->
 
 
 def to_json(record: CheckpointRecord) -> dict[str, Any]:
-    return json.loads(record.to_bytes().split(b"\n")[1])
+    fields: dict[str, Any] = json.loads(record.to_bytes().split(b"\n")[1])
+    return fields

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import structlog
 
@@ -108,10 +108,10 @@ class StorageEngine:
         self.failures = 0
         self._lock = threading.Lock()
         self._open_pool: ThreadPoolExecutor | None = None  # open_many's threads, started on first use
-        self._subscribers: tuple[Callable, ...] = ()
+        self._subscribers: tuple[Callable[..., Any], ...] = ()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._warned: set[tuple] = set()
+        self._warned: set[tuple[str, ...]] = set()
         self._closed = False
         self._next_scan = 0.0  # time.monotonic() from which ``locations`` walks the disk again
         self.flusher = FlushClock(Location.flush_marked, self._stop, batch=flush_many)
@@ -148,7 +148,7 @@ class StorageEngine:
                             keys.append(key)
         return keys
 
-    def _warn_once(self, what: tuple, message: str, **kw: object) -> None:
+    def _warn_once(self, what: tuple[str, ...], message: str, **kw: object) -> None:
         if what not in self._warned:
             self._warned.add(what)
             log.warning(message, **kw)
@@ -368,7 +368,7 @@ class StorageEngine:
             return list(self._locs.values())
 
     # -- subscriptions -------------------------------------------------------------------------
-    def subscribe(self, callback: Callable) -> Callable[[], None]:
+    def subscribe(self, callback: Callable[..., Any]) -> Callable[[], None]:
         """``callback(location, published_rows)`` on each new location and each publish."""
         with self._lock:
             self._subscribers = (*self._subscribers, callback)

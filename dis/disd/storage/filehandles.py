@@ -38,7 +38,7 @@ import os
 import resource
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import structlog
 
@@ -142,7 +142,7 @@ class TrackedFile:
                 self._named(e)
                 raise
 
-    def pwrite(self, data, offset: int) -> int:  # noqa: ANN001
+    def pwrite(self, data: memoryview | bytes | bytearray, offset: int) -> int:  # noqa: ANN001
         """Write all of ``data`` at ``offset``; one ``pwrite`` call unless the kernel writes short."""
         with self.lock:
             fd = self._fd()
@@ -353,7 +353,7 @@ class TrackedFileHandleFactory:
         made a file at a time, so the limit still holds with several of them under way."""
         return n * 4 <= self.capacity
 
-    def pin_for_write(self, handles: Sequence[TrackedFile]) -> tuple[tuple, list[TrackedFile]]:
+    def pin_for_write(self, handles: Sequence[TrackedFile]) -> tuple[tuple[Any, ...], list[TrackedFile]]:
         """For a compiled write of these handles' files (``storage.writeout``): each file's
         descriptor, pinned, or, for a handle whose descriptor was reclaimed, the ``spec`` to open
         it by for the writes alone; and the handles pinned (``unpin`` them after).  A reclaimed

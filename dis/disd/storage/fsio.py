@@ -29,22 +29,22 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
-from typing import Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from disd.storage import metrics
 
 try:  # built by setup.py when a C compiler is there; without it, the composed operation below
     from disd.storage import newlocation
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
-    newlocation = None
+    newlocation = None  # type: ignore[assignment]  # (mypy cannot type "a module or None")
 try:  # the same: without it, pwrite_all's composition of pwrite
     from disd.storage import batchwrite
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
-    batchwrite = None
+    batchwrite = None  # type: ignore[assignment]  # (mypy cannot type "a module or None")
 try:  # the same: without it, the write states' cuts and writes composed (storage.writeout)
     from disd.storage import ingestcore
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
-    ingestcore = None
+    ingestcore = None  # type: ignore[assignment]  # (mypy cannot type "a module or None")
 
 #: a new location's column files, opened: (descriptor, (st_dev, st_ino)) each, in the order asked
 Opened = list[tuple[int, tuple[int, int]]]
@@ -53,6 +53,12 @@ Write = tuple[int, "memoryview | bytes | bytearray", int]
 #: one location of ``create_locations``: (path, temp name, record name, record, column file names,
 #: keep their descriptors open)
 NewLocation = tuple[str, str, str, bytes, "list[str]", bool]
+#: the compound operations a file system may offer (``OsFileSystem``'s, in C)
+CreateLocation = Callable[[str, str, str, bytes, "list[str]"], "Opened | None"]
+CreateLocations = Callable[[Sequence[NewLocation], int], "list[Opened | None | OSError]"]
+PwriteAll = Callable[[Sequence[Write]], None]
+#: ``ingestcore.write_out``: (state, files, flush) each -> (failures, write sizes, transient opens)
+WriteStates = Callable[[Sequence[Any]], tuple[list[Any], list[int], int]]
 
 
 class FileSystem(Protocol):
@@ -119,26 +125,26 @@ class OsFileSystem:
         os.mkdir(path, 0o755)
 
     @property
-    def create_location(self):  # noqa: ANN201
+    def create_location(self) -> CreateLocation | None:  # noqa: ANN201
         """``create_location`` in C when built, for the plain OS file system only: a subclass
         (a test's disk overriding some operations) must see every call, so it gets None and
         with it the composed operation."""
         return _native_create_location if newlocation is not None and type(self) is OsFileSystem else None
 
     @property
-    def pwrite_all(self):  # noqa: ANN201
+    def pwrite_all(self) -> PwriteAll | None:  # noqa: ANN201
         """``pwrite_all`` in C when built, for the plain OS file system only (as
         ``create_location``)."""
         return _native_pwrite_all if batchwrite is not None and type(self) is OsFileSystem else None
 
     @property
-    def create_locations(self):  # noqa: ANN201
+    def create_locations(self) -> CreateLocations | None:  # noqa: ANN201
         """``create_locations`` in C when built, for the plain OS file system only (as
         ``create_location``)."""
         return _native_create_locations if newlocation is not None and type(self) is OsFileSystem else None
 
     @property
-    def write_states(self):  # noqa: ANN201
+    def write_states(self) -> WriteStates | None:  # noqa: ANN201
         """The due cuts and writes of compiled write states, many locations' in one call
         (``ingestcore.write_out``, see ``storage.writeout``): for the plain OS file system only
         (as ``create_location``); any other composes them of its own operations."""
@@ -296,14 +302,14 @@ class MeteredFileSystem:
             self._failed("fsync_dir", e)
             raise
 
-    def _compound(self, name: str, op: str):  # noqa: ANN202
+    def _compound(self, name: str, op: str) -> Callable[..., Any] | None:  # noqa: ANN202
         """The inner file system's compound operation ``name``, metered (a failure counted as
         the call that failed, else as ``op``); None when it offers none."""
         inner = getattr(self.inner, name, None)
         if inner is None:
             return None
 
-        def metered(*args):  # noqa: ANN002, ANN202
+        def metered(*args: Any) -> Any:  # noqa: ANN002, ANN202
             try:
                 return inner(*args)
             except OSError as e:
@@ -313,22 +319,22 @@ class MeteredFileSystem:
         return metered
 
     @property
-    def create_location(self):  # noqa: ANN201
+    def create_location(self) -> CreateLocation | None:  # noqa: ANN201
         return self._compound("create_location", "create_location")
 
     @property
-    def pwrite_all(self):  # noqa: ANN201
+    def pwrite_all(self) -> PwriteAll | None:  # noqa: ANN201
         return self._compound("pwrite_all", "pwrite")
 
     @property
-    def create_locations(self):  # noqa: ANN201
+    def create_locations(self) -> CreateLocations | None:  # noqa: ANN201
         """The inner one's, its failures (answered per location, not raised) counted."""
         inner = getattr(self.inner, "create_locations", None)
         if inner is None:
             return None
 
-        def metered(items, at_once=8):  # noqa: ANN001, ANN202
-            out = inner(items, at_once)
+        def metered(items: Sequence[NewLocation], at_once: int = 8) -> list[Opened | None | OSError]:  # noqa: ANN001, ANN202
+            out: list[Opened | None | OSError] = inner(items, at_once)
             for e in out:
                 if isinstance(e, OSError):
                     self._failed(failed_op(e) or "create_location", e)
@@ -337,7 +343,7 @@ class MeteredFileSystem:
         return metered
 
     @property
-    def write_states(self):  # noqa: ANN201
+    def write_states(self) -> WriteStates | None:  # noqa: ANN201
         """The inner one's, unwrapped: it reports failures per location instead of raising, and
         ``storage.writeout`` counts them."""
         return getattr(self.inner, "write_states", None)
@@ -401,9 +407,9 @@ def create_locations(fs: FileSystem, items: Sequence[NewLocation], at_once: int 
     lock given up once, the waits overlapped.  ``at_once``: how many locations' column files are
     made at the same time (the descriptors the call holds beyond those kept: ``at_once`` times a
     location's files; here one at a time, in C on up to 8 threads)."""
-    native = getattr(fs, "create_locations", None)
+    native: CreateLocations | None = getattr(fs, "create_locations", None)
     if native is not None:
-        return native([(os.path.abspath(p), *rest) for p, *rest in items], at_once)  # type: ignore[misc]
+        return native([(os.path.abspath(p), t, n, r, f, k) for p, t, n, r, f, k in items], at_once)
     out: list[Opened | None | OSError] = [None] * len(items)
     fresh: list[int] = []
     parents: dict[str, list[int]] = {}  # a directory that gained an entry -> the locations that made it
@@ -443,8 +449,9 @@ def create_locations(fs: FileSystem, items: Sequence[NewLocation], at_once: int 
                 fs.close(fd)
             except OSError as e:
                 out[i] = out[i] if isinstance(out[i], OSError) else e
-    for step in (lambda p, t, n: fs.rename(os.path.join(p, t), os.path.join(p, n)),
-                 lambda p, t, n: fs.fsync_dir(p)):
+    steps: tuple[Callable[[str, str, str], None], ...] = (
+        lambda p, t, n: fs.rename(os.path.join(p, t), os.path.join(p, n)), lambda p, t, n: fs.fsync_dir(p))
+    for step in steps:
         for i in fresh:
             if isinstance(out[i], OSError):
                 continue
@@ -581,7 +588,7 @@ def create_location(fs: FileSystem, path: str, temp_name: str, record_name: str,
     The order is what makes creation crash-safe: the record is durable before any column file
     exists, so a location whose files hold data without a record is damage, never a crash
     (docs/storage-format.md)."""
-    native = getattr(fs, "create_location", None)
+    native: CreateLocation | None = getattr(fs, "create_location", None)
     if native is not None:
         return native(os.path.abspath(path), temp_name, record_name, record, list(file_names))
     if not make_dirs(fs, path):

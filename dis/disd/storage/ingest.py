@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import structlog
 
@@ -100,7 +100,7 @@ class LocationIngest:
         self.epoch = epoch
 
 
-Item = tuple  # (LocationIngest, Chunk, Refused | None): a chunk, and the session's veto on it
+Item = tuple["LocationIngest", "Chunk", "Refused | None"]  # (LocationIngest, Chunk, Refused | None): a chunk, and the session's veto on it
 
 
 def schema_mismatch_message(table: TableSchema, fingerprint: str, log_schema: TableSchema | None, where: str) -> str:
@@ -359,7 +359,7 @@ def _by_reference(batch: _Batch, i: int, start: int, veto: Refused | None) -> Re
     return refused
 
 
-def _compiled(batch: _Batch, i: int, out: tuple) -> None:
+def _compiled(batch: _Batch, i: int, out: tuple[Any, ...]) -> None:
     _, dirty, frames, kept, committed, nbytes, abandoned, ends_without_start, restarts, rolled, after = out
     cur = batch.items[i][0]
     loc = cur.location

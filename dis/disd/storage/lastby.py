@@ -198,7 +198,8 @@ class Snapshot:
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes + self.key_bytes
+        table_bytes: int = self.table.nbytes
+        return table_bytes + self.key_bytes
 
 
 class LastBy:
@@ -390,7 +391,8 @@ def to_ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def from_ipc(data: bytes) -> pa.Table:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +49,7 @@ POOL = pa.system_memory_pool()
 try:  # the product's C module (setup.py); without it the reference answers
     from disd.storage import lastbyindex
 except ImportError:  # pragma: no cover - a build without a C compiler
-    lastbyindex = None
+    lastbyindex = None  # type: ignore[assignment]  # (mypy cannot type "a module or None")
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ def _spec(column: Column, several: bool) -> tuple[int, int, bytes | None]:
     return kind, t.width, sentinel
 
 
-def _buffers(column: Column, arr: pa.Array | pa.ChunkedArray) -> tuple:
+def _buffers(column: Column, arr: pa.Array | pa.ChunkedArray) -> tuple[Any, ...]:
     """``(validity, values, data, offset)`` of one key column for the C index: one array of the
     column's Arrow type (chunks joined, a string column as 32-bit offsets)."""
     if isinstance(arr, pa.ChunkedArray):
@@ -198,7 +198,7 @@ def _buffers(column: Column, arr: pa.Array | pa.ChunkedArray) -> tuple:
     return validity, values, data, arr.offset
 
 
-def _chunks(columns: Sequence[Column], batch: list[pa.Array | pa.ChunkedArray]) -> list[tuple]:
+def _chunks(columns: Sequence[Column], batch: list[pa.Array | pa.ChunkedArray]) -> list[tuple[Any, ...]]:
     """The batch's key columns as chunks ``(rows, [buffers of each column])`` for the C index,
     read where they are (a publish's pieces are not joined): the columns' chunks cut at the same
     rows (``Table.to_batches``, slices)."""

@@ -50,7 +50,7 @@ import pathlib
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 import structlog
@@ -215,9 +215,9 @@ class Location:
         self.last_checkpoint_time: float | None = None
         self.published_rows = self.checkpointed_rows = 0
         self._published: tuple[int, ...] = ()  # the files' sizes at the published rows
-        self._kafka: tuple[str, int] | None = None  # (topic, partition) of a pull source's resume point
+        self._kafka: tuple[str, int | None] | None = None  # (topic, partition) of a pull source's resume point
         self.import_state: dict[str, int] = {k: 0 for k in IMPORT_STATE_KEYS}
-        self._last_checkpoint: tuple | None = None
+        self._last_checkpoint: tuple[Any, ...] | None = None
         self.lastby: LastBy | None = None  # the last-by state, when the table declares keys (docs/lastby.md)
         self._file_names = colfmt.schema_file_names(self.schema)
         self._recover(created)

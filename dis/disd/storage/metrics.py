@@ -10,7 +10,7 @@ other's.  Names follow Prometheus conventions: the ``dis_`` prefix, base units (
 """
 
 import threading
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import HistogramMetricFamily
@@ -48,7 +48,7 @@ class BatchHistogram:
                 self._counts[i] += n
             self._sum += total
 
-    def collect(self):  # noqa: ANN201 - prometheus_client's collector protocol
+    def collect(self) -> Iterator[HistogramMetricFamily]:  # noqa: ANN201 - prometheus_client's collector protocol
         with self._lock:
             counts, total = list(self._counts), self._sum
         buckets, acc = [], 0
@@ -57,7 +57,7 @@ class BatchHistogram:
             buckets.append((floatToGoString(bound), acc))
         yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
 
-    def describe(self):  # noqa: ANN201
+    def describe(self) -> list[HistogramMetricFamily]:  # noqa: ANN201
         return [HistogramMetricFamily(self.name, self.documentation)]
 
 

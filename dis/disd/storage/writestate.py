@@ -22,15 +22,15 @@ crosses a block boundary.
 from __future__ import annotations
 
 import os
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, cast
 
 from disd.schema import ColumnType, TableSchema
 from disd.storage.errors import StorageStateError, StorageValueError
 
 try:  # built by setup.py when a C compiler is there; without it, PyWriteState everywhere
-    from disd.storage import ingestcore
+    from disd.storage import ingestcore as ingestcore  # (re-exported: storage.ingest calls it)
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
-    ingestcore = None
+    ingestcore = None  # type: ignore[assignment]  # (mypy cannot type "a module or None")
 
 #: the column types as the compiled state numbers them (ingestcore.h)
 TYPE_CODES = {
@@ -41,21 +41,29 @@ TYPE_CODES = {
 #: ``DIS_INGEST_CORE=python`` makes every new location use the reference (a measurement, a test)
 _FORCE_PYTHON = os.environ.get("DIS_INGEST_CORE", "").lower() == "python"
 
-Source = tuple  # (file_name | None, offset, skip_rows)
-Cut = tuple  # (file index, size)
-Write = tuple  # (file index, bytes-like, offset)
+Source = tuple[str | None, int, int]  # (file_name | None, offset, skip_rows)
+Cut = tuple[int, int]  # (file index, size)
+Write = tuple[int, memoryview, int]  # (file index, bytes-like, offset)
 
 
 class WriteState(Protocol):
     """What a location keeps of its column files and rows in memory (file ``i`` is the schema's
     ``i``-th column file, ``columns.schema_file_names``)."""
 
-    written_rows: int
-    committed_rows: int
     txn_open: bool
     source: Source
-    nfiles: int
-    buffered: int
+
+    @property
+    def written_rows(self) -> int: ...
+
+    @property
+    def committed_rows(self) -> int: ...
+
+    @property
+    def nfiles(self) -> int: ...
+
+    @property
+    def buffered(self) -> int: ...
 
     def reset(self, rows: int, sizes: Sequence[int], source: Source) -> None:
         """Everything at a checkpoint: these rows and file sizes, nothing buffered, nothing to cut."""
@@ -134,7 +142,7 @@ class PyWriteState:
             f.truncate = -1
         self.written_rows = self.committed_rows = rows
         self.txn_open = False
-        self.source = tuple(source)
+        self.source = cast(Source, tuple(source))  # a list too, as the compiled state takes
 
     def append(self, parts: Sequence[object], rows: int) -> None:
         if len(parts) != self.nfiles:

@@ -1,0 +1,16 @@
+"""Stub of the C module lastbyindex.c (setup.py builds it): a last-by state's keys in a hash table."""
+
+from typing import Any, Sequence, final
+
+@final
+class KeyIndex:
+    # columns: (kind, width, sentinel) each
+    def __init__(self, columns: Sequence[tuple[int, int, Any]]) -> None: ...
+    # state: each key column's (validity, values, data, offset); batch: (rows, key columns) each;
+    # (total, changed, rows): changed and rows are int64 buffers, or None with nothing changed
+    def update(self, state: Sequence[Any], k: int, batch: Sequence[Any], n: int, max_keys: int,
+               /) -> tuple[int, Any, Any]: ...
+    def clear(self) -> None: ...
+    @property
+    def nbytes(self) -> int: ...
+    def __len__(self) -> int: ...
