@@ -9,10 +9,13 @@ subscribed through the proxy.  The replica the proxy follows is frozen for ``FRE
 
 * the tailer declares its streams to it broken: ``dis_tailer_replica_connected{replica}`` goes
   to 0 within ``DOWN_WITHIN_S`` (DisReplicaDown's condition), while the other replica keeps
-  receiving every row;
-* the proxy leaves it for the other replica: the reader sees rows logged during the freeze
-  within ``READERS_WITHIN_S`` of the freeze (seconds, not the freeze's length), never a size
-  going down;
+  receiving every row.  The bound is the tailer's keepalive (``keepalive_ms`` 2 s +
+  ``keepalive_timeout_ms`` 3 s, the defaults) and slack, short of its answer deadline
+  (``ack_timeout_ms``, 15 s): the pings are what notice a frozen process;
+* the proxy leaves it for the other replica (its feeds' keepalive, ``upstream.keepalive_s`` 2 s +
+  ``upstream.keepalive_timeout_s`` 3 s), says so in ``dis_proxy_upstream_streams_lost_total``,
+  and the reader sees rows logged during the freeze within ``READERS_WITHIN_S`` of the freeze
+  (seconds, not the freeze's length), never a size going down;
 * after SIGCONT everything heals: the replica is connected again, both replicas and the proxy
   hold every row exactly once, and the replicas' column files are byte-identical.
 """
@@ -32,16 +35,18 @@ from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from support import BIN, Proc, free_port, sample, scrape, trade_rows, wait_for
 
-from proxy.proxy_support import Dis, logger, start_proxy, write_proxy_config
+from proxy.proxy_support import Dis, logger, metrics_port, start_proxy, write_proxy_config
 from replicas.test_determinism import assert_identical
 
 #: How long the replica stays frozen: well past the bounds below, well short of the 45 s freeze
 #: of the cgroup test (tests/realfaults/test_partitions.py).
-FREEZE_S = 30.0
-#: Most seconds from the freeze until the tailer says the replica is not connected.
-DOWN_WITHIN_S = 20.0
-#: Most seconds from the freeze until a reader of the proxy sees rows logged during it.
-READERS_WITHIN_S = 20.0
+FREEZE_S = 20.0
+#: Most seconds from the freeze until the tailer says the replica is not connected: its
+#: keepalive's 5 s and slack for a loaded machine, below its 15 s answer deadline.
+DOWN_WITHIN_S = 10.0
+#: Most seconds from the freeze until a reader of the proxy sees rows logged during it: the
+#: proxy's keepalive's 5 s, a listing at the other replica, and slack.
+READERS_WITHIN_S = 10.0
 LOC = "feed0/2026-11-22"
 #: Rows of each transaction, one every 100 ms.  Few: the rows of the whole freeze fit in the
 #: frozen replica's socket buffers, so no TCP timeout notices the freeze for the tailer (with more,
@@ -123,6 +128,12 @@ def _connected(metrics_port: int, replica: str) -> float | None:
         return None
 
 
+def _lost(proxy_config, address: str) -> float:
+    """``dis_proxy_upstream_streams_lost_total`` of the proxy's Trade feed at ``address``."""
+    return sample(scrape(metrics_port(proxy_config)), "dis_proxy_upstream_streams_lost_total",
+                  table="Market.Trade", dis=address) or 0.0
+
+
 def test_a_frozen_replica_is_left_by_the_tailer_and_the_proxy_and_heals(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -152,6 +163,7 @@ def test_a_frozen_replica_is_left_by_the_tailer_and_the_proxy_and_heals(tmp_path
         name = followed[0]
         frozen = replicas[name]
         other = next(r for n, r in replicas.items() if n != name)
+        lost_before = _lost(pcfg, frozen.address)
 
         os.kill(frozen.proc.p.pid, signal.SIGSTOP)
         t0 = time.monotonic()
@@ -178,6 +190,7 @@ def test_a_frozen_replica_is_left_by_the_tailer_and_the_proxy_and_heals(tmp_path
         assert readers_at is not None and readers_at - t0 <= READERS_WITHIN_S, \
             f"the proxy's readers saw no row logged during the freeze within {READERS_WITHIN_S} s: " \
             f"{sub.seen[-3:]} (at the freeze: {at_freeze})"
+        assert _lost(pcfg, frozen.address) > lost_before, "the proxy did not count the stream it left"
 
         # healing: connected again, every row exactly once everywhere, replicas byte-identical
         wait_for(lambda: _connected(tailer_metrics, name) == 1, 30, 0.1, f"{name} connected again")

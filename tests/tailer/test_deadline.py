@@ -1,8 +1,8 @@
 """The answer deadline (``ack_timeout_ms``, docs/tailer.md "Connections"): a DIS whose gRPC core
 answers (keepalive pings included) while its ingest answers nothing is left after the deadline,
-counted as down, and streamed to again once it answers, losing and repeating nothing.  (A DIS
-that stops altogether, SIGSTOP, is left by the keepalive pings sooner:
-tests/replicas/test_frozen_replica.py.)"""
+counted as down, and streamed to again once it answers, losing and repeating nothing; and the
+keepalive pings themselves end nothing while a DIS answers.  (A DIS that stops altogether,
+SIGSTOP, is left by the keepalive pings sooner: tests/replicas/test_frozen_replica.py.)"""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from concurrent import futures
 
 import grpc
 
+from disd.rpc.channel import MIN_KEEPALIVE_MS
 from disd.rpc.v1 import dis_pb2_grpc
 from disd.tailer import Tailer
-from support import wait_for
+from support import running_dis, wait_for
 
 from .fakedis import FakeDis
 from .helpers import config, name, write
@@ -87,3 +88,18 @@ def test_stalled_acks_break_the_stream_and_it_resumes_without_loss_or_repeat(tmp
             assert not dis.errors
     finally:
         dis.stop()
+
+
+def test_an_idle_call_pinged_at_the_shortest_interval_stays_open(tmp_path):
+    """A real DIS takes the tailer's pings on a call with nothing to send (every row
+    acknowledged): no reconnect, the replica connected throughout."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write(logs / name(), 5)
+    with running_dis(tmp_path / "db") as srv:
+        address = f"127.0.0.1:{srv.port}"
+        with Tailer(config(address, logs, keepalive_ms=MIN_KEEPALIVE_MS)) as t:
+            assert t.wait_idle(20)
+            time.sleep(8.0)  # pings every second: past the three a 5 s floor ends a connection after
+            assert t.workers()[0].reconnects == 0, t.status()
+            assert t.replica_status()[address]["connected"] is True
