@@ -4,6 +4,7 @@
     log_dirs: [var/logs]
     # tls: {ca: ..., cert: ..., key: ..., server_name: ...}   token_file: ...
     # poll_interval_ms: 200  max_in_flight_bytes: 8388608  chunk_bytes: 4194304
+    # keepalive_ms: 2000  keepalive_timeout_ms: 3000  ack_timeout_ms: 15000   (a DIS that stopped answering)
     # csv_tables: [Market.Quote]  schemas: config/schemas  state_dir: var/tailer
     # retention: {mode: delete}   or   {mode: move, move_to: /archive/logs}   (interval_ms: 10000)
     # metrics_port: 9465  metrics_host: 127.0.0.1   (the Prometheus endpoint; none without a port)
@@ -21,8 +22,13 @@ from disd.binlog.format import MAX_FRAME_PAYLOAD
 from disd.config import ConfigError, ConfigReader, load_yaml, port_problem, read_token
 from disd.names import InvalidNameError, NameKind, validate_name
 from disd.routing import Routing, load_routing
+from disd.rpc.channel import MIN_KEEPALIVE_MS
 from disd.security import ClientSecurity
 from disd.schema import SchemaError, SchemaRegistry, TableSchema
+
+#: The shortest ``ack_timeout_ms``: a DIS answers a chunk in milliseconds, but a deadline shorter
+#: than a flush's pause would break healthy streams.
+MIN_ACK_TIMEOUT_MS = 1000
 
 #: Largest chunk: a whole maximal frame fits, and the message stays under the channel's limit.
 MAX_CHUNK_BYTES = MAX_FRAME_PAYLOAD
@@ -65,6 +71,14 @@ class TailerConfig:
     torn_tail_grace_ms: int = 2000
     retry_refused_ms: int = 30000
     max_backoff_ms: int = 5000
+    #: HTTP/2 pings to each DIS after this long without a reply, the connection given up when one
+    #: is not answered within ``keepalive_timeout_ms``: a DIS whose process stopped (frozen,
+    #: SIGSTOP, its host gone) while its kernel keeps the connections open is left within the sum
+    keepalive_ms: int = 2000
+    keepalive_timeout_ms: int = 3000
+    #: a stream whose open or chunks go unanswered this long, the DIS saying nothing meanwhile, is
+    #: broken and reconnected (a DIS that answers pings but not the stream: stuck)
+    ack_timeout_ms: int = 15000
     #: how the Ingest streams run: "multiplexed" only (every location's stream to a DIS on one
     #: ``Multiplex`` call, on the tailer's event loop); kept as a key so that a file naming it
     #: still loads, and one naming a removed runtime says so
@@ -87,6 +101,10 @@ KEYS = frozenset({f.name for f in fields(TailerConfig)} - {"security", "source"}
 
 def _positive(v: int) -> str | None:
     return None if v > 0 else "must be > 0"
+
+
+def _at_least(least: int):  # noqa: ANN202 - a ConfigReader check
+    return lambda v: None if v >= least else f"must be >= {least}"
 
 
 def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
@@ -122,6 +140,10 @@ def parse_tailer_config(data: Any, source: str = "<config>") -> TailerConfig:
     cfg.torn_tail_grace_ms = r.get("torn_tail_grace_ms", int, cfg.torn_tail_grace_ms, _positive)
     cfg.retry_refused_ms = r.get("retry_refused_ms", int, cfg.retry_refused_ms, _positive)
     cfg.max_backoff_ms = r.get("max_backoff_ms", int, cfg.max_backoff_ms, _positive)
+    cfg.keepalive_ms = r.get("keepalive_ms", int, cfg.keepalive_ms, _at_least(MIN_KEEPALIVE_MS))
+    cfg.keepalive_timeout_ms = r.get("keepalive_timeout_ms", int, cfg.keepalive_timeout_ms,
+                                     _at_least(MIN_KEEPALIVE_MS))
+    cfg.ack_timeout_ms = r.get("ack_timeout_ms", int, cfg.ack_timeout_ms, _at_least(MIN_ACK_TIMEOUT_MS))
     cfg.stream_runtime = r.get("stream_runtime", str, cfg.stream_runtime, _runtime_problem)
     cfg.state_dir = r.get("state_dir", str, cfg.state_dir, lambda v: None if v else "must not be empty")
 

@@ -38,6 +38,7 @@ import time
 import structlog
 
 from disd.names import LocationKey
+from disd.rpc.channel import keepalive_options
 from disd.tailer.config import TailerConfig
 from disd.tailer.csvfeed import CsvTranscoder
 from disd.tailer.location import LocationStream
@@ -99,11 +100,15 @@ class Tailer:
             self.csv.on_spool = self._spool_grew
             self.dirs.append(self.csv.spool_dir)
 
-    def _reconnect_options(self) -> tuple[tuple[str, object], ...]:
-        cap = max(INITIAL_RECONNECT_MS, self.config.max_backoff_ms)
+    def _channel_options(self) -> tuple[tuple[str, object], ...]:
+        """The channels' reconnect backoff (capped at ``max_backoff_ms``) and keepalive pings
+        (``keepalive_ms``, ``keepalive_timeout_ms``: a DIS that stopped is left within their sum)."""
+        cfg = self.config
+        cap = max(INITIAL_RECONNECT_MS, cfg.max_backoff_ms)
         return (("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
                 ("grpc.min_reconnect_backoff_ms", INITIAL_RECONNECT_MS),
-                ("grpc.max_reconnect_backoff_ms", cap))
+                ("grpc.max_reconnect_backoff_ms", cap),
+                *keepalive_options(cfg.keepalive_ms, cfg.keepalive_timeout_ms))
 
     def open_stream(self, address: str, on_ack: OnAck, on_end) -> MuxStream | SingleStream:  # noqa: ANN001
         """(On the loop) A new Ingest stream to ``address`` for one location stream: one of the
@@ -121,10 +126,11 @@ class Tailer:
                 mux = None
                 del self._muxes[address]
             if mux is None and address not in self._no_mux:
-                mux = self._muxes[address] = Multiplexer(self.loop, address)
+                mux = self._muxes[address] = Multiplexer(self.loop, address, self.config.ack_timeout_ms / 1000)
             if mux is not None:
                 return MuxStream(mux, self.config.max_in_flight_bytes, on_ack, on_end)
-        return SingleStream(self.loop, address, self.config.max_in_flight_bytes, on_ack, on_end)
+        return SingleStream(self.loop, address, self.config.max_in_flight_bytes, on_ack, on_end,
+                            self.config.ack_timeout_ms / 1000)
 
     def not_a_dis(self, address: str) -> bool:
         """A location stream found that ``address`` serves no Ingest service; True for the first worker to
@@ -310,7 +316,7 @@ class Tailer:
         for d in self.config.log_dirs:
             if not os.path.isdir(d):
                 log.warning("log directory does not exist (yet); watching for it", dir=d)
-        self.loop = EventLoop(self.config.security, self._reconnect_options())
+        self.loop = EventLoop(self.config.security, self._channel_options())
         if self.watcher.inotify:
             self.loop.run_sync(lambda: self.loop.loop.add_reader(self.watcher.fd, self._on_inotify))  # type: ignore[union-attr]
         if self.csv is not None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Coroutine
 import grpc
 import grpc.aio
 
-from disd.rpc.channel import CHANNEL_OPTIONS
+from disd.rpc.channel import channel_options
 from disd.security import ClientSecurity
 from disd.tailer.protocol import StreamBroken
 
@@ -41,7 +41,7 @@ class EventLoop:
 
     def __init__(self, security: ClientSecurity, extra_options: tuple[tuple[str, object], ...] = ()) -> None:
         self.security = security
-        self.options = list(CHANNEL_OPTIONS) + list(extra_options)
+        self.options = channel_options(extra_options)
         self.metadata: tuple[tuple[str, str], ...] = ()
         if security.token:
             # on every call, as the synchronous channel's interceptor (plaintext) or call

@@ -14,8 +14,10 @@ A stream's protocol is ``Stream``'s (docs/grpc-contract.md): the first frame is 
 the first reply the resume point, then an ack per chunk; a ``StreamEnd`` reply ends it with the
 status ``Stream`` would have ended with, classified the same way (``classify_status``).  The
 call breaking (the DIS restarting, the network) breaks every stream on it; the next stream
-opened makes a new call.  A DIS that does not know ``Multiplex`` (UNIMPLEMENTED) is remembered,
-and streams to it are opened as ``Stream`` calls (``disd.tailer.single``).
+opened makes a new call.  So does the answer deadline (``ack_timeout_ms``,
+``disd.tailer.deadline``): a DIS silent that long while a stream waits for it ends the call.  A
+DIS that does not know ``Multiplex`` (UNIMPLEMENTED) is remembered, and streams to it are opened
+as ``Stream`` calls (``disd.tailer.single``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import grpc.aio
 
 from disd.rpc.ingestwire import ChunkOut, encode_mux_request
 from disd.rpc.v1 import dis_pb2
+from disd.tailer.deadline import AnswerDeadline
 from disd.tailer.frames import Piece
 from disd.tailer.loop import EventLoop
 from disd.tailer.protocol import (LOCALLY_CANCELLED, MultiplexUnsupported, OnAck, StreamBroken, StreamFlow,
@@ -46,8 +49,10 @@ class Multiplexer:
     """One ``Multiplex`` call to one DIS address: numbers its streams, writes their frames,
     hands each reply to its stream.  Created and used on the loop."""
 
-    def __init__(self, loop: EventLoop, address: str) -> None:
+    def __init__(self, loop: EventLoop, address: str, ack_timeout_s: float) -> None:
         self.address = address
+        self.ack_timeout_s = ack_timeout_s
+        self._expired: StreamBroken | None = None  # why the answer deadline ended the call
         self._frames: collections.deque = collections.deque()  # (number, ChunkOut | bytes | None)
         self._sessions: dict[int, MuxStream] = {}
         self._next = 1
@@ -79,8 +84,10 @@ class Multiplexer:
         self._task.cancel()
 
     async def _run(self, channel: grpc.aio.Channel) -> None:
-        writer = None
+        writer = call = None
         error: Exception = StreamBroken("the DIS ended the multiplexed call")
+        deadline = AnswerDeadline(self.ack_timeout_s, self._waiting)
+        watcher = asyncio.ensure_future(self._watch(deadline))
         try:
             call = channel.stream_stream(
                 _METHOD, request_serializer=None,
@@ -90,6 +97,7 @@ class Multiplexer:
             # before that answer: a write racing with the call's end can turn its status into
             # an INTERNAL error, and the tailer would not know to fall back.
             await call.initial_metadata()
+            deadline.heard()
             if call.done():
                 await call.read()  # raises the call's status
             writer = asyncio.ensure_future(self._write(call))
@@ -97,21 +105,38 @@ class Multiplexer:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     break
+                deadline.heard()
                 for reply in response.replies:
                     self._reply(reply)
         except grpc.RpcError as e:
             self.unimplemented = e.code() == grpc.StatusCode.UNIMPLEMENTED
             error = MultiplexUnsupported(f"UNIMPLEMENTED: {e.details()}") if self.unimplemented else classify(e)
         except asyncio.CancelledError:
-            error = StreamBroken(LOCALLY_CANCELLED)
+            error = self._expired or StreamBroken(LOCALLY_CANCELLED)
         finally:
+            watcher.cancel()
             if writer is not None:
                 writer.cancel()
+            if call is not None:
+                call.cancel()
             self.broken = error
             sessions, self._sessions = list(self._sessions.values()), {}
             self._frames.clear()
             for s in sessions:
                 s._ended(error)
+
+    def _waiting(self) -> bool:
+        """A stream on the call waits for an answer (its resume point, an ack)."""
+        return any(s.waiting() for s in self._sessions.values())
+
+    async def _watch(self, deadline: AnswerDeadline) -> None:
+        """End the call once the DIS has been silent past the answer deadline with requests
+        waiting (``disd.tailer.deadline``): its streams reconnect, the replica counts as down."""
+        silent = await deadline.expired()
+        self._expired = StreamBroken(
+            f"the DIS at {self.address} answered nothing for {silent:.1f} s while requests waited for it "
+            f"(ack_timeout_ms {round(self.ack_timeout_s * 1000)}): stopped or stuck")
+        self._task.cancel()
 
     async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
         try:
@@ -176,6 +201,9 @@ class MuxStream(StreamFlow):
             self._mux.detach(self.number)
             self._mux.put(self.number, None)
             self._ended(e)
+
+    def waiting(self) -> bool:
+        return not self._resume.done() or super().waiting()
 
     def _ended(self, error: Exception | None) -> None:
         super()._ended(error)

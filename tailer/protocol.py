@@ -164,6 +164,11 @@ class StreamFlow:
         if self._done:
             raise StreamBroken("the DIS ended the stream")
 
+    def waiting(self) -> bool:
+        """Whether the stream waits for the DIS to answer (a chunk's ack; a runtime adds its
+        resume point): what the answer deadline watches (``disd.tailer.deadline``)."""
+        return bool(self._inflight) and not self._done
+
     def room(self, n: int) -> bool:
         """Whether a chunk of ``n`` bytes may go now (always one, however large, when nothing is
         in flight)."""

@@ -2,7 +2,8 @@
 fallback for a DIS that predates ``Multiplex`` (it answers that call with UNIMPLEMENTED;
 ``disd.tailer.muxcall``).  The same protocol and flow control as a multiplexed stream
 (``disd.tailer.protocol``); at most ``MAX_OPENING`` such calls per DIS address wait for their
-resume point at once (``disd.tailer.loop``).
+resume point at once (``disd.tailer.loop``), and the same answer deadline
+(``disd.tailer.deadline``), counted from the call's turn to open.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import grpc
 import grpc.aio
 
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
+from disd.tailer.deadline import AnswerDeadline
 from disd.tailer.frames import Piece
 from disd.tailer.loop import EventLoop
 from disd.tailer.protocol import LOCALLY_CANCELLED, OnAck, StreamBroken, StreamFlow, classify
@@ -46,9 +48,13 @@ class SingleStream(StreamFlow):
     resume point and the acks."""
 
     def __init__(self, loop: EventLoop, address: str, max_in_flight: int, on_ack: OnAck,
-                 on_end: Callable[[], None]) -> None:
+                 on_end: Callable[[], None], ack_timeout_s: float) -> None:
         super().__init__(max_in_flight, on_ack, on_end)
         self._loop = loop
+        self._address = address
+        self.ack_timeout_s = ack_timeout_s
+        self._expired: StreamBroken | None = None  # why the answer deadline ended the call
+        self._deadline = AnswerDeadline(ack_timeout_s, self.waiting)
         # requests not yet written (None: half-close); unbounded in count, bounded in bytes
         self._requests: collections.deque = collections.deque()
         self._wake = asyncio.Event()
@@ -58,10 +64,13 @@ class SingleStream(StreamFlow):
         self._task = asyncio.ensure_future(self._run(loop.channel(address), address))
 
     async def _run(self, channel: grpc.aio.Channel, address: str) -> None:
-        writer = None
+        writer = watcher = None
         error: Exception | None = None
         try:
             async with self._loop.opening(address):  # until the resume point (or the failure)
+                # the deadline counts from the turn to open: waiting for the turn is not the DIS's
+                self._deadline.heard()
+                watcher = asyncio.ensure_future(self._watch(self._deadline))
                 for _ in range(OPEN_ATTEMPTS):
                     call = dis_pb2_grpc.IngestStub(channel).Stream(metadata=self._loop.metadata or None)
                     self._call = call
@@ -81,16 +90,21 @@ class SingleStream(StreamFlow):
                 r = await call.read()
                 if r is grpc.aio.EOF:
                     return
+                self._deadline.heard()
                 self._acked(r)
         except grpc.RpcError as e:
             error = classify(e)
         except asyncio.CancelledError:
-            error = StreamBroken(LOCALLY_CANCELLED)
+            error = self._expired or StreamBroken(LOCALLY_CANCELLED)
         except StreamBroken as e:
             error = e
         finally:
+            if watcher is not None:
+                watcher.cancel()
             if writer is not None:
                 writer.cancel()
+            if self._call is not None:
+                self._call.cancel()
             self._ended(error)
             if not self._resume.done():
                 self._resume.set_exception(self._error or StreamBroken(
@@ -101,6 +115,7 @@ class SingleStream(StreamFlow):
         """Read the resume point (None), or say why the stream ended before it."""
         try:
             first = await call.read()
+            self._deadline.heard()
             if first is grpc.aio.EOF:
                 raise StreamBroken("the DIS closed the stream before sending the resume point")
             if first.WhichOneof("body") != "resume":
@@ -111,6 +126,18 @@ class SingleStream(StreamFlow):
             return classify(e)
         except StreamBroken as e:
             return e
+
+    def waiting(self) -> bool:
+        return not self._resume.done() or super().waiting()
+
+    async def _watch(self, deadline: AnswerDeadline) -> None:
+        """End the call once the DIS has been silent past the answer deadline with the stream
+        waiting for it (``disd.tailer.deadline``)."""
+        silent = await deadline.expired()
+        self._expired = StreamBroken(
+            f"the DIS at {self._address} answered nothing for {silent:.1f} s while the stream waited for it "
+            f"(ack_timeout_ms {round(self.ack_timeout_s * 1000)}): stopped or stuck")
+        self._task.cancel()
 
     async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
         try:

@@ -25,6 +25,8 @@ def test_defaults_and_the_example_file():
     assert (cfg.host, cfg.port, cfg.http_port, cfg.metrics_port, cfg.cache_bytes) == (
         "0.0.0.0", 22051, 22052, 9105, 1 << 30)
     assert cfg.upstream.retry_s == 60 and cfg.routing().addresses == ["dis:22021"]
+    # a DIS that stops answering is left within keepalive_s + keepalive_timeout_s
+    assert (cfg.upstream.keepalive_s, cfg.upstream.keepalive_timeout_s) == (2.0, 3.0)
     off = parse_proxy_config({"proxy": {"http_port": 0, "metrics_port": 0}, "upstream": {"address": "d:1"}}, "p")
     assert off.http_port is None and off.metrics_port is None
     example = load_proxy_config(ROOT / "config" / "proxy.yaml")
@@ -38,6 +40,8 @@ def test_defaults_and_the_example_file():
     ({"upstream": {}}, "upstream"),
     ({"upstream": {"address": "d:1", "routing": "r.yaml"}}, "upstream.address"),
     ({"upstream": {"address": "nocolon"}}, "upstream.address"),
+    ({"upstream": {"address": "d:1", "keepalive_s": 0.5}}, "upstream.keepalive_s"),
+    ({"upstream": {"address": "d:1", "keepalive_timeout_s": "3s"}}, "upstream.keepalive_timeout_s"),
     ({"upstream": {"address": "d:1", "retry_s": -1}}, "upstream.retry_s"),
     ({"upstream": {"address": "d:1", "cert": "c.pem"}}, "upstream.key"),
 ])

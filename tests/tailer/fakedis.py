@@ -48,6 +48,9 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
         self.refuse_versions = refuse_versions if refuse_versions is not None else {}
         self.store: dict[str, LocationLog] = store if store is not None else {}
         self.lock = threading.Lock()
+        # set: opens and chunks are received (chunks checked) but not answered until it is cleared
+        # (a DIS whose process answers, gRPC's pings included, while its ingest is stuck)
+        self.stalled = threading.Event()
         self.max_unacked = 0
         self.errors: list[str] = []
         self.peers: list[str] = []  # the peer (client address and port) of every stream
@@ -85,6 +88,8 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
         if version in self.refuse_versions:
             code, details = self.refuse_versions[version]
             context.abort(code, details)
+        while self.stalled.is_set() and context.is_active():
+            time.sleep(0.02)
         yield dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=st.file_name, offset=st.offset,
                                                                 accepts_reports=self.accepts_reports))
         pending: collections.deque = collections.deque()
@@ -130,6 +135,8 @@ class FakeDis(dis_pb2_grpc.IngestServicer):
                 c = pending.popleft()
             if self.ack_delay:
                 time.sleep(self.ack_delay)
+            while self.stalled.is_set() and context.is_active():
+                time.sleep(0.02)
             with cond:
                 state["unacked"] -= len(c.data)
             yield dis_pb2.IngestResponse(ack=dis_pb2.Ack(file_name=c.file_name, offset=c.offset + len(c.data),

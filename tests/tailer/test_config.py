@@ -43,6 +43,10 @@ from support import ROOT, SCHEMAS
         ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": "threads"}, "stream_runtime"),
         ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": "asyncio"}, "stream_runtime"),
         ({"dis": "a:1", "log_dirs": ["x"], "stream_runtime": 1}, "stream_runtime"),
+        ({"dis": "a:1", "log_dirs": ["x"], "keepalive_ms": 500}, "keepalive_ms"),
+        ({"dis": "a:1", "log_dirs": ["x"], "keepalive_timeout_ms": 0}, "keepalive_timeout_ms"),
+        ({"dis": "a:1", "log_dirs": ["x"], "ack_timeout_ms": 999}, "ack_timeout_ms"),
+        ({"dis": "a:1", "log_dirs": ["x"], "ack_timeout_ms": "15s"}, "ack_timeout_ms"),
     ],
 )
 def test_errors_name_the_file_and_key(data, key):
@@ -59,6 +63,8 @@ def test_defaults():
     assert cfg.csv_tables == {} and not cfg.security.tls and cfg.security.token is None
     assert cfg.metrics_port is None  # no endpoint unless asked for
     assert cfg.stream_runtime == "multiplexed"
+    # a DIS that stops answering: left within keepalive_ms + keepalive_timeout_ms, or ack_timeout_ms
+    assert (cfg.keepalive_ms, cfg.keepalive_timeout_ms, cfg.ack_timeout_ms) == (2000, 3000, 15000)
 
 
 @pytest.mark.parametrize("runtime", ["threads", "asyncio"])
@@ -112,7 +118,7 @@ def test_bad_routing_file_is_named(tmp_path):
     ({"dis": "a:1", "log_dirs": ["x"], "token-file": "t"}, "token-file", "did you mean token_file?"),
     ({"dis": "a:1", "log_dirs": ["x"], "chunk_byte": 0}, "chunk_byte", "did you mean chunk_bytes?"),
     ({"dis": "a:1", "log_dirs": ["x"], "retention": {"mod": "delete"}}, "retention.mod", "did you mean mode?"),
-    ({"dis": "a:1", "log_dirs": ["x"], "zzz": 1}, "zzz", "known keys: chunk_bytes, csv_tables, dis, log_dirs"),
+    ({"dis": "a:1", "log_dirs": ["x"], "zzz": 1}, "zzz", "known keys: ack_timeout_ms, chunk_bytes, csv_tables, dis, keepalive_ms, keepalive_timeout_ms, log_dirs"),
 ])
 def test_an_unknown_key_is_named_first_with_the_close_known_key(data, key, hint):
     """A misspelt key is what is wrong, not the required key it leaves missing (``log_dir:``

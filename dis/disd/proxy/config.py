@@ -15,6 +15,7 @@ from typing import Any
 from disd.blocks import DEFAULT_RETRY_S
 from disd.config import ConfigError, ConfigReader, TlsConfig, load_yaml, port_problem, read_token
 from disd.routing import Routing, load_routing, resolve
+from disd.rpc.channel import MIN_KEEPALIVE_MS
 from disd.security import ClientSecurity
 
 DEFAULT_PORT = 22051
@@ -34,6 +35,11 @@ class UpstreamConfig:
     server_name: str | None = None
     retry_s: float = DEFAULT_RETRY_S
     timeout_s: float = 30.0
+    #: a feed's connection to a DIS is pinged after this long without a reply, and given up when
+    #: a ping goes unanswered for ``keepalive_timeout_s``: a DIS that stopped answering (frozen,
+    #: its host gone) is left for another member within the sum
+    keepalive_s: float = 2.0
+    keepalive_timeout_s: float = 3.0
 
 
 @dataclass
@@ -126,6 +132,10 @@ def parse_proxy_config(data: Any, source: str = "<config>") -> ProxyConfig:
         setattr(up, name, u.get(name, str, None))
     up.retry_s = float(u.get("retry_s", (int, float), up.retry_s, lambda v: None if v >= 0 else "must be >= 0"))
     up.timeout_s = float(u.get("timeout_s", (int, float), up.timeout_s, _positive))
+    least = MIN_KEEPALIVE_MS / 1000
+    for name in ("keepalive_s", "keepalive_timeout_s"):
+        setattr(up, name, float(u.get(name, (int, float), getattr(up, name),
+                                      lambda v: None if v >= least else f"must be >= {least:g}")))
     u.finish()
     r.finish()
     if up.routing and up.address:

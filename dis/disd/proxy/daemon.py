@@ -20,6 +20,7 @@ from disd.proxy.config import ProxyConfig
 from disd.proxy.metrics import ProxyCollector
 from disd.proxy.service import ProxyBlockBackend, ProxyTableData
 from disd.proxy.upstream import Upstream
+from disd.rpc.channel import keepalive_options
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.server.blockcache import BlockCache
 from disd.server.daemon import (
@@ -63,7 +64,10 @@ class ProxyServer:
 
     def _start(self) -> int:
         cfg = self.config
-        self.upstream = Upstream(cfg.routing(), cfg.security(), cfg.upstream.retry_s, cfg.upstream.timeout_s)
+        u = cfg.upstream
+        self.upstream = Upstream(cfg.routing(), cfg.security(), u.retry_s, u.timeout_s,
+                                 feed_options=keepalive_options(round(u.keepalive_s * 1000),
+                                                                round(u.keepalive_timeout_s * 1000)))
         self.cache = BlockCache(cfg.cache_bytes)
         blocks = CachedBlocks(self.upstream, self.cache)
         self.service = ProxyTableData(self.upstream, blocks, self.started)

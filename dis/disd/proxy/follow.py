@@ -7,7 +7,10 @@ A thread follows one member of the table's routing entry at a time, in the order
 opens its stream there and takes the state now (``_follow``); when the stream fails or ends (the
 DIS stops, restarts, a replica goes away) the thread goes to the next member that answers, and
 after a round of them waits (0.1 s doubling to 2 s) and starts another.  Each stream starts from
-the whole state, so no change is missed.  Readers are told of what a feed publishes through its
+the whole state, so no change is missed.  A member that stops answering without closing its
+connection (a frozen process, a host gone) is noticed by the channel's keepalive pings
+(``upstream.keepalive_s``, ``upstream.keepalive_timeout_s``): its stream fails like any other,
+and is counted (``dis_proxy_upstream_streams_lost``) and logged at warning.  Readers are told of what a feed publishes through its
 listeners (``listen``).
 """
 
@@ -21,6 +24,7 @@ import grpc
 import structlog
 
 from disd.blocks import RETRY_INITIAL_S, RETRY_MAX_S, explain, restarting
+from disd.proxy.metrics import UPSTREAM_LOST
 from disd.rpc.channel import open_channel
 from disd.rpc.v1 import dis_pb2_grpc
 
@@ -111,7 +115,7 @@ class FollowedStream(Generic[Item]):
             for address in self.upstream.follow_order(self.name, self.namespace, self.table, down):
                 if closed.is_set():
                     return
-                channel = open_channel(address, self.upstream.security)
+                channel = open_channel(address, self.upstream.security, self.upstream.feed_options)
                 try:
                     self._follow(dis_pb2_grpc.TableDataStub(channel), address)
                     self.last_error = f"the DIS at {address} ended the {self.stream}"
@@ -135,6 +139,7 @@ class FollowedStream(Generic[Item]):
                     if self.connected_to is not None:
                         answered = True
                         if not closed.is_set():
+                            UPSTREAM_LOST.labels(self.name, address).inc()
                             log.warning(f"upstream {self.stream} lost", table=self.name, dis=address,
                                         error=self.last_error)
                     self.connected_to = None

@@ -21,6 +21,9 @@ CACHE_MISSES = Counter("dis_proxy_cache_misses", "Blocks not in the proxy's cach
 UPSTREAM_READS = Counter("dis_proxy_upstream_reads", "Byte ranges read from upstream DISes")
 UPSTREAM_BYTES = Counter("dis_proxy_upstream_bytes", "Bytes read from upstream DISes")
 BYTES_SAVED = Counter("dis_proxy_bytes_saved", "Bytes served to readers from the cache (not read upstream)")
+UPSTREAM_LOST = Counter("dis_proxy_upstream_streams_lost",
+                        "Upstream streams of a feed that failed or stopped answering once open (the feed then "
+                        "follows the next member)", ["table", "dis"])
 
 #: The series the collector produces, for the documentation's drift test.
 PROXY_SERIES = ("dis_proxy_subscribers", "dis_proxy_upstream_subscriptions", "dis_proxy_cache_bytes",

@@ -116,9 +116,11 @@ class Upstream:
     """The proxy's view of its DISes (``routing`` with ``security``): feeds, tables, reads."""
 
     def __init__(self, routing: Routing, security: ClientSecurity | None, retry_s: float,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, feed_options: tuple[tuple[str, object], ...] = ()) -> None:
         self.routing = routing
         self.security = security
+        #: more gRPC options of the feeds' channels: their keepalive (``upstream.keepalive_s``)
+        self.feed_options = feed_options
         self.retry_s = retry_s
         self.timeout_s = timeout_s
         self.closed = threading.Event()

@@ -23,6 +23,38 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
 ]
 
+#: The shortest keepalive interval a client of the product's servers may use: a DIS and a proxy
+#: accept pings this often (``disd.server.daemon.grpc_server``), more often is refused as abuse
+#: (GOAWAY ``too_many_pings``).
+MIN_KEEPALIVE_MS = 1_000
+
+
+def keepalive_options(interval_ms: int, timeout_ms: int) -> tuple[tuple[str, object], ...]:
+    """HTTP/2 keepalive pings every ``interval_ms`` of silence, the connection given up when one is
+    not answered within ``timeout_ms``: how a client notices a peer that stopped without closing
+    its connections (a process stopped, frozen, or a host gone), whose kernel may go on
+    acknowledging TCP while nothing answers a call.  Pings go whether or not calls are open and
+    however long the server has sent no data.
+
+    ``grpc.http2.ping_timeout_ms`` too: gRPC's core sends no ping while one is unanswered (its
+    flow-control probes are pings as well) and gives that one ``ping_timeout_ms``, 60 s by
+    default, whatever ``keepalive_timeout_ms`` says; without it a frozen peer was noticed after a
+    minute, or not at all within a 45 s freeze."""
+    timeout_ms = max(MIN_KEEPALIVE_MS, timeout_ms)
+    return (("grpc.keepalive_time_ms", max(MIN_KEEPALIVE_MS, interval_ms)),
+            ("grpc.keepalive_timeout_ms", timeout_ms),
+            ("grpc.http2.ping_timeout_ms", timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0))
+
+
+def channel_options(extra_options: tuple[tuple[str, object], ...] = ()) -> list[tuple[str, object]]:
+    """``CHANNEL_OPTIONS`` with ``extra_options``, an extra option replacing the one of the same
+    name (never both given: which of two gRPC keeps is not its documented behaviour)."""
+    merged = dict(CHANNEL_OPTIONS)
+    merged.update(extra_options)
+    return list(merged.items())
+
 
 class _TokenAuth(grpc.AuthMetadataPlugin):
     def __init__(self, token: str) -> None:
@@ -75,7 +107,7 @@ def open_channel(address: str, security: ClientSecurity | None = None,
     """A channel to ``address``; ``extra_options`` are more gRPC channel arguments (a long-lived
     channel's reconnect backoff, for one)."""
     security = security or ClientSecurity()
-    options = list(CHANNEL_OPTIONS) + list(extra_options)
+    options = channel_options(extra_options)
     if security.tls:
         root = pathlib.Path(security.ca).read_bytes()
         cert = pathlib.Path(security.cert).read_bytes() if security.cert else None

@@ -31,7 +31,7 @@ from disd.allocator import DIS as DIS_MALLOC
 from disd.allocator import HeapTrimmer, tune_malloc
 from disd.config import DisConfig, check_import_tables
 from disd.notify import Notifier, watchdog_interval_s
-from disd.rpc.channel import MAX_MESSAGE_BYTES
+from disd.rpc.channel import MAX_MESSAGE_BYTES, MIN_KEEPALIVE_MS
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.schema import SchemaRegistry
 from disd.server.auth import TokenInterceptor, server_credentials
@@ -246,7 +246,17 @@ def stop_metrics(metrics_server) -> None:  # noqa: ANN001 - serve_metrics' serve
 def grpc_server(max_workers: int, token: str | None) -> grpc.Server:
     """A gRPC server as every daemon of the product runs one: a pool of ``max_workers`` threads
     (each call, and each open stream, holds one), the bearer-token check when ``token`` is set,
-    keepalives, the large message limit, no port sharing."""
+    keepalives, the large message limit, no port sharing.
+
+    Clients' keepalive pings are accepted every ``MIN_KEEPALIVE_MS`` even on a connection whose
+    calls send nothing (an idle subscription, a tailer's call between writes): the tailers and
+    proxies ping every few seconds to notice a peer that stopped without closing its connections
+    (docs/tailer.md, "Connections"), and gRPC's default (one ping per 5 minutes without data)
+    would end their connections as abusive (GOAWAY ``too_many_pings``).  Both ping intervals
+    are set: the core (1.85) took the floor of the pings it accepts from
+    ``grpc.http2.min_ping_interval_without_data_ms``, and at 5 s it ended an idle subscription
+    pinged every 2 s after its third ping, ``min_recv_ping_interval_without_data_ms`` at 1 s
+    notwithstanding.  The server's own pings are ``keepalive_time_ms`` apart whatever it says."""
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         interceptors=[TokenInterceptor(token)] if token else [],
@@ -255,7 +265,8 @@ def grpc_server(max_workers: int, token: str | None) -> grpc.Server:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", MIN_KEEPALIVE_MS),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_KEEPALIVE_MS),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.so_reuseport", 0),
             # Calls waiting for a thread of the pool: the core's defaults (1,000, hard limit
