@@ -118,7 +118,8 @@ def test_bad_routing_file_is_named(tmp_path):
     ({"dis": "a:1", "log_dirs": ["x"], "token-file": "t"}, "token-file", "did you mean token_file?"),
     ({"dis": "a:1", "log_dirs": ["x"], "chunk_byte": 0}, "chunk_byte", "did you mean chunk_bytes?"),
     ({"dis": "a:1", "log_dirs": ["x"], "retention": {"mod": "delete"}}, "retention.mod", "did you mean mode?"),
-    ({"dis": "a:1", "log_dirs": ["x"], "zzz": 1}, "zzz", "known keys: ack_timeout_ms, chunk_bytes, csv_tables, dis, keepalive_ms, keepalive_timeout_ms, log_dirs"),
+    ({"dis": "a:1", "log_dirs": ["x"], "zzz": 1}, "zzz",
+     "known keys: ack_timeout_ms, chunk_bytes, csv_tables, dis, keepalive_ms, keepalive_timeout_ms, log_dirs"),
 ])
 def test_an_unknown_key_is_named_first_with_the_close_known_key(data, key, hint):
     """A misspelt key is what is wrong, not the required key it leaves missing (``log_dir:``
