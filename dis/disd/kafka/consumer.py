@@ -363,7 +363,7 @@ class SourceConsumer:
         whose location accepts rows again."""
         for st in list(self.partitions.values()):
             if st.assigned:
-                bad = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
+                bad = next((loc for cp, loc in st.locations.items() if loc.in_error or loc.epoch != st.epochs.get(cp)), None)
                 if bad is not None:
                     self._block(st, bad)
         for st in list(self.partitions.values()):
@@ -435,7 +435,7 @@ class SourceConsumer:
         try:
             self._commit(st, cols, row_offsets, end, keep_below, nbytes, self._unpublished)
         except LocationError as e:
-            loc = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
+            loc = next((held for cp, held in st.locations.items() if held.in_error or held.epoch != st.epochs.get(cp)), None)
             if loc is not None:
                 self._block(st, loc)
             else:
