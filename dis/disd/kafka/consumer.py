@@ -398,7 +398,7 @@ class SourceConsumer:
         st = self.partitions.get(partition) if topic == self.src.topic else None
         if st is not None:
             st.errors += 1
-            if code == KafkaError._AUTO_OFFSET_RESET:  # the resume offset is gone from the topic
+            if code == KafkaError._AUTO_OFFSET_RESET:  # noqa: SLF001 - librdkafka's own code (confluent_kafka's leading _): the resume offset is gone from the topic
                 self._stop_partition(st, f"offset {st.next_offset} is no longer in the topic (deleted by retention?): "
                                          f"{text}; messages may be lost, see docs/kafka.md")
                 return

@@ -332,7 +332,7 @@ class ConnectionLoop:
         self._watch(c, selectors.EVENT_READ)
 
     # -- bytes from waiting connections -----------------------------------------------------------
-    def _step(self, c: Conn, mask: int) -> None:  # one path for read and write readiness
+    def _step(self, c: Conn, mask: int) -> None:  # noqa: ARG002 - one path for read and write readiness: the mask is not told apart
         try:
             if c.state in ("handshake", "refuse"):
                 self._handshake(c)

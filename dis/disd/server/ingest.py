@@ -318,7 +318,7 @@ class ServedStream:
             self.session = session
             svc.sessions.add(session)
             # whatever the previous stream left uncommitted is resent from the resume point
-            svc._rollback(loc, key)
+            svc._rollback(loc, key)  # noqa: SLF001 - IngestService's rollback, for its companion ServedStream
             rp, session.epoch = loc.resume()
             session.location = loc
             self.cursor = LocationIngest(loc, schema, rp, session.epoch)
@@ -377,6 +377,6 @@ class ServedStream:
             session.closed = True
             owner = self.service.sessions.remove(session)
             if owner and self.loc is not None:
-                self.service._rollback(self.loc, key)
+                self.service._rollback(self.loc, key)  # noqa: SLF001 - IngestService's rollback, for its companion ServedStream
         reason = "idle timeout" if session.idle_cancelled else ("taken over" if session.taken_over else "closed")
         log.info("ingest stream closed", location=str(key), tailer=session.tailer_id, reason=reason)
