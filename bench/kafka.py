@@ -99,7 +99,7 @@ def dis_config(tmp: pathlib.Path, port: int, bootstrap: str) -> pathlib.Path:
 
 def visible(port: int) -> int:
     with connect(f"127.0.0.1:{port}") as c:
-        return sum(l.rows for l in c.status().locations)
+        return sum(loc.rows for loc in c.status().locations)
 
 
 def dis_rate(tmp: pathlib.Path, bootstrap: str, n: int) -> float:
@@ -109,7 +109,7 @@ def dis_rate(tmp: pathlib.Path, bootstrap: str, n: int) -> float:
         with connect(f"127.0.0.1:{port}") as c:
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
-                rows = sum(l.rows for l in c.status().locations)
+                rows = sum(loc.rows for loc in c.status().locations)
                 now = time.time()
                 if rows >= n:
                     break

@@ -409,7 +409,7 @@ def layout(locations: int) -> tuple[list[str], list[str]]:
 
 def published_rows(port: int) -> dict[str, int]:
     with connect(f"127.0.0.1:{port}") as c:
-        return {f"{l.key.internal_partition}/{l.key.column_partition}": l.rows for l in c.locations("Market", "Trade")}
+        return {f"{loc.key.internal_partition}/{loc.key.column_partition}": loc.rows for loc in c.locations("Market", "Trade")}
 
 
 def wait_published(c: Cluster, pub: Published, total: int, timeout: float, stall_s: float, locations: int,

@@ -42,7 +42,7 @@ TARGET_P99_MS = 200.0
 
 def published(port: int) -> int:
     with connect(f"127.0.0.1:{port}") as c:
-        return sum(l.rows for l in c.locations("Market", "Trade"))
+        return sum(loc.rows for loc in c.locations("Market", "Trade"))
 
 
 def bare_grpc_seconds(data: bytes, chunk: int = 4 << 20) -> float:

@@ -352,7 +352,7 @@ class Tailer:
         workers = [w for ws in self._workers.values() for w in ws]
         for w in workers:
             w.cancel()
-        tasks = [w._task for w in workers if w._task is not None and not w._task.done()]
+        tasks = [w._task for w in workers if w._task is not None and not w._task.done()]  # noqa: SLF001 - the workers' tasks, awaited by their owner
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_WAIT_S)
         for mux in self._muxes.values():

@@ -123,7 +123,7 @@ class Multiplexer:
             sessions, self._sessions = list(self._sessions.values()), {}
             self._frames.clear()
             for s in sessions:
-                s._ended(error)
+                s._ended(error)  # noqa: SLF001 - the call delivers its sessions' replies (companions)
 
     def _waiting(self) -> bool:
         """A stream on the call waits for an answer (its resume point, an ack)."""
@@ -174,9 +174,9 @@ class Multiplexer:
         if reply.HasField("end"):
             self._sessions.pop(reply.stream, None)
             code = _STATUS_CODES.get(reply.end.code)
-            session._ended(None if code == grpc.StatusCode.OK else classify_status(code, reply.end.details))
+            session._ended(None if code == grpc.StatusCode.OK else classify_status(code, reply.end.details))  # noqa: SLF001 - the call delivers its sessions' replies (companions)
             return
-        session._response(reply.response)
+        session._response(reply.response)  # noqa: SLF001 - the call delivers its sessions' replies (companions)
 
 
 class MuxStream(StreamFlow):

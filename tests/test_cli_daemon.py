@@ -47,7 +47,7 @@ def test_ls_status_verify_and_clean_shutdown(tmp_path):
         addr = ["--address", f"127.0.0.1:{port}"]
         r = wait_for(lambda: (lambda r: r if '"rows": 3' in r.stdout else None)(run("ls", *addr, "--json")), 10)
         data = json.loads(r.stdout)
-        assert [(l["internal_partition"], l["rows"], l["schema_version"]) for l in data["locations"]] == [
+        assert [(loc["internal_partition"], loc["rows"], loc["schema_version"]) for loc in data["locations"]] == [
             ("ip1", 3, 1)]
         r = run("ls", *addr)
         assert "Market.Trade" in r.stdout and "ip1/2026-11-22  rows=3" in r.stdout and "version=1" in r.stdout
@@ -57,7 +57,7 @@ def test_ls_status_verify_and_clean_shutdown(tmp_path):
         assert st["locations"][0]["schema_version"] == 1
         r = run("status", *addr)
         assert "Market.Trade/ip1/2026-11-22" in r.stdout
-        assert any(l.split()[:3] == ["LOCATION", "VERSION", "ROWS"] for l in r.stdout.splitlines()), r.stdout
+        assert any(line.split()[:3] == ["LOCATION", "VERSION", "ROWS"] for line in r.stdout.splitlines()), r.stdout
     finally:
         assert dis.terminate() == 0, dis.log_text()[-2000:]
     assert '"event": "dis stopped"' in dis.log_text()

@@ -69,7 +69,7 @@ def run_blocks(md: pathlib.Path, blocks: list[tuple[int, str]], namespace: dict[
         printed: dict[int, list[str]] = {}
 
         def recording_print(*args: Any, sep: str = " ", **kw: Any) -> None:
-            frame = sys._getframe(1)
+            frame = sys._getframe(1)  # noqa: SLF001 - the docs name these settings' defaults, which the test reads
             if frame.f_code.co_filename == name:
                 printed.setdefault(frame.f_lineno, []).append(sep.join(map(str, args)))
             builtins.print(*args, sep=sep, **kw)
@@ -145,7 +145,7 @@ def test_the_sample_configs_are_what_the_doc_says():
     log directory and sending to config/dis.yaml's DIS."""
     tailer = yaml.safe_load((ROOT / "config" / "tailer.yaml").read_text())
     dis = yaml.safe_load((ROOT / "config" / "dis.yaml").read_text())
-    assert tailer["log_dirs"] == [str(IntradayLoggerBuilder(ROOT / "config/schemas/Market.Trade.yaml")._log_dir)]
+    assert tailer["log_dirs"] == [str(IntradayLoggerBuilder(ROOT / "config/schemas/Market.Trade.yaml")._log_dir)]  # noqa: SLF001 - the docs name these settings' defaults, which the test reads
     assert tailer["dis"] == DOC_ADDRESS == f"{dis['server']['host']}:{dis['server']['port']}"
     text = section(DOC, "Where the logs go")
     assert "config/tailer.yaml" in text and "config/dis.yaml" in text and DOC_ADDRESS in text
@@ -214,16 +214,16 @@ def test_the_builder_table_states_the_defaults_of_the_code(tmp_path, monkeypatch
         "set_internal_partition": "the host name",
         "set_internal_partition_suffix": "none",
         "set_log_format_suffix": "none",
-        "set_suffix_internal_partition_with_log_format": f"`{b._version_suffix}`",
+        "set_suffix_internal_partition_with_log_format": f"`{b._version_suffix}`",  # noqa: SLF001 - the docs name these settings' defaults, which the test reads
         "set_column_partition_value": "none",
         "set_column_partition_function": "none",
         "set_time_zone_name": "`UTC`",
         "set_rollover": f"`{log.rollover.value}`",
         "set_namespace_set": f"`{log.namespace_set.value}`",
-        "set_on_location_in_use": f"`{b._on_in_use.value}`",
-        "set_queue_size": f"{log._queue.capacity:,} rows",
-        "set_max_write_delay": f"{b._linger} ({b._linger * 1000:g} ms)",
-        "set_max_open_files": f"{b._max_open}",
+        "set_on_location_in_use": f"`{b._on_in_use.value}`",  # noqa: SLF001 - the docs name these settings' defaults, which the test reads
+        "set_queue_size": f"{log._queue.capacity:,} rows",  # noqa: SLF001 - the docs name these settings' defaults, which the test reads
+        "set_max_write_delay": f"{b._linger} ({b._linger * 1000:g} ms)",  # noqa: SLF001 - the docs name these settings' defaults, which the test reads
+        "set_max_open_files": f"{b._max_open}",  # noqa: SLF001 - the docs name these settings' defaults, which the test reads
         "set_clock": "the system clock",
     }
     table = builder_table()

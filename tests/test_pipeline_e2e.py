@@ -67,7 +67,7 @@ def read_sizes(port: int) -> list[int]:
 
 def rows_visible(port: int) -> int:
     with connect(f"127.0.0.1:{port}") as c:
-        return sum(l.rows for l in c.locations("Market", "Trade"))
+        return sum(loc.rows for loc in c.locations("Market", "Trade"))
 
 
 def test_rows_logged_are_read_back(tmp_path):

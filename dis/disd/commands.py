@@ -114,21 +114,21 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps({
             "tables": [s.canonical() | {"fingerprint": s.fingerprint} for s in tables],
             "locations": [
-                {"namespace": l.key.namespace, "table": l.key.table, "internal_partition": l.key.internal_partition,
-                 "column_partition": l.key.column_partition, "schema_version": l.schema_version or None,
-                 "rows": l.rows, "files": l.files, "dis": l.address}
-                for l in locs
+                {"namespace": loc.key.namespace, "table": loc.key.table, "internal_partition": loc.key.internal_partition,
+                 "column_partition": loc.key.column_partition, "schema_version": loc.schema_version or None,
+                 "rows": loc.rows, "files": loc.files, "dis": loc.address}
+                for loc in locs
             ],
         }))
         return 0
     for s in tables:
-        mine = [l for l in locs if (l.key.namespace, l.key.table) == (s.namespace, s.table)]
-        print(f"{s.key}  ({len(mine)} locations, {sum(l.rows for l in mine)} rows)  "
+        mine = [loc for loc in locs if (loc.key.namespace, loc.key.table) == (s.namespace, s.table)]
+        print(f"{s.key}  ({len(mine)} locations, {sum(loc.rows for loc in mine)} rows)  "
               f"{', '.join(f'{c.name}:{c.type.value}' for c in s.columns)}")
-        for l in mine:
-            version = f"  version={l.schema_version}" if l.schema_version else ""
-            print(f"  {l.key.internal_partition}/{l.key.column_partition}  rows={l.rows}  "
-                  f"bytes={sum(l.files.values())}  dis={l.address}{version}")
+        for loc in mine:
+            version = f"  version={loc.schema_version}" if loc.schema_version else ""
+            print(f"  {loc.key.internal_partition}/{loc.key.column_partition}  rows={loc.rows}  "
+                  f"bytes={sum(loc.files.values())}  dis={loc.address}{version}")
     return 0
 
 
@@ -192,12 +192,12 @@ def replica_report(routing, replies: list, down: dict[str, str]) -> dict:  # noq
         published: dict[tuple, dict[str, tuple[int, str | None]]] = {}
         for r in members:
             st = by_address.get(r.address)
-            for l in st.locations if st is not None else ():
-                k = l.key
+            for loc in st.locations if st is not None else ():
+                k = loc.key
                 if routing.owner(k.namespace, k.table) != inst:
                     continue
                 key = (k.namespace, k.table, k.internal_partition, k.column_partition)
-                published.setdefault(key, {})[r.address] = (int(l.rows), _proto_location_error(l))
+                published.setdefault(key, {})[r.address] = (int(loc.rows), _proto_location_error(loc))
         in_error = {r.address: sum(1 for have in published.values() if (have.get(r.address) or (0, None))[1])
                     for r in members}
         entries.append({"entry": inst.name, "tables": list(inst.tables), "replicas": [
@@ -218,10 +218,10 @@ def replica_report(routing, replies: list, down: dict[str, str]) -> dict:  # noq
     return {"entries": entries, "locations": rows}
 
 
-def _proto_location_error(l) -> str | None:  # noqa: ANN001 - dis_pb2.LocationStatus
+def _proto_location_error(loc) -> str | None:  # noqa: ANN001 - dis_pb2.LocationStatus
     """What puts a location of a Status reply in error: the DIS's error, or its Kafka source
     stopped (the ERROR column of ``dis status``)."""
-    return l.error or (l.kafka.stopped if l.HasField("kafka") else "") or None
+    return loc.error or (loc.kafka.stopped if loc.HasField("kafka") else "") or None
 
 
 def _location_error(r: dict) -> str | None:
@@ -244,21 +244,21 @@ def status_report(replies: list) -> dict:
     for address, st in replies:
         instances.append({"dis": address, "version": st.version, "uptime_s": round(st.uptime_s, 1),
                           "disk_free_bytes": st.disk_free_bytes, "disk_total_bytes": st.disk_total_bytes})
-        for l in st.locations:
+        for loc in st.locations:
             locations.append({
-                "dis": address, "namespace": l.key.namespace, "table": l.key.table,
-                "internal_partition": l.key.internal_partition, "column_partition": l.key.column_partition,
-                "schema_version": l.schema_version or None,
-                "rows": l.rows, "checkpointed_rows": l.checkpointed_rows,
-                "last_flush_age_s": _age_s(l.last_flush_age_s), "checkpoint_age_s": _age_s(l.checkpoint_age_s),
-                "checkpoint": ({"file": l.checkpoint_file, "offset": l.checkpoint_offset,
-                                "skip_rows": l.checkpoint_skip_rows} if l.checkpoint_file else None),
-                "tailer": ({"id": l.tailer, "peer": l.tailer_peer, "connected_s": round(l.tailer_connected_s, 1),
-                            "file": l.ingest_file or None, "offset": l.ingest_offset} if l.tailer else None),
-                "error": l.error or None,
-                "tailer_problem": ({"problem": l.tailer_problem, "tailer": l.tailer_problem_tailer,
-                                    "age_s": round(l.tailer_problem_age_s, 1)} if l.tailer_problem else None),
-                "kafka": _kafka(l.kafka) if l.HasField("kafka") else None,
+                "dis": address, "namespace": loc.key.namespace, "table": loc.key.table,
+                "internal_partition": loc.key.internal_partition, "column_partition": loc.key.column_partition,
+                "schema_version": loc.schema_version or None,
+                "rows": loc.rows, "checkpointed_rows": loc.checkpointed_rows,
+                "last_flush_age_s": _age_s(loc.last_flush_age_s), "checkpoint_age_s": _age_s(loc.checkpoint_age_s),
+                "checkpoint": ({"file": loc.checkpoint_file, "offset": loc.checkpoint_offset,
+                                "skip_rows": loc.checkpoint_skip_rows} if loc.checkpoint_file else None),
+                "tailer": ({"id": loc.tailer, "peer": loc.tailer_peer, "connected_s": round(loc.tailer_connected_s, 1),
+                            "file": loc.ingest_file or None, "offset": loc.ingest_offset} if loc.tailer else None),
+                "error": loc.error or None,
+                "tailer_problem": ({"problem": loc.tailer_problem, "tailer": loc.tailer_problem_tailer,
+                                    "age_s": round(loc.tailer_problem_age_s, 1)} if loc.tailer_problem else None),
+                "kafka": _kafka(loc.kafka) if loc.HasField("kafka") else None,
             })
     copies: dict[tuple, list[dict]] = {}
     for r in locations:

@@ -108,7 +108,7 @@ def run_demo(args: argparse.Namespace) -> int:
         log.flush()
         t_written = time.perf_counter()
         with connect(address) as client:
-            while sum(l.rows for l in client.locations("Market", "Trade")) < rows:
+            while sum(loc.rows for loc in client.locations("Market", "Trade")) < rows:
                 if time.perf_counter() - t_written > 30:
                     print("rows did not become visible within 30 s")
                     return 1

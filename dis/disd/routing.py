@@ -160,7 +160,7 @@ def parse_routing(data: object, source: str) -> Routing:
         if replicas:
             address = replicas[0].address
             http_address = replicas[0].http_address
-        proxies = ()
+        proxies: tuple[Replica, ...] = ()
         if raw_proxies is not None:
             dises = {r.address for r in replicas} or {address}
             proxies = _replicas(source, f"instances[{i}].proxies", raw_proxies, "proxy", dises)

@@ -134,8 +134,8 @@ class FaultyDisk(OsFileSystem):
     def pwrite(self, fd: int, data, offset: int) -> int:
         path = self._paths.get(fd)
         f = self._fault("pwrite", path)
-        if f and f.short and not f._short_pending and len(data) > 1:
-            f._short_pending = True
+        if f and f.short and not f._short_pending and len(data) > 1:  # noqa: SLF001 - the fault's own state, kept by the failing disk
+            f._short_pending = True  # noqa: SLF001 - the fault's own state, kept by the failing disk
             f.hits -= 1  # a short write is not yet the failure
             data = memoryview(data)[: len(data) // 2]
         elif f:

@@ -32,7 +32,7 @@ def test_block_cache_never_holds_more_than_block_cache_bytes(tmp_path):
         assert r.code == grpc.StatusCode.OK, r
         with connect(f"127.0.0.1:{d.port}") as c:
             end = time.monotonic() + 15
-            while sum(l.rows for l in c.locations("Market", "Trade")) < 120_000:
+            while sum(loc.rows for loc in c.locations("Market", "Trade")) < 120_000:
                 assert time.monotonic() < end
                 time.sleep(0.05)
             sizes = []

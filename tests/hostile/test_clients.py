@@ -31,13 +31,13 @@ def dis(tmp_path):
 
 def published(port: int, ip: str) -> int:
     with connect(f"127.0.0.1:{port}") as c:
-        return sum(l.rows for l in c.locations("Market", "Trade") if l.key.internal_partition == ip)
+        return sum(loc.rows for loc in c.locations("Market", "Trade") if loc.key.internal_partition == ip)
 
 
 def sizes_of(port: int, ip: str) -> list[int]:
     """The Size column of one internal partition's location, as published."""
     with connect(f"127.0.0.1:{port}") as c:
-        snap = next(l for l in c.locations("Market", "Trade") if l.key.internal_partition == ip)
+        snap = next(loc for loc in c.locations("Market", "Trade") if loc.key.internal_partition == ip)
         return c.read_location(snap, ["Size"]).column("Size").to_pylist()
 
 
@@ -79,7 +79,7 @@ def test_client_killed_mid_transaction_is_rolled_back_never_published_and_resume
     try:
         line = child.stdout.readline()
         assert line.split()[:2] == ["acked", "5"], line
-        loc = next(l for l in dis.engine.locations() if l.key.internal_partition == "vanish")
+        loc = next(held for held in dis.engine.locations() if held.key.internal_partition == "vanish")
         assert loc.written_rows == 9 and loc.txn_open  # the transaction's rows are in the buffers
         time.sleep(0.2)  # several flush intervals: the open transaction must stay unpublished
         child.send_signal(signal.SIGKILL)
@@ -116,7 +116,7 @@ def test_client_that_opens_and_then_sends_nothing_is_closed_after_the_idle_timeo
     assert err.code() == grpc.StatusCode.CANCELLED
     assert "idle" in err.details(), err.details()
     assert 0.9 < time.monotonic() - t0 < 5
-    assert dis.sessions.get(next(iter(l.key for l in dis.engine.locations()))) is None
+    assert dis.sessions.get(next(iter(loc.key for loc in dis.engine.locations()))) is None
 
 
 def test_client_that_sends_nothing_at_all_is_closed_after_the_idle_timeout(dis):
@@ -166,7 +166,7 @@ def test_fifty_concurrent_streams_to_distinct_locations(dis, tmp_path):
     assert all(v == rows_per_frame * frames for v in results.values()), results
     assert len(results) == n_loc
     with connect(f"127.0.0.1:{dis.port}") as c:
-        wait_for(lambda: sum(l.rows for l in c.locations("Market", "Trade")) == n_loc * rows_per_frame * frames)
+        wait_for(lambda: sum(loc.rows for loc in c.locations("Market", "Trade")) == n_loc * rows_per_frame * frames)
         t = c.read_table("Market", "Trade")
     assert t.num_rows == n_loc * rows_per_frame * frames
     counts = np.bincount(np.asarray(t.column("Size")), minlength=rows_per_frame * frames)

@@ -140,7 +140,7 @@ def test_unknown_table_is_not_found_on_ingest_and_reads(dis, ch):
         dis_pb2_grpc.TableDataStub(ch).ReadBlock(dis_pb2.ReadBlockRequest(location=loc, file="x", block_index=0),
                                                  timeout=10)
     assert ei.value.code() == grpc.StatusCode.NOT_FOUND and "unknown table" in ei.value.details()
-    assert not any(l.key.table == "Nope" for l in dis.engine.locations())
+    assert not any(loc.key.table == "Nope" for loc in dis.engine.locations())
 
 
 def test_unknown_location_of_a_known_table_is_not_found_on_reads_and_not_created(dis, ch, tmp_path):

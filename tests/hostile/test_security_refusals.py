@@ -60,7 +60,7 @@ def secure_dis(tmp_path, pki):
     r = run_stream(ch, [open_msg("sec", TRADE.fingerprint), chunk_msg(p.name, 0, p.read_bytes())])
     assert r.code == grpc.StatusCode.OK and r.responses[-1].ack.committed_rows == 10, r
     end = time.monotonic() + 10
-    while time.monotonic() < end and not any(l.published_rows == 10 for l in srv.engine.locations()):
+    while time.monotonic() < end and not any(loc.published_rows == 10 for loc in srv.engine.locations()):
         time.sleep(0.02)
     ch.close()
     yield srv
@@ -177,7 +177,7 @@ def test_every_rpc_refuses_bad_credentials_and_changes_nothing(secure_dis, pki, 
                 assert "bearer token" in ei.value.details(), (case, name, ei.value.details())
     finally:
         ch.close()
-    assert [l.key.internal_partition for l in secure_dis.engine.locations()] == ["sec"]
+    assert [loc.key.internal_partition for loc in secure_dis.engine.locations()] == ["sec"]
     assert not [p for p in pathlib.Path(secure_dis.engine.db_root).rglob("*") if "intruder" in str(p)]
 
 

@@ -27,14 +27,14 @@ def msg(p: int, off: int, value: bytes | None = None) -> Message:
 
 def test_split_by_partition_with_gap_and_error():
     msgs = [msg(0, 10), msg(1, 3), msg(0, 11), msg(1, 4), msg(0, 12), msg(1, 9), msg(2, 0),
-            Message(topic="t", partition=1, error=KafkaError(KafkaError._AUTO_OFFSET_RESET))]
+            Message(topic="t", partition=1, error=KafkaError(KafkaError._AUTO_OFFSET_RESET))]  # noqa: SLF001 - confluent_kafka names librdkafka's own error codes with a leading underscore
     groups, errors = split(msgs)
-    assert len(errors) == 1 and errors[0].error().code() == KafkaError._AUTO_OFFSET_RESET
+    assert len(errors) == 1 and errors[0].error().code() == KafkaError._AUTO_OFFSET_RESET  # noqa: SLF001 - confluent_kafka names librdkafka's own error codes with a leading underscore
     assert sorted(groups) == [0, 1, 2]
     f = fetcher()
     f.gens = {0: 7, 1: 2}
     out = f.cut(msgs, drained=True)
-    assert out[0][0][:4] == ("error", "t", 1, KafkaError._AUTO_OFFSET_RESET)
+    assert out[0][0][:4] == ("error", "t", 1, KafkaError._AUTO_OFFSET_RESET)  # noqa: SLF001 - confluent_kafka names librdkafka's own error codes with a leading underscore
     batches = {h[1]: (h, b) for h, b in out if h[0] == "decode"}
     assert sorted(batches) == [0, 1]  # partition 2 is not assigned: left out
     assert batches[0][0] == ("decode", 0, 7, False) and batches[1][0] == ("decode", 1, 2, True)  # drained: last

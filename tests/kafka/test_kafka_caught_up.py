@@ -16,7 +16,7 @@ from .test_kafka_exactly_once import kafka_section, produce
 
 def visible(port: int) -> int:
     with connect(f"127.0.0.1:{port}") as c:
-        return sum(l.rows for l in c.status().locations)
+        return sum(loc.rows for loc in c.status().locations)
 
 
 def test_caught_up_source_publishes_without_waiting_for_the_flusher(tmp_path, mock_kafka):

@@ -79,8 +79,8 @@ def test_kill9_while_consuming_leaves_exactly_the_messages(tmp_path, mock_kafka)
         def kafka_status():
             with connect(f"127.0.0.1:{port}") as c:
                 st = c.status()
-            return sorted((l.key.internal_partition, l.key.column_partition, l.kafka.partition, l.kafka.next_offset)
-                          for l in st.locations if l.HasField("kafka"))
+            return sorted((loc.key.internal_partition, loc.key.column_partition, loc.kafka.partition, loc.kafka.next_offset)
+                          for loc in st.locations if loc.HasField("kafka"))
 
         # shown once the source's fetch process has started and read the topic's metadata
         wait_for(lambda: len(kafka_status()) == 6, 20, 0.2, "the Kafka status of the locations")

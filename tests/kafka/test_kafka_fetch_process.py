@@ -55,7 +55,7 @@ def fetch_process(dis_pid: int) -> int:
 
 
 def log_events(dis, event: str) -> list[dict]:
-    return [d for d in map(json.loads, filter(lambda l: l.startswith("{"), dis.log_text().splitlines()))
+    return [d for d in map(json.loads, filter(lambda line: line.startswith("{"), dis.log_text().splitlines()))
             if d.get("event") == event]
 
 

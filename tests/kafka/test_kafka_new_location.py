@@ -34,7 +34,7 @@ def consumer(db) -> tuple[StorageEngine, SourceConsumer, PartitionState]:
     engine = StorageEngine(str(db), REG)  # its clocks are not started: nothing is checkpointed unasked
     c = SourceConsumer(cfg, cfg.sources[0], engine)
     st = PartitionState(c.src.name, c.src.topic, 0, c.src.schema.key, c.src.internal_partition(0))
-    c._find_locations(st)
+    c._find_locations(st)  # noqa: SLF001 - the test drives the consumer's steps one by one
     c.partitions[0] = st
     return engine, c, st
 
@@ -51,10 +51,10 @@ def batch(first: int, n: int, day2_from: int) -> pa.RecordBatch:
 
 def test_a_crash_before_the_new_locations_first_checkpoint_loses_none_of_its_rows(tmp_path):
     engine, c, st = consumer(tmp_path / "db")
-    c._process(st, batch(0, 10, day2_from=100), 0, 10, 10, 0, [])  # day 1 only
+    c._process(st, batch(0, 10, day2_from=100), 0, 10, 10, 0, [])  # day 1 only  # noqa: SLF001 - the test drives the consumer's steps one by one
     day1 = st.locations["2026-11-23"]
     assert day1.checkpoint()
-    c._process(st, batch(10, 10, day2_from=15), 10, 20, 10, 0, [])  # 10..14 day 1, 15..19 day 2: new location
+    c._process(st, batch(10, 10, day2_from=15), 10, 20, 10, 0, [])  # 10..14 day 1, 15..19 day 2: new location  # noqa: SLF001 - the test drives the consumer's steps one by one
     day2 = st.locations["2026-11-24"]
     assert (day1.committed_rows, day2.committed_rows) == (15, 5)
     assert day1.checkpoint()  # the checkpointer reached day 1 (offset 20) and not yet day 2: then the crash
@@ -62,12 +62,12 @@ def test_a_crash_before_the_new_locations_first_checkpoint_loses_none_of_its_row
     _, c2, st2 = consumer(tmp_path / "db")  # what a DIS restarted after SIGKILL finds
     rows = {cp: loc.committed_rows for cp, loc in st2.locations.items()}
     assert rows == {"2026-11-23": 15, "2026-11-24": 0}
-    resume = c2._resume_offset(st2)
+    resume = c2._resume_offset(st2)  # noqa: SLF001 - the test drives the consumer's steps one by one
     assert resume is not None and resume <= 15, f"resumes at {resume}: messages 15..19 of the new date lost"
     # consumed again from there (as ``_assign`` would set it up): each location takes only what it lacks
     st2.epochs = {cp: loc.epoch for cp, loc in st2.locations.items()}
     st2.next_offset = resume
-    c2._process(st2, batch(resume, 20 - resume, day2_from=15), resume, 20, 20 - resume, 0, [])
+    c2._process(st2, batch(resume, 20 - resume, day2_from=15), resume, 20, 20 - resume, 0, [])  # noqa: SLF001 - the test drives the consumer's steps one by one
     got = {cp: loc.committed_rows for cp, loc in st2.locations.items()}
     assert got == {"2026-11-23": 15, "2026-11-24": 5}
     day2 = st2.locations["2026-11-24"]

@@ -34,7 +34,7 @@ def rows(port):
 
 def kafka_status(port):
     with connect(f"127.0.0.1:{port}") as c:
-        return [l.kafka for l in c.status().locations if l.HasField("kafka")]
+        return [loc.kafka for loc in c.status().locations if loc.HasField("kafka")]
 
 
 def test_poison_stops_then_skip_passes_over(tmp_path, mock_kafka):

@@ -13,7 +13,7 @@ from .test_kafka_exactly_once import produce, write_config
 
 def kafka(port):
     with connect(f"127.0.0.1:{port}") as c:
-        return [l.kafka for l in c.status().locations if l.HasField("kafka")]
+        return [loc.kafka for loc in c.status().locations if loc.HasField("kafka")]
 
 
 def test_offset_deleted_by_retention_stops_the_partition(tmp_path, mock_kafka):

@@ -218,7 +218,7 @@ def test_the_c_index_gives_the_reference_states_files_and_ipc(tmp_path_factory, 
 def test_c_index_is_built():
     """``make install`` builds the C key index (setup.py), and states use it by default."""
     assert lastbykeys.lastbyindex is not None, "disd.storage.lastbyindex was not built (no C compiler?)"
-    assert isinstance(LastBy(SCHEMA, ("S",), 10)._slots, lastbykeys.IndexKeys)
+    assert isinstance(LastBy(SCHEMA, ("S",), 10)._slots, lastbykeys.IndexKeys)  # noqa: SLF001 - the test checks which slot finder the state chose
 
 
 def test_a_batch_with_many_new_keys_grows_the_index_and_keeps_every_key():

@@ -41,7 +41,7 @@ class UpsertSink:
         self.lock = threading.Lock()
         self.rows: dict = {}
 
-    def __call__(self, batch_df, batch_id) -> None:
+    def __call__(self, batch_df, batch_id) -> None:  # noqa: ARG002 - foreachBatch's signature
         t = batch_df.toArrow()
         with self.lock:
             for r in t.to_pylist():

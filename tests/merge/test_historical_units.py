@@ -129,7 +129,7 @@ def test_a_new_version_switches_the_link_and_leaves_open_files_alone(tmp_path):
     held.close()
     assert pq.read_table(parent / "Trade" / "part-00000.parquet").num_rows == 1500
     idx = read_index(ns.index_path("Trade"))
-    assert [l.version for l in idx.locations] == [r2.version]  # one record per column partition
+    assert [loc.version for loc in idx.locations] == [r2.version]  # one record per column partition
 
 
 def test_finalize_keeps_writer_order_and_drops_markers(tmp_path):
@@ -200,14 +200,14 @@ def test_column_files_are_taken_at_their_checkpoints(tmp_path):
     try:
         fill(db)
         locs = checkpointed_locations(str(tmp_path / "db"), TRADE)
-        assert {(l.key.internal_partition, l.key.column_partition): l.rows for l in locs} == {
+        assert {(loc.key.internal_partition, loc.key.column_partition): loc.rows for loc in locs} == {
             (k.internal_partition, k.column_partition): n for k, (_, n) in LOCS.items()}
-        assert all(l.bytes_past_checkpoint == 0 and l.checkpoint_age_s < 60 for l in locs)
+        assert all(loc.bytes_past_checkpoint == 0 and loc.checkpoint_age_s < 60 for loc in locs)
         key = next(iter(LOCS))
         db.append(key, trade_rows(100_000, 10), checkpoint=False)  # flushed, not checkpointed
         s = snapshot_from_files(str(tmp_path / "db"), TRADE, D1)
         assert s.rows == rows_of(D1)  # only the checkpointed rows
-        feed1 = next(l for l in s.locations if l.internal_partition == "feed1")
+        feed1 = next(loc for loc in s.locations if loc.internal_partition == "feed1")
         assert feed1.bytes_past_checkpoint > 0
         assert any("past its checkpoint" in r for r in live_reasons(s, dt.date(2030, 1, 1), quiet_s=0))
     finally:

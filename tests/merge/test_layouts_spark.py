@@ -141,7 +141,7 @@ def test_user_tables_splayed_and_partitioned(spark, tmp_path):
     assert (users.location_path("0", D1, "Daily")).is_symlink()
     ids = location_table(users.location_path("0", D1, "Daily")).column("Id").to_pylist()
     assert ids == list(range(3000))  # sort_by: in order across the location's files
-    assert [l.value for l in read_index(users.index_path("Daily")).locations] == [D1, D2]
+    assert [loc.value for loc in read_index(users.index_path("Daily")).locations] == [D1, D2]
     back = read(spark, db, "Research.Daily")
     assert back.columns == ["Id", "S", "Date"]
     assert sorted(map(tuple, back.collect())) == sorted(map(tuple, daily.collect()))

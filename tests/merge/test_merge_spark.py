@@ -103,12 +103,12 @@ def test_merged_rows_read_back_equal_by_spark_pyarrow_and_duckdb(spark, merge_di
 
     # the index lists both locations with the files' real checksums
     idx = read_index(NamespaceRoot.system(db, "Market").index_path("Trade"))
-    assert [(l.value, l.rows) for l in idx.locations] == [(D1, rows_of(D1)), (D2, rows_of(D2))]
-    for l, r in zip(idx.locations, (r1, r2)):
-        assert l.version == r.version and l.settings["sort_by"] == ["Sym", "Timestamp"]
-        assert all(file_crc32c(pathlib.Path(r.path) / f.name) == f.crc32c for f in l.files)
-        assert l.source["locations"] == {k.internal_partition: n for k, (_, n) in LOCS.items()
-                                         if k.column_partition == l.value}
+    assert [(loc.value, loc.rows) for loc in idx.locations] == [(D1, rows_of(D1)), (D2, rows_of(D2))]
+    for loc, r in zip(idx.locations, (r1, r2)):
+        assert loc.version == r.version and loc.settings["sort_by"] == ["Sym", "Timestamp"]
+        assert all(file_crc32c(pathlib.Path(r.path) / f.name) == f.crc32c for f in loc.files)
+        assert loc.source["locations"] == {k.internal_partition: n for k, (_, n) in LOCS.items()
+                                         if k.column_partition == loc.value}
 
 
 def test_rerun_changes_nothing_whether_read_from_the_dis_or_its_column_files(spark, merge_dis):
@@ -144,7 +144,7 @@ def test_more_rows_make_a_new_version_and_readers_of_the_old_keep_it(spark, fres
     assert sorted(p.name for p in old_dir.glob("*.parquet")) == [f"part-{i:05d}.parquet" for i in range(r1.files)]
     assert os.readlink(r2.path) == r2.version
     assert read(spark, db).count() == 1500
-    assert [l.version for l in read_index(NamespaceRoot.system(db, "Market").index_path("Trade")).locations] == [r2.version]
+    assert [loc.version for loc in read_index(NamespaceRoot.system(db, "Market").index_path("Trade")).locations] == [r2.version]
 
 
 def test_a_partition_still_being_written_is_refused_unless_forced(spark, fresh_dis, tmp_path, capsys):

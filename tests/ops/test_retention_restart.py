@@ -22,7 +22,7 @@ F = [log_name("ip1", hhmmss=f"{h:02d}0000") for h in range(9, 15)]
 
 def _rows(port: int) -> int:
     with connect(f"127.0.0.1:{port}") as c:
-        return sum(l.rows for l in c.locations("Market", "Trade"))
+        return sum(loc.rows for loc in c.locations("Market", "Trade"))
 
 
 def _listing(logs) -> list[str]:
@@ -77,6 +77,6 @@ def test_retention_across_kill9_and_restart(tmp_path):
             assert tailer.terminate() == 0, tailer.log_text()[-3000:]
         if dis.alive():
             assert dis.terminate() == 0, dis.log_text()[-3000:]
-    events = [json.loads(l) for l in tailer.log_text().splitlines() if l.startswith("{")]
+    events = [json.loads(line) for line in tailer.log_text().splitlines() if line.startswith("{")]
     deleted = [e["file"] for e in events if e.get("event", "").startswith("log file covered by the DIS checkpoint")]
     assert sorted(os.path.basename(p) for p in deleted) == F[:5]

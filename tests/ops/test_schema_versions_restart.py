@@ -35,7 +35,7 @@ def _status(port: int) -> dict[str, dis_pb2.LocationStatus]:
         return {}
     finally:
         ch.close()
-    return {l.key.internal_partition: l for l in reply.locations}
+    return {loc.key.internal_partition: loc for loc in reply.locations}
 
 
 def _rows(port: int, ip: str) -> int:
@@ -108,8 +108,8 @@ def test_kill9_mid_ingest_of_two_versions_recovers_each_location_in_its_version(
     # offline: each location holds every row once, in its own version's columns
     eng = StorageEngine(str(db), SchemaRegistry.load_dir(v2_dir))
     try:
-        old = next(l for l in eng.locations() if l.key.internal_partition == "old")
-        new = next(l for l in eng.locations() if l.key.internal_partition == "new")
+        old = next(loc for loc in eng.locations() if loc.key.internal_partition == "old")
+        new = next(loc for loc in eng.locations() if loc.key.internal_partition == "new")
         assert (old.schema_version, new.schema_version) == (1, 2)
         t_old, t_new = old.read_table(), new.read_table()
         assert t_old.column_names == V1.column_names and t_new.column_names == V2.column_names

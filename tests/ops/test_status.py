@@ -35,13 +35,13 @@ def test_status_shows_rows_ages_checkpoint_tailer_and_errors(tmp_path, capsys):
             def checkpointed():
                 # a location in error: exit status 1 (README, "Tools")
                 rep = json.loads(_status(capsys, srv.port, "--json", exit_status=1))
-                loc = next(l for l in rep["locations"] if l["internal_partition"] == "ip1")
+                loc = next(listed for listed in rep["locations"] if listed["internal_partition"] == "ip1")
                 return rep if loc["checkpointed_rows"] == 9 and loc["checkpoint"] else None
 
             rep = wait_for(checkpointed, 10, what="checkpoint of 9 rows")
             text = _status(capsys, srv.port, exit_status=1)
-        locs = {f"{l['namespace']}/{l['table']}/{l['internal_partition']}/{l['column_partition']}": l
-                for l in rep["locations"]}
+        locs = {f"{loc['namespace']}/{loc['table']}/{loc['internal_partition']}/{loc['column_partition']}": loc
+                for loc in rep["locations"]}
         assert set(locs) == {"Market/Trade/ip1/2026-11-22", BAD}
         good = locs["Market/Trade/ip1/2026-11-22"]
         assert good["rows"] == 9 and good["error"] is None
@@ -60,13 +60,13 @@ def test_status_shows_rows_ages_checkpoint_tailer_and_errors(tmp_path, capsys):
         assert inst["dis"] == f"127.0.0.1:{srv.port}" and inst["disk_total_bytes"] >= inst["disk_free_bytes"] > 0
         lines = text.splitlines()
         assert lines[0].startswith(f"DIS 127.0.0.1:{srv.port}  version ") and " free of " in lines[0]
-        assert any(l.split() == ["Market.Trade", "2", "9", "1/2", "1"] for l in lines), text
-        row = next(l for l in lines if l.startswith("Market.Trade/ip1/2026-11-22"))
+        assert any(line.split() == ["Market.Trade", "2", "9", "1/2", "1"] for line in lines), text
+        row = next(line for line in lines if line.startswith("Market.Trade/ip1/2026-11-22"))
         assert f"{log_name('ip1')}@{size}" in row and tailer.tailer_id in row
-        row = next(l for l in lines if l.startswith("Market.Trade/bad/2026-11-22"))
+        row = next(line for line in lines if line.startswith("Market.Trade/bad/2026-11-22"))
         assert "table.size" in row
         # the tailer has gone: no tailer is reported any more
-        rep = wait_for(lambda: (lambda r: r if all(l["tailer"] is None for l in r["locations"]) else None)(
+        rep = wait_for(lambda: (lambda r: r if all(loc["tailer"] is None for loc in r["locations"]) else None)(
             json.loads(_status(capsys, srv.port, "--json", exit_status=1))), 10, what="tailer gone")
         assert rep["tables"][0]["tailers"] == 0
     finally:
@@ -86,7 +86,7 @@ def test_status_filters(tmp_path):
         stub = dis_pb2_grpc.TableDataStub(ch)
 
         def keys(**req):
-            return sorted(l.key.internal_partition for l in stub.Status(dis_pb2.StatusRequest(**req)).locations)
+            return sorted(loc.key.internal_partition for loc in stub.Status(dis_pb2.StatusRequest(**req)).locations)
 
         assert keys() == ["ip1", "ip2"]
         assert keys(namespace="Market", table="Trade", internal_partition="ip2", durable_checkpoint=True) == ["ip2"]

@@ -69,7 +69,7 @@ def _states(client, **kw) -> dict:
 
 def _caught_up(stack: Stack, proxy) -> bool:
     """Whether the proxy's states cover every row the DIS's do."""
-    want = {k: loc.lastby.snapshot().rows for k, loc in ((l.key, l) for l in stack.srv.engine.locations())
+    want = {k: loc.lastby.snapshot().rows for k, loc in ((held.key, held) for held in stack.srv.engine.locations())
             if loc.lastby is not None}
     return {k: m.rows for k, m in _states(proxy).items()} == want
 

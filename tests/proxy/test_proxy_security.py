@@ -93,7 +93,7 @@ def test_dis_health_and_status_against_the_proxy(secure, pki):
     status = dis_cmd("status", *flags, "--token-file", str(tmp / "proxy-token"), "--json")
     assert status.returncode == 0, status.stderr
     report = json.loads(status.stdout)
-    assert [(l["table"], l["internal_partition"], l["rows"]) for l in report["locations"]] == [("Trade", "feed0", 5000)]
+    assert [(loc["table"], loc["internal_partition"], loc["rows"]) for loc in report["locations"]] == [("Trade", "feed0", 5000)]
     import disd
 
     assert report["instances"][0]["version"] == disd.__version__

@@ -93,7 +93,7 @@ def _serve(mountpoint: str, image: str, log_path: str) -> None:
             self.log.write(HEADER.pack(kind, offset, len(payload)))
             self.log.write(payload)
 
-        def getattr(self, path, fh=None):
+        def getattr(self, path, fh=None):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             base = {"st_uid": 0, "st_gid": 0, "st_atime": self.now, "st_mtime": self.now, "st_ctime": self.now}
             if path == "/":
                 return {**base, "st_mode": stat.S_IFDIR | 0o755, "st_nlink": 2}
@@ -103,24 +103,24 @@ def _serve(mountpoint: str, image: str, log_path: str) -> None:
                 return {**base, "st_mode": stat.S_IFREG | 0o600, "st_nlink": 1, "st_size": 0}
             raise FuseOSError(errno.ENOENT)
 
-        def readdir(self, path, fh):
+        def readdir(self, path, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             return [".", "..", IMAGE_NAME, CTL_NAME]
 
-        def open(self, path, flags):
+        def open(self, path, flags):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             if path not in ("/" + IMAGE_NAME, "/" + CTL_NAME):
                 raise FuseOSError(errno.ENOENT)
             return 0
 
-        def truncate(self, path, length, fh=None):
+        def truncate(self, path, length, fh=None):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             if path != "/" + CTL_NAME:
                 raise FuseOSError(errno.EPERM)
 
-        def read(self, path, size, offset, fh):
+        def read(self, path, size, offset, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             if path != "/" + IMAGE_NAME:
                 return b""
             return os.pread(self.fd, size, offset)
 
-        def write(self, path, data, offset, fh):
+        def write(self, path, data, offset, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             if path == "/" + CTL_NAME:
                 for line in bytes(data).decode().splitlines():
                     if line.strip():
@@ -131,22 +131,22 @@ def _serve(mountpoint: str, image: str, log_path: str) -> None:
             self._record(b"W", offset, bytes(data))
             return len(data)
 
-        def fsync(self, path, datasync, fh):
+        def fsync(self, path, datasync, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             if path == "/" + IMAGE_NAME:
                 self._record(b"F", 0, b"")
                 self.log.flush()
             return 0
 
-        def flush(self, path, fh):
+        def flush(self, path, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             return 0
 
-        def release(self, path, fh):
+        def release(self, path, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             return 0
 
-        def statfs(self, path):
+        def statfs(self, path):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1, "f_bfree": 0, "f_bavail": 0, "f_namemax": 255}
 
-        def destroy(self, path):
+        def destroy(self, path):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             self.log.flush()
             self.log.close()
             os.close(self.fd)

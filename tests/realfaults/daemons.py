@@ -61,4 +61,4 @@ def stop(*procs: Proc | None) -> None:
 def status(address: str) -> dict[str, object]:
     """Market.Trade's locations at ``address`` by internal partition (``LocationStatus``)."""
     with connect(address, retry_s=0, timeout_s=5) as c:
-        return {l.key.internal_partition: l for l in c.status().locations if l.key.table == "Trade"}
+        return {loc.key.internal_partition: loc for loc in c.status().locations if loc.key.table == "Trade"}

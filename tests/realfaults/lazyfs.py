@@ -99,7 +99,7 @@ def _serve(mountpoint: str, root: str) -> None:
                 raise FuseOSError(e.errno or errno.EIO) from None
 
         # -- names: at once ---------------------------------------------------------------
-        def getattr(self, path, fh=None):
+        def getattr(self, path, fh=None):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             if path == CTL:
                 return {"st_mode": 0o100600, "st_nlink": 1, "st_size": 4096}
             st = os.lstat(self._p(path))
@@ -110,7 +110,7 @@ def _serve(mountpoint: str, root: str) -> None:
                 out["st_size"] = p.size
             return out
 
-        def readdir(self, path, fh):
+        def readdir(self, path, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             return [".", "..", *os.listdir(self._p(path))]
 
         def mkdir(self, path, mode):
@@ -155,11 +155,11 @@ def _serve(mountpoint: str, root: str) -> None:
             return {k: getattr(st, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail",
                                                 "f_ffree", "f_files", "f_flag", "f_frsize", "f_namemax")}
 
-        def fsyncdir(self, path, datasync, fh):
+        def fsyncdir(self, path, datasync, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             return 0
 
         # -- contents: kept until fsync ---------------------------------------------------------
-        def create(self, path, mode, fi=None):
+        def create(self, path, mode, fi=None):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             return os.open(self._p(path), os.O_RDWR | os.O_CREAT, mode)
 
         def open(self, path, flags):
@@ -215,7 +215,7 @@ def _serve(mountpoint: str, root: str) -> None:
             else:
                 self._truncate(fh, length)
 
-        def fsync(self, path, datasync, fh):
+        def fsync(self, path, datasync, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             p = self.pending.pop(self._ino(fh), None)
             if p is not None:
                 for kind, off, data in p.ops:
@@ -226,10 +226,10 @@ def _serve(mountpoint: str, root: str) -> None:
             os.fsync(fh)
             return 0
 
-        def flush(self, path, fh):
+        def flush(self, path, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             return 0
 
-        def release(self, path, fh):
+        def release(self, path, fh):  # noqa: ARG002 - fusepy calls each operation with its whole signature
             os.close(fh)
             return 0
 

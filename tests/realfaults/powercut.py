@@ -251,7 +251,7 @@ class Checker:
         dis = start_dis(d, cfg)
         problems: list[str] = []
         try:
-            errors = {ip: l.error for ip, l in status(address).items() if l.error}
+            errors = {ip: loc.error for ip, loc in status(address).items() if loc.error}
             if errors:
                 return [f"recovery put locations in error: {errors}"]
             if self.tailer is None or not self.tailer.alive():
@@ -264,7 +264,7 @@ class Checker:
                 problems.append(f"after the restart: {e}")
             problems += [f"after the tailer resumed: {p}" for p in final_problems(address, self.rec.logged,
                                                                                   self.rec.versions)]
-            errors = {ip: l.error for ip, l in status(address).items() if l.error}
+            errors = {ip: loc.error for ip, loc in status(address).items() if loc.error}
             if errors:
                 problems.append(f"locations in error after resuming: {errors}")
         finally:

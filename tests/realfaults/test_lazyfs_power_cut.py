@@ -69,10 +69,10 @@ def cut_the_power(tmp_path, cuts: int, broken: str | None = None, stop_at_first:
                             f.log_transaction()
                     time.sleep(0.05)
                 ctl = lazy / ".lazyfs"
-                floor = {ip: l.checkpointed_rows for ip, l in status(address).items()}
+                floor = {ip: loc.checkpointed_rows for ip, loc in status(address).items()}
                 if cut % 2:  # at a random moment
                     time.sleep(rng.random() * 0.6)
-                    floor = {ip: l.checkpointed_rows for ip, l in status(address).items()}
+                    floor = {ip: loc.checkpointed_rows for ip, loc in status(address).items()}
                     dis.kill9()
                     ctl.write_text("cut")  # the power goes: every unsynced byte with it
                 else:  # right after a checkpoint's rename of its record, the DIS stopped there
@@ -92,7 +92,7 @@ def cut_the_power(tmp_path, cuts: int, broken: str | None = None, stop_at_first:
                 if bad and stop_at_first:
                     break
                 dis = start_dis(work, cfg, broken)
-                errors = {ip: l.error for ip, l in status(address).items() if l.error}
+                errors = {ip: loc.error for ip, loc in status(address).items() if loc.error}
                 if errors:
                     problems.append(f"power cut {cut + 1}: the restarted DIS has locations in error: {errors}")
                     if stop_at_first:

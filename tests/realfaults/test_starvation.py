@@ -187,7 +187,7 @@ def starve(tmp_path, headroom_mib: int | None = None):
                 except AssertionError as e:
                     problems.append(str(e))
                 problems += final_problems(address, want, {})
-                errors = {ip: l.error for ip, l in status(address).items() if l.error}
+                errors = {ip: loc.error for ip, loc in status(address).items() if loc.error}
                 if errors:
                     problems.append(f"locations in error: {errors}")
             stop_sampling.set()

@@ -29,7 +29,7 @@ def checkpointed(address: str) -> bool:
 
     with connect(address, retry_s=0) as c:
         locs = c.status().locations
-    return len(locs) == LOCATIONS and all(l.checkpointed_rows == ROWS for l in locs)
+    return len(locs) == LOCATIONS and all(loc.checkpointed_rows == ROWS for loc in locs)
 
 
 def test_status_routing_counts_a_replica_set_once_and_a_location_in_error_is_not_ok(tmp_path):

@@ -32,7 +32,7 @@ def test_ingest_then_read_back(dis, tmp_path, trade):
     assert ack.ack.committed_rows == 150
     s.close()
     with connect(f"127.0.0.1:{dis.port}") as c:
-        wait_for(lambda: sum(l.rows for l in c.locations("Market", "Trade")) == 150)
+        wait_for(lambda: sum(loc.rows for loc in c.locations("Market", "Trade")) == 150)
         t = c.read_table("Market", "Trade")
     assert t.column("Size").to_pylist() == list(range(150))
     assert set(t.column("Date").to_pylist()) == {"2026-11-22"}
@@ -93,7 +93,7 @@ def test_corrupt_frame_is_data_loss_and_loses_nothing(dis, tmp_path, trade):
     assert code == grpc.StatusCode.DATA_LOSS and "checksum" in details
     s.close()
     with connect(f"127.0.0.1:{dis.port}") as c:
-        wait_for(lambda: sum(l.rows for l in c.locations("Market", "Trade")) == 10)
+        wait_for(lambda: sum(loc.rows for loc in c.locations("Market", "Trade")) == 10)
         assert c.read_table("Market", "Trade").column("Size").to_pylist() == list(range(10))
 
 
@@ -133,7 +133,7 @@ def test_client_gone_mid_transaction_rolls_back(dis, tmp_path, trade):
     assert ack.ack.committed_rows == 11
     s.close()
     with connect(f"127.0.0.1:{dis.port}") as c:
-        wait_for(lambda: sum(l.rows for l in c.locations("Market", "Trade")) == 11)
+        wait_for(lambda: sum(loc.rows for loc in c.locations("Market", "Trade")) == 11)
         assert c.read_table("Market", "Trade").column("Size").to_pylist() == list(range(11))
 
 
@@ -145,7 +145,7 @@ def test_read_block_bounds_and_errors(dis, tmp_path, trade):
     send_file(s, p1, trade)
     s.close()
     with connect(f"127.0.0.1:{dis.port}") as c:
-        snap = wait_for(lambda: [l for l in c.locations("Market", "Trade") if l.rows == 1000])[0]
+        snap = wait_for(lambda: [loc for loc in c.locations("Market", "Trade") if loc.rows == 1000])[0]
         stub = c.stub(snap.address)
         from disd.rpc.keys import key_to_proto as key_msg
 
@@ -207,10 +207,10 @@ def test_a_caught_up_chunk_is_published_at_once_and_others_wait_for_the_tick(tmp
         s.send(dis_pb2.IngestRequest(chunk=dis_pb2.LogChunk(file_name=FILE1, offset=0, data=data)))
         assert next(s.responses).ack.committed_rows == 100
         with connect(f"127.0.0.1:{srv.port}") as c:
-            assert sum(l.rows for l in c.locations("Market", "Trade")) == 0  # waits for the tick
+            assert sum(loc.rows for loc in c.locations("Market", "Trade")) == 0  # waits for the tick
             s.send(dis_pb2.IngestRequest(chunk=dis_pb2.LogChunk(file_name=FILE2, offset=0, data=p2.read_bytes(),
                                                                 caught_up=True)))
             assert next(s.responses).ack.committed_rows == 150
-            assert sum(l.rows for l in c.locations("Market", "Trade")) == 150
+            assert sum(loc.rows for loc in c.locations("Market", "Trade")) == 150
             assert c.read_table("Market", "Trade").column("Size").to_pylist() == list(range(150))
         s.close()

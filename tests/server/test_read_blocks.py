@@ -28,7 +28,7 @@ def loaded(dis, tmp_path, trade_schema):
     send_file(s, p1, trade_schema)
     s.close()
     with connect(f"127.0.0.1:{dis.port}") as c:
-        snap = wait_for(lambda: [l for l in c.locations("Market", "Trade") if l.rows == N])[0]
+        snap = wait_for(lambda: [loc for loc in c.locations("Market", "Trade") if loc.rows == N])[0]
     return dis, snap
 
 

@@ -116,7 +116,7 @@ def test_a_v1_database_under_a_v2_yaml(tmp_path, v1_db):
         assert TableSchema.from_json(trade.schema_json).version == 2
         history = TableSchema.from_history_json(trade.versions_json)
         assert list(history.versions) == [1, 2] and history.at_version(1).fingerprint == V1.fingerprint
-        locs = {l.key.internal_partition: l for l in
+        locs = {loc.key.internal_partition: loc for loc in
                 stub.ListLocations(dis_pb2.ListLocationsRequest(namespace="Market", table="Trade"), timeout=10).locations}
         assert (locs["old"].schema_version, locs["new"].schema_version) == (1, 2)
         assert "Venue.dat" not in {f.name for f in locs["old"].files}
@@ -128,7 +128,7 @@ def test_a_v1_database_under_a_v2_yaml(tmp_path, v1_db):
                 break
         sub.cancel()
         assert seen == {"old": 1, "new": 2}
-        st = {l.key.internal_partition: l for l in
+        st = {loc.key.internal_partition: loc for loc in
               stub.Status(dis_pb2.StatusRequest(namespace="Market"), timeout=10).locations}
         assert (st["old"].schema_version, st["new"].schema_version) == (1, 2)
         ch.close()
@@ -140,20 +140,20 @@ def test_a_v1_database_under_a_v2_yaml(tmp_path, v1_db):
             tables = {(t["namespace"], t["table"]): t for t in json.load(r)["tables"]}
         assert list(TableSchema.from_history_json(tables[("Market", "Trade")]["versions_json"]).versions) == [1, 2]
         with urllib.request.urlopen(f"{base}/v1/locations?namespace=Market&table=Trade", timeout=10) as r:
-            http_locs = {l["internal_partition"]: l for l in json.load(r)["locations"]}
+            http_locs = {loc["internal_partition"]: loc for loc in json.load(r)["locations"]}
         assert (http_locs["old"]["schema_version"], http_locs["new"]["schema_version"]) == (1, 2)
 
         # dis status: a VERSION column, and schema_version in its JSON
         status = subprocess.run([str(BIN / "dis"), "status", "--address", f"127.0.0.1:{srv.port}", "--json"],
                                 capture_output=True, text=True, timeout=60, env=subprocess_env())
         assert status.returncode == 0, status.stderr
-        by_ip = {l["internal_partition"]: l for l in json.loads(status.stdout)["locations"]}
+        by_ip = {loc["internal_partition"]: loc for loc in json.loads(status.stdout)["locations"]}
         assert (by_ip["old"]["schema_version"], by_ip["new"]["schema_version"]) == (1, 2)
         text = subprocess.run([str(BIN / "dis"), "status", "--address", f"127.0.0.1:{srv.port}"],
                               capture_output=True, text=True, timeout=60, env=subprocess_env()).stdout
-        header = next(l for l in text.splitlines() if l.startswith("LOCATION"))
+        header = next(line for line in text.splitlines() if line.startswith("LOCATION"))
         assert header.split()[:3] == ["LOCATION", "VERSION", "ROWS"], text
-        row = next(l for l in text.splitlines() if l.startswith("Market.Trade/old/"))
+        row = next(line for line in text.splitlines() if line.startswith("Market.Trade/old/"))
         assert row.split()[1:3] == ["1", str(N_OLD + 10)], text
 
     # offline, every location verifies against its own version
@@ -162,7 +162,7 @@ def test_a_v1_database_under_a_v2_yaml(tmp_path, v1_db):
                             capture_output=True, text=True, timeout=60, env=subprocess_env())
     assert verify.returncode == 0, verify.stdout + verify.stderr
     report = json.loads(verify.stdout)
-    assert {l["location"].split("/")[2]: l["schema_version"] for l in report["locations"]} == {"old": 1, "new": 2}
+    assert {loc["location"].split("/")[2]: loc["schema_version"] for loc in report["locations"]} == {"old": 1, "new": 2}
     assert report["bad_count"] == 0
 
 
@@ -182,7 +182,7 @@ def test_versions_the_dis_does_not_hold_are_refused_naming_what_to_do(tmp_path, 
         assert "schema mismatch: the log's schema differs from table Market.Trade: changed type Size (table int, " \
                "log long)" in e.details(), e.details()
         assert "a changed schema needs a new version number" in e.details()
-        assert not any(l.key.internal_partition in ("ahead", "odd") for l in srv.engine.locations())
+        assert not any(loc.key.internal_partition in ("ahead", "odd") for loc in srv.engine.locations())
         assert [v.version for v in versionstore.load(str(db), "Market", "Trade")] == [1, 2]
 
 

@@ -65,7 +65,7 @@ def test_large_locations_are_split_across_tasks(spark, trade_address):
 
 
 def plan_text(df) -> str:
-    return df._jdf.queryExecution().executedPlan().toString()
+    return df._jdf.queryExecution().executedPlan().toString()  # noqa: SLF001 - the plan has no Python API
 
 
 def test_partition_filters_give_exact_counts_with_spark_filtering_the_rows(spark, trade_address):

@@ -173,7 +173,7 @@ def test_jvm_reader_with_tls_client_certificate_and_token(spark, secure_dis, pki
 
 # -- which reader ---------------------------------------------------------------------------------
 def plan_text(df) -> str:
-    return df._jdf.queryExecution().executedPlan().toString()
+    return df._jdf.queryExecution().executedPlan().toString()  # noqa: SLF001 - the plan has no Python API
 
 
 @pytest.mark.spark

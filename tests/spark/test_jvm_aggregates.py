@@ -106,7 +106,7 @@ def load(spark, address, table, mode="network", reader="jvm", push=True, **opts)
 
 
 def plan_of(df) -> str:
-    return df._jdf.queryExecution().executedPlan().toString()
+    return df._jdf.queryExecution().executedPlan().toString()  # noqa: SLF001 - the plan has no Python API
 
 
 def pushed(df) -> bool:
@@ -365,7 +365,7 @@ def test_a_streaming_aggregation_is_not_pushed(jvm_spark, trade_dis, trade_addre
          .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
     try:
         q.awaitTermination(120)
-        plan = q._jsq.streamingQuery().lastExecution().executedPlan().toString()
+        plan = q._jsq.streamingQuery().lastExecution().executedPlan().toString()  # noqa: SLF001 - the plan has no Python API
         assert "dis Market.Trade" in plan and "pushed aggregation" not in plan, plan
         got = {r.Date: (r.n, r.s) for r in jvm_spark.sql("select * from dis_agg_stream").collect()}
     finally:

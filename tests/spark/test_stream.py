@@ -63,7 +63,7 @@ def test_offsets_are_row_counts_and_batches_are_exact(fresh_dis):
     assert r2.partitions(o2, o2) == []
     assert r2.initialOffset() == {}
     assert stream_reader(f"127.0.0.1:{srv.port}", startingOffsets="latest").initialOffset() == o2
-    assert pickle.loads(pickle.dumps(r))._client is None  # never a channel in a pickle
+    assert pickle.loads(pickle.dumps(r))._client is None  # never a channel in a pickle  # noqa: SLF001 - the test checks the pickled reader holds no channel
     r.stop()
 
 

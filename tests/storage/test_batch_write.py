@@ -77,12 +77,12 @@ def test_a_failed_write_stops_the_batch_and_says_which(tmp_path, fs):
     ro = os.open(tmp_path / "f1", os.O_RDONLY | os.O_CLOEXEC)
     metered = MeteredFileSystem(fs)
     counted = IO_ERRORS.labels("pwrite", "EBADF")
-    n0 = counted._value.get()
+    n0 = counted._value.get()  # noqa: SLF001 - the test reads the internal it checks
     try:
         with pytest.raises(OSError) as e:
             fsio.pwrite_all(metered, [(fds[0], b"first", 0), (ro, b"second", 0), (fds[2], b"third", 0)])
         assert e.value.errno == errno.EBADF and e.value.writes_done == 1
-        assert fsio.failed_op(e.value) == "pwrite" and counted._value.get() == n0 + 1
+        assert fsio.failed_op(e.value) == "pwrite" and counted._value.get() == n0 + 1  # noqa: SLF001 - the test reads the internal it checks
         assert (tmp_path / "f0").read_bytes() == b"first"  # made before the failure
         assert (tmp_path / "f2").read_bytes() == b""  # nothing after it
     finally:
@@ -111,7 +111,7 @@ def test_descriptors_reopened_by_a_batch_are_not_closed_under_it(tmp_path):
     batch = [factory.open(str(tmp_path / f"b{i}")) for i in range(2)]
     for h in batch:  # their descriptors were closed (a reclaim) and are reopened by the batch
         with h.lock:
-            factory._release(h)
+            factory._release(h)  # noqa: SLF001 - the test reads the internal it checks
     busy = [factory.open(str(tmp_path / f"o{i}")) for i in range(7)]
     held, release = threading.Event(), threading.Event()
 
@@ -163,7 +163,7 @@ def test_the_engines_flush_is_one_call(tmp_path, monkeypatch, compiled):
 
         monkeypatch.setattr(ingestcore, "write_out", spy)
     else:
-        native = fsio._native_pwrite_all
+        native = fsio._native_pwrite_all  # noqa: SLF001 - the test reads the internal it checks
 
         def spy(writes):
             calls.append(len(writes))

@@ -56,7 +56,7 @@ def test_the_flusher_visits_only_locations_with_rows_and_publishes_them_within_t
         visits = eng.flusher.visits
         # A clock visiting every location would have made (IDLE + 1) visits per 20 ms: over 6,000.
         assert visits <= len(delays) + 5, (visits, len(delays))
-        assert all(l.last_flush_time is None for l in idle)
+        assert all(loc.last_flush_time is None for loc in idle)
         assert loc.published_rows == rows and loc.read_table().num_rows == rows
         # Rows wait for the next tick of the 20 ms grid: the median well under a second even on
         # a loaded machine, where a clock stuck behind idle locations would be far slower.
@@ -72,11 +72,11 @@ def test_the_checkpointer_visits_every_location_each_interval_even_idle(tmp_path
         idle = _idle_locations(eng, 40)
         eng.start()
         t0 = time.time()
-        wait_for(lambda: all(l.last_checkpoint_time is not None and l.last_checkpoint_time > t0 for l in idle),
+        wait_for(lambda: all(loc.last_checkpoint_time is not None and loc.last_checkpoint_time > t0 for loc in idle),
                  10, what="every idle location checkpointed")
         t1 = time.time()
-        wait_for(lambda: all(l.last_checkpoint_time > t1 for l in idle), 10, what="and again one interval later")
-        ages = [eng.flush_age(l) for l in idle]
+        wait_for(lambda: all(loc.last_checkpoint_time > t1 for loc in idle), 10, what="and again one interval later")
+        ages = [eng.flush_age(loc) for loc in idle]
         assert all(a is not None and a < 5 for a in ages), ages  # nothing to flush: as fresh as the flusher
     finally:
         eng.close()

@@ -198,9 +198,9 @@ def test_fast_cycling_warns_once_per_window(tmp_path):
     assert len(warnings) == 1 and f.fast_cycling_total == 1
     assert warnings[0]["log_level"] == "warning" and warnings[0]["max_open_files"] == 10
     # after a quiet window it can warn again
-    f._note_reclaims(1, now=time.monotonic() + fh.FAST_CYCLE_WINDOW_S + 1)
+    f._note_reclaims(1, now=time.monotonic() + fh.FAST_CYCLE_WINDOW_S + 1)  # noqa: SLF001 - the test drives the factory's internal clock
     assert f.fast_cycling_total == 1  # one reclaim is not 20% of capacity
-    f._note_reclaims(2, now=time.monotonic() + fh.FAST_CYCLE_WINDOW_S + 2)
+    f._note_reclaims(2, now=time.monotonic() + fh.FAST_CYCLE_WINDOW_S + 2)  # noqa: SLF001 - the test drives the factory's internal clock
     assert f.fast_cycling_total == 2
     f.close_all()
 
@@ -209,7 +209,7 @@ def test_slow_reclaiming_does_not_warn(tmp_path):
     f = TrackedFileHandleFactory(100)
     now = time.monotonic()
     for k in range(10):  # 10 reclaims a minute apart: never 20 within 60 s
-        f._note_reclaims(10, now=now + k * (fh.FAST_CYCLE_WINDOW_S + 1))
+        f._note_reclaims(10, now=now + k * (fh.FAST_CYCLE_WINDOW_S + 1))  # noqa: SLF001 - the test drives the factory's internal clock
     assert f.fast_cycling_total == 0
 
 
@@ -399,7 +399,7 @@ def test_a_write_that_opens_a_replaced_file_alone_finds_it_replaced(tmp_path):
         loc = _live_writes(eng, tmp_path, 4, 1)[0]
         eng.file_handles.cleanup()  # every descriptor reclaimed (none busy)
         while eng.file_handles.open_count:
-            eng.file_handles._cleanup_locked(room=eng.file_handles.capacity)
+            eng.file_handles._cleanup_locked(room=eng.file_handles.capacity)  # noqa: SLF001 - the test drives the factory's internal clock
         victim = loc.path / "Price.dat"
         copy = tmp_path / "copy"
         copy.write_bytes(victim.read_bytes())

@@ -43,7 +43,7 @@ def engine(tmp_path):
 def crash(engine: StorageEngine) -> StorageEngine:
     """Drop an engine as a crash would (no final flush or checkpoint) and open a new one."""
     engine.file_handles.close_all()
-    engine._locs.clear()
+    engine._locs.clear()  # noqa: SLF001 - the test sets up the state it checks
     return StorageEngine(engine.db_root, engine.schemas, engine.storage)
 
 
@@ -494,7 +494,7 @@ def test_a_record_from_before_schema_versions_opens_in_the_version_of_its_finger
     assert not (loc.path / "Venue.dat").exists()
     assert eng.schemas.get("Market", "Trade").version == 2 and list(eng.schemas.get("Market", "Trade").versions) == [1, 2]
     loc.import_state["restarts"] += 1  # something new to checkpoint
-    loc._last_checkpoint = None
+    loc._last_checkpoint = None  # noqa: SLF001 - the test sets up the state it checks
     assert loc.checkpoint()
     assert read_record(loc_path).schema_version == 1
     eng.close()

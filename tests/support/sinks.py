@@ -15,7 +15,7 @@ class SizeSink:
         self.lock = threading.Lock()
         self.parts: list[np.ndarray] = []
 
-    def __call__(self, batch_df, batch_id) -> None:
+    def __call__(self, batch_df, batch_id) -> None:  # noqa: ARG002 - foreachBatch's signature
         t = batch_df.select("Size").toArrow()
         with self.lock:
             self.parts.append(np.asarray(t.column("Size")))

@@ -32,7 +32,7 @@ def test_rows_of_a_caught_up_tailer_are_published_without_waiting_for_the_flush_
                                    "poll_interval_ms": 50})
         with Tailer(cfg), connect(f"127.0.0.1:{srv.port}") as c:
             def published() -> int:
-                return sum(l.rows for l in c.locations("Market", "Trade"))
+                return sum(loc.rows for loc in c.locations("Market", "Trade"))
 
             append_rows(logs / log_name("ip1"), 0, 40)
             t0 = time.monotonic()

@@ -144,8 +144,8 @@ def test_restart_after_a_crash_mid_step_transcodes_each_line_once(tmp_path, cras
     state = json.loads((tmp_path / "state" / "csv" / f"{CSV}.json").read_text())
     assert state["pending_csv_offset"] == p.stat().st_size
     monkeypatch.setattr(BinlogWriter, "write_rows", real)
-    for f in t._files.values():  # the process died: its open files are gone
-        f.writer._file.close()
+    for f in t._files.values():  # the process died: its open files are gone  # noqa: SLF001 - the test kills the tailer's open files as a dead process would
+        f.writer._file.close()  # noqa: SLF001 - the test kills the tailer's open files as a dead process would
     t2 = transcoder(tmp_path)
     feed(t2, tmp_path)
     assert spool_sizes(tmp_path) == [0, 1, 2, 3]

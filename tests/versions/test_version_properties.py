@@ -55,7 +55,7 @@ def version_chains(draw):
     for _ in range(draw(st.integers(1, 4))):
         prev = chain[-1]
         prev_names = {c[0] for c in prev}
-        cols = [(n, t, None, l) for n, t, _, l in prev]  # renamed_from is said in its own step only
+        cols = [(n, t, None, lineage) for n, t, _, lineage in prev]  # renamed_from is said in its own step only
         touched: set[int] = set()
         ops = 0
         for _ in range(draw(st.integers(1, 2))):
@@ -102,10 +102,10 @@ def expected_rows(chain, written: dict[int, pa.Table]) -> list[dict]:
     out = []
     for v, rows in written.items():
         # a char reads as its one-character string (disd.values.char_strings), as readers get it
-        by_lineage = {l: python_values(char_strings(rows.column(n)) if t is ColumnType.CHAR else rows.column(n))
-                      for n, t, _, l in chain[v - 1]}
+        by_lineage = {lineage: python_values(char_strings(rows.column(n)) if t is ColumnType.CHAR else rows.column(n))
+                      for n, t, _, lineage in chain[v - 1]}
         for i in range(rows.num_rows):
-            out.append({n: (by_lineage[l][i] if l in by_lineage else None) for n, _, _, l in newest})
+            out.append({n: (by_lineage[lineage][i] if lineage in by_lineage else None) for n, _, _, lineage in newest})
     return sorted(out, key=lambda r: r[ID])
 
 

@@ -104,7 +104,7 @@ class RowSink:
         self.lock = threading.Lock()
         self.parts: list[pa.Table] = []
 
-    def __call__(self, batch_df, batch_id) -> None:
+    def __call__(self, batch_df, batch_id) -> None:  # noqa: ARG002 - foreachBatch's signature
         t = batch_df.toArrow()
         with self.lock:
             self.parts.append(t)

@@ -157,7 +157,7 @@ class RowLayout:
     @classmethod
     def for_schema(cls, schema: TableSchema) -> "RowLayout":
         null_bytes = (len(schema.columns) + 7) // 8
-        fields: list[tuple[str, Any, Any]] = [("_flag", np.uint8), ("_nulls", np.uint8, (null_bytes,))]
+        fields: list[tuple[Any, ...]] = [("_flag", np.uint8), ("_nulls", np.uint8, (null_bytes,))]
         for i, c in enumerate(schema.columns):
             fields.append((f"c{i}", c.type.numpy_dtype))
         strings = tuple(i for i, c in enumerate(schema.columns) if c.type is ColumnType.STRING)
@@ -223,14 +223,15 @@ def encode_rows(schema: TableSchema, columns: Sequence[pa.Array], flags: np.ndar
         flags = np.ascontiguousarray(flags, dtype=np.uint8)
         parts = _c_columns(schema, columns, len(flags))
         if parts is not None:
-            return rowencode.encode(flags, parts, layout_for(schema).row_size), len(flags)
+            # numpy's stubs give ndarray the buffer protocol (__buffer__) only for Python >= 3.12
+            return rowencode.encode(flags, parts, layout_for(schema).row_size), len(flags)  # type: ignore[arg-type]
     return encode_rows_numpy(schema, columns, flags)
 
 
 _C_KIND = {ColumnType.BOOL: 1, ColumnType.STRING: 2}
 
 
-def _c_columns(schema: TableSchema, columns: Sequence[pa.Array], n: int) -> list[tuple] | None:
+def _c_columns(schema: TableSchema, columns: Sequence[pa.Array], n: int) -> list[tuple[int, int, Any, Any, Any, int]] | None:
     """Each column's buffers for the C encoder; None when one is not in the form it reads (an
     Arrow array of the column's own type with its values buffer): the numpy encoder takes it."""
     if len(columns) != len(schema.columns):
@@ -443,8 +444,10 @@ def _string_lengths(lay: RowLayout, rec: np.ndarray) -> np.ndarray:
     view casts them all in one pass, 10x faster than a pass per column (each pass reads every
     record's cache lines again)."""
     n, k = len(rec), len(lay.string_columns)
-    first = lay.dtype.fields[f"c{lay.string_columns[0]}"][1]
-    if all(lay.dtype.fields[f"c{i}"][1] == first + 4 * j for j, i in enumerate(lay.string_columns)):
+    fields = lay.dtype.fields
+    assert fields is not None  # a row layout's dtype is a structured one: it has fields
+    first = fields[f"c{lay.string_columns[0]}"][1]
+    if all(fields[f"c{i}"][1] == first + 4 * j for j, i in enumerate(lay.string_columns)):
         rows = rec.view(np.uint8).reshape(n, lay.row_size)
         return rows[:, first:first + 4 * k].view("<u4").astype(np.int64)
     out = np.empty((n, k), np.int64)  # one pass per column: no stack, no cast
@@ -480,10 +483,11 @@ def _decode_records(
     for i, c in enumerate(schema.columns):
         col_nulls = nulls[:, i] if nulls is not None else None
         validity = None
+        null_count = 0
         if col_nulls is not None and col_nulls.any():
             validity = pa.py_buffer(np.packbits(~col_nulls, bitorder="little"))
-        null_count = int(col_nulls.sum()) if validity is not None else 0
-        if c.type is ColumnType.STRING and by_row is not None:
+            null_count = int(col_nulls.sum())
+        if c.type is ColumnType.STRING and by_row is not None and str_lens is not None:
             # The column's strings out of the row-major run of every string (one C++ take;
             # already checked as UTF-8 as a whole), its validity laid over them.
             j = lay.string_columns.index(i)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Self, Sequence, TypeVar
+from typing import Any, Callable, Self, Sequence, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from disd.blocks.blockcalls import BlockCalls, NotYetPublished
 from disd.blocks.failover import DEFAULT_RETRY_S, DOWN_S, Backoff, explain, replica_order, restarting
@@ -81,7 +82,9 @@ class GrpcBlocks:
             s = self._stubs[address] = dis_pb2_grpc.TableDataStub(ch)
         return s
 
-    def _call(self, address: str, method: str, request):  # noqa: ANN001, ANN202
+    def _call(self, address: str, method: str, request: Message) -> Any:
+        """``method(request)`` at ``address``, retried (``_retrying``): the reply, of the type
+        the method named returns."""
         return self._retrying(address, lambda: getattr(self.stub(address), method)(request, timeout=self.timeout_s))
 
     def _forget(self, address: str) -> None:
@@ -155,12 +158,13 @@ class GrpcBlocks:
                 raise DisClientError(_failed(failures, self.retry_s)) from None
             backoff.sleep()
 
-    def _call_any(self, addresses: Sequence[str], method: str, request):  # noqa: ANN001, ANN202
+    def _call_any(self, addresses: Sequence[str], method: str, request: Message) -> tuple[str, Any]:
         """``method(request)`` at the first replica of ``addresses`` that answers: (address, reply)."""
         return self._any_replica(
             addresses, lambda a: getattr(self.stub(a), method)(request, timeout=self.timeout_s))
 
-    def _list_replicas(self, addresses: Sequence[str], request) -> dict[str, object]:  # noqa: ANN001
+    def _list_replicas(self, addresses: Sequence[str],
+                       request: dis_pb2.ListLocationsRequest) -> dict[str, dis_pb2.ListLocationsResponse]:
         """ListLocations at every replica of ``addresses`` that answers, asked in parallel: replicas
         that failed lately are asked only when no other answers.  At least one answer, or (after
         ``retry_s``) the error."""
@@ -168,7 +172,7 @@ class GrpcBlocks:
         backoff = Backoff(self.retry_s)
         while True:
             healthy = [a for a in addresses if not self._is_down(a)]
-            answers: dict[str, object] = {}
+            answers: dict[str, dis_pb2.ListLocationsResponse] = {}
             failures: list[str] = []
             refused: BlockSourceError | None = None
             for ask in ([healthy, [a for a in addresses if a not in healthy]] if healthy else [list(addresses)]):
@@ -213,7 +217,7 @@ class GrpcBlocks:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- BlockSource ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from typing import Iterator, Sequence
 
 import grpc
 
-from disd.rpc.v1 import dis_pb2
+from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 
 
 class Subscription:
@@ -14,7 +14,7 @@ class Subscription:
     message.  It asks for ``SubscribeBatches``, and a DIS without it (UNIMPLEMENTED) for
     ``Subscribe``, whose snapshots come one a message.  ``cancel()`` ends it, from any thread."""
 
-    def __init__(self, stub, request: dis_pb2.SubscribeRequest) -> None:  # noqa: ANN001
+    def __init__(self, stub: dis_pb2_grpc.TableDataStub, request: dis_pb2.SubscribeRequest) -> None:
         self._stub, self._request = stub, request
         self._cancelled = False
         self._call = stub.SubscribeBatches(request)
@@ -23,7 +23,7 @@ class Subscription:
         self._cancelled = True
         self._call.cancel()
 
-    def __iter__(self) -> Iterator[Sequence]:
+    def __iter__(self) -> Iterator[Sequence[dis_pb2.LocationInfo]]:
         try:
             first = next(self._call)
         except StopIteration:

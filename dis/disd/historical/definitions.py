@@ -151,7 +151,7 @@ class TableDefinition:
         except (KeyError, TypeError, ValueError) as e:
             raise DefinitionError(f"{where}: unreadable definition: {e!r} (types: "
                                   f"{', '.join(t.value for t in ColumnType)}; layouts: "
-                                  f"{', '.join(l.value for l in Layout)})") from None
+                                  f"{', '.join(layout.value for layout in Layout)})") from None
 
 
 def with_versions(defn: TableDefinition, versions: Iterable[TableSchema] | None = None,

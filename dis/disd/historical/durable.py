@@ -132,7 +132,7 @@ def ensure_link(link: pathlib.Path, target: str) -> None:
 def sweep_staging(parent: pathlib.Path, name: str) -> list[str]:
     """Remove what a killed writer of ``<parent>/<name>`` left: staging directories and link
     temps.  Only call under the table's lock.  Versions are kept (a reader may hold one)."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(parent))
     except FileNotFoundError:

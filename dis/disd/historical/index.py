@@ -145,18 +145,18 @@ class TableIndex:
     locations: tuple[LocationRecord, ...] = ()
 
     def find(self, value: str) -> list[LocationRecord]:
-        return [l for l in self.locations if l.value == value]
+        return [loc for loc in self.locations if loc.value == value]
 
     def with_location(self, rec: LocationRecord) -> "TableIndex":
         """This index with ``rec`` replacing any record of the same column partition."""
-        kept = [l for l in self.locations if l.value != rec.value]
-        locs = sorted([*kept, rec], key=lambda l: (l.value, l.internal_partition))
+        kept = [loc for loc in self.locations if loc.value != rec.value]
+        locs = sorted([*kept, rec], key=lambda loc: (loc.value, loc.internal_partition))
         return replace(self, locations=tuple(locs))
 
     def to_bytes(self) -> bytes:
         return RECORD.encode({
             "namespace": self.namespace, "table": self.table, "partition_column": self.partition_column,
-            "locations": [l.to_dict() for l in self.locations],
+            "locations": [loc.to_dict() for loc in self.locations],
         })
 
     @classmethod
@@ -164,7 +164,7 @@ class TableIndex:
         d = RECORD.decode(data, where)
         try:
             return cls(str(d["namespace"]), str(d["table"]), d.get("partition_column"),
-                       tuple(LocationRecord.from_dict(l) for l in d["locations"]))
+                       tuple(LocationRecord.from_dict(loc) for loc in d["locations"]))
         except (KeyError, TypeError, ValueError) as e:
             raise MetadataIndexError(f"{where}: index unreadable: {e!r}") from None
 

@@ -58,7 +58,7 @@ class SourceSnapshot:
 
     @property
     def rows(self) -> int:
-        return sum(l.rows for l in self.locations)
+        return sum(loc.rows for loc in self.locations)
 
     def version_of(self, loc: IntradayLocation) -> int:
         return loc.schema_version or self.schema.version
@@ -71,27 +71,27 @@ class SourceSnapshot:
         body = {
             "fingerprint": self.schema.fingerprint, "partition_column": self.schema.partition_column,
             "value": self.value,
-            "locations": [[l.internal_partition, l.rows, sorted(l.files.items())] for l in self.locations],
+            "locations": [[loc.internal_partition, loc.rows, sorted(loc.files.items())] for loc in self.locations],
             "settings": settings,
         }
         if len(self.schema.versions) > 1:
             body["version"] = self.schema.version
             body["location_versions"] = {
-                l.internal_partition: [self.version_of(l), self.schema.at_version(self.version_of(l)).fingerprint]
-                for l in self.locations}
+                loc.internal_partition: [self.version_of(loc), self.schema.at_version(self.version_of(loc)).fingerprint]
+                for loc in self.locations}
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
         """The ``source`` of a location record (with each location's schema version and
         fingerprint when the table has several versions)."""
         out = {"kind": self.kind, "from": self.where, "fingerprint": self.schema.fingerprint,
-               "locations": {l.internal_partition: l.rows for l in self.locations}}
+               "locations": {loc.internal_partition: loc.rows for loc in self.locations}}
         if len(self.schema.versions) > 1:
             out["schema_version"] = self.schema.version
             out["location_versions"] = {
-                l.internal_partition: {"schema_version": self.version_of(l),
-                                       "fingerprint": self.schema.at_version(self.version_of(l)).fingerprint}
-                for l in self.locations}
+                loc.internal_partition: {"schema_version": self.version_of(loc),
+                                       "fingerprint": self.schema.at_version(self.version_of(loc)).fingerprint}
+                for loc in self.locations}
         return out
 
 
@@ -109,10 +109,10 @@ def snapshot_from_dis(client, namespace: str, table: str, value: str) -> SourceS
         addresses = sorted({s.address for s in snaps}) or [client.replicas(namespace, table)[0]]
         status = {}
         for address in addresses:
-            for l in client.status(address).locations:
-                k = l.key
+            for loc in client.status(address).locations:
+                k = loc.key
                 if (k.namespace, k.table, k.column_partition) == (namespace, table, value):
-                    status[(address, k.internal_partition)] = l
+                    status[(address, k.internal_partition)] = loc
     except BlockSourceError as e:
         raise SourceError(str(e)) from None
     locs = []
@@ -139,7 +139,7 @@ def snapshot_from_files(db_root: str, schema: TableSchema, value: str, now: floa
     except BlockSourceError as e:
         raise SourceError(str(e)) from None
     return SourceSnapshot(schema.namespace, schema.table, value, schema, "files", str(db_root), tuple(
-        IntradayLocation(l.key.internal_partition, l.rows, dict(l.files),
-                         bytes_past_checkpoint=l.bytes_past_checkpoint, checkpoint_age_s=l.checkpoint_age_s,
-                         schema_version=l.schema_version)
-        for l in sorted(locs, key=lambda l: l.key.internal_partition)))
+        IntradayLocation(loc.key.internal_partition, loc.rows, dict(loc.files),
+                         bytes_past_checkpoint=loc.bytes_past_checkpoint, checkpoint_age_s=loc.checkpoint_age_s,
+                         schema_version=loc.schema_version)
+        for loc in sorted(locs, key=lambda loc: loc.key.internal_partition)))

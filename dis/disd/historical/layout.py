@@ -180,4 +180,4 @@ def nested_locations(ns: NamespaceRoot, table: str, wanted=None) -> list[Locatio
             p = ns.partitions_dir / ip / value / table
             if p.is_dir():
                 out.append(LocationDir(ip, value, p))
-    return sorted(out, key=lambda l: (l.value, l.internal_partition))
+    return sorted(out, key=lambda loc: (loc.value, loc.internal_partition))

@@ -47,17 +47,17 @@ def live_reasons(snap: SourceSnapshot, today: dt.date | None = None, quiet_s: fl
         day = None
     if day is not None and len(snap.value) == 10 and day >= today:
         reasons.append(f"{snap.value} is not before today ({today.isoformat()}, UTC)")
-    for l in snap.locations:
-        where = f"{snap.namespace}.{snap.table}/{l.internal_partition}/{snap.value}"
-        if l.tailer and (l.tailer_idle_s is None or l.tailer_idle_s < quiet_s):
-            idle = "" if l.tailer_idle_s is None else f" and its rows last changed {l.tailer_idle_s:.0f} s ago"
-            reasons.append(f"{where}: tailer {l.tailer} is connected{idle} (< {quiet_s:g} s)")
-        if l.rows_past_checkpoint:
-            reasons.append(f"{where}: {l.rows_past_checkpoint} published rows are not checkpointed yet")
-        if l.bytes_past_checkpoint:
-            reasons.append(f"{where}: {l.bytes_past_checkpoint} column bytes past its checkpoint")
-        if l.checkpoint_age_s is not None and l.checkpoint_age_s < quiet_s:
-            reasons.append(f"{where}: checkpoint changed {l.checkpoint_age_s:.0f} s ago (< {quiet_s:g} s)")
+    for loc in snap.locations:
+        where = f"{snap.namespace}.{snap.table}/{loc.internal_partition}/{snap.value}"
+        if loc.tailer and (loc.tailer_idle_s is None or loc.tailer_idle_s < quiet_s):
+            idle = "" if loc.tailer_idle_s is None else f" and its rows last changed {loc.tailer_idle_s:.0f} s ago"
+            reasons.append(f"{where}: tailer {loc.tailer} is connected{idle} (< {quiet_s:g} s)")
+        if loc.rows_past_checkpoint:
+            reasons.append(f"{where}: {loc.rows_past_checkpoint} published rows are not checkpointed yet")
+        if loc.bytes_past_checkpoint:
+            reasons.append(f"{where}: {loc.bytes_past_checkpoint} column bytes past its checkpoint")
+        if loc.checkpoint_age_s is not None and loc.checkpoint_age_s < quiet_s:
+            reasons.append(f"{where}: checkpoint changed {loc.checkpoint_age_s:.0f} s ago (< {quiet_s:g} s)")
     return reasons
 
 

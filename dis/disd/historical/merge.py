@@ -240,7 +240,7 @@ def choose_partition(ns: NamespaceRoot, table: str, value: str, requested: str |
     writable = writable_partitions(ns)
     if len(existing) > 1:
         raise MergeError(f"{ns.namespace}.{table} {value} is in several internal partitions "
-                         f"({', '.join(l.internal_partition for l in existing)}): readers see it twice; "
+                         f"({', '.join(loc.internal_partition for loc in existing)}): readers see it twice; "
                          "keep one")
     if existing:
         ip = existing[0].internal_partition

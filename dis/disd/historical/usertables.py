@@ -132,8 +132,8 @@ def _write_partitioned(ns: NamespaceRoot, defn: TableDefinition, old: TableDefin
             validate_name(NameKind.COLUMN_PARTITION, v)
         except InvalidNameError as e:
             raise UserTableError(f"partition column {pc}: {e}") from None
-    existing = {l.value: l for l in nested_locations(ns, defn.table, set(values).__contains__)}
-    elsewhere = [f"{v} (in {l.internal_partition})" for v, l in existing.items() if l.internal_partition != internal_partition]
+    existing = {loc.value: loc for loc in nested_locations(ns, defn.table, set(values).__contains__)}
+    elsewhere = [f"{v} (in {loc.internal_partition})" for v, loc in existing.items() if loc.internal_partition != internal_partition]
     if elsewhere:
         raise UserTableError(f"{defn.key}: partitions {', '.join(elsewhere)} live in another internal partition")
     if existing and mode == "error":

@@ -363,7 +363,7 @@ class SourceConsumer:
         whose location accepts rows again."""
         for st in list(self.partitions.values()):
             if st.assigned:
-                bad = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
+                bad = next((loc for cp, loc in st.locations.items() if loc.in_error or loc.epoch != st.epochs.get(cp)), None)
                 if bad is not None:
                     self._block(st, bad)
         for st in list(self.partitions.values()):
@@ -398,7 +398,7 @@ class SourceConsumer:
         st = self.partitions.get(partition) if topic == self.src.topic else None
         if st is not None:
             st.errors += 1
-            if code == KafkaError._AUTO_OFFSET_RESET:  # the resume offset is gone from the topic
+            if code == KafkaError._AUTO_OFFSET_RESET:  # noqa: SLF001 - librdkafka's own code (confluent_kafka's leading _): the resume offset is gone from the topic
                 self._stop_partition(st, f"offset {st.next_offset} is no longer in the topic (deleted by retention?): "
                                          f"{text}; messages may be lost, see docs/kafka.md")
                 return
@@ -435,7 +435,7 @@ class SourceConsumer:
         try:
             self._commit(st, cols, row_offsets, end, keep_below, nbytes, self._unpublished)
         except LocationError as e:
-            loc = next((l for cp, l in st.locations.items() if l.in_error or l.epoch != st.epochs.get(cp)), None)
+            loc = next((held for cp, held in st.locations.items() if held.in_error or held.epoch != st.epochs.get(cp)), None)
             if loc is not None:
                 self._block(st, loc)
             else:

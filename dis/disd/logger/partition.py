@@ -76,11 +76,11 @@ class PartitionFunction:
                 raise LoggerValueError("partition function returned a null partition")
             enc = out.dictionary_encode()
             codes = np.asarray(enc.indices).astype(np.int64, copy=False)
-            labels = [self.check(v) for v in enc.dictionary.to_pylist()]
+            labels: list[str] = [self.check(v) for v in enc.dictionary.to_pylist()]
             return first_appearance(labels, codes)
         if self.columns is None:
             rows = zip(*[python_values(c) for c in sub])
-            labels: list[str] = []
+            labels = []
             index: dict[str, int] = {}
             codes = np.empty(n, np.int64)
             for k, vals in enumerate(rows):

@@ -91,7 +91,7 @@ class FollowedStream(Generic[Item]):
         now, call ``_connected``, then take the stream's messages until it ends."""
         raise NotImplementedError
 
-    def _refusal(self, e: grpc.RpcError, address: str) -> tuple[grpc.StatusCode, str] | None:
+    def _refusal(self, e: grpc.RpcError, address: str) -> tuple[grpc.StatusCode, str] | None:  # noqa: ARG002 - a hook: the feeds that refuse for good read them (lastbyfeed)
         """A failure that refuses the stream for good, as (status, details) for readers; None
         for one that may pass (the default: every failure)."""
         return None

@@ -48,7 +48,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         except DisClientError as e:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"proxy: {e}")
 
-    def ListTables(self, request, context):  # noqa: N802
+    def ListTables(self, request, context):  # noqa: N802, ARG002 - gRPC's servicer signature
         return dis_pb2.ListTablesResponse(tables=self._upstream(context, self.upstream.tables))
 
     def ListLocations(self, request, context):  # noqa: N802
@@ -187,7 +187,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
 
         replies = self._upstream(context, lambda: self.upstream.status(request))
         return dis_pb2.StatusResponse(version=__version__, uptime_s=time.time() - self.started,
-                                      locations=[l for r in replies for l in r.locations])
+                                      locations=[loc for r in replies for loc in r.locations])
 
 
 @functools.lru_cache(maxsize=256)

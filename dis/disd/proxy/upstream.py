@@ -302,16 +302,16 @@ class _Borrowed:
 
     def __enter__(self) -> GrpcBlocks:
         u = self.upstream
-        with u._pool_lock:
-            self.blocks = u._pool.pop() if u._pool else None
+        with u._pool_lock:  # noqa: SLF001 - the lease of Upstream's channel pool, its companion
+            self.blocks = u._pool.pop() if u._pool else None  # noqa: SLF001 - the lease of Upstream's channel pool, its companion
         if self.blocks is None:
             self.blocks = GrpcBlocks(u.routing, u.security, u.timeout_s, u.retry_s)
         return self.blocks
 
     def __exit__(self, *exc) -> None:  # noqa: ANN002
         u = self.upstream
-        with u._pool_lock:
+        with u._pool_lock:  # noqa: SLF001 - the lease of Upstream's channel pool, its companion
             if not u.closed.is_set():
-                u._pool.append(self.blocks)
+                u._pool.append(self.blocks)  # noqa: SLF001 - the lease of Upstream's channel pool, its companion
                 return
         self.blocks.close()

@@ -60,7 +60,7 @@ class _TokenAuth(grpc.AuthMetadataPlugin):
     def __init__(self, token: str) -> None:
         self._md = (("authorization", f"Bearer {token}"),)
 
-    def __call__(self, context, callback) -> None:  # noqa: ANN001
+    def __call__(self, context, callback) -> None:  # noqa: ANN001, ARG002 - grpc.AuthMetadataPlugin's signature
         callback(self._md, None)
 
 

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import hmac
 import pathlib
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias
 
 import grpc
 
 from disd.config import TlsConfig
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+# A method's handler, of whichever service is called: its request and reply types are that
+# method's.  grpc's interceptor is generic in its stubs alone (not at run time).
+_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+if TYPE_CHECKING:
+    _ServerInterceptor = grpc.ServerInterceptor[Any, Any]
+else:
+    _ServerInterceptor = grpc.ServerInterceptor
 
 
 def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
@@ -27,11 +35,11 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
     )
 
 
-def _deny(code: grpc.StatusCode, details: str, streaming_response: bool, streaming_request: bool) -> grpc.RpcMethodHandler:
-    def unary(request, context) -> None:  # noqa: ANN001
+def _deny(code: grpc.StatusCode, details: str, streaming_response: bool, streaming_request: bool) -> _Handler:
+    def unary(request: object, context: grpc.ServicerContext) -> None:
         context.abort(code, details)
 
-    def stream(request_or_iterator, context) -> Iterator[None]:  # noqa: ANN001
+    def stream(request_or_iterator: object, context: grpc.ServicerContext) -> Iterator[None]:
         context.abort(code, details)
         yield  # pragma: no cover
 
@@ -44,13 +52,14 @@ def _deny(code: grpc.StatusCode, details: str, streaming_response: bool, streami
     return grpc.unary_unary_rpc_method_handler(unary)
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
+class TokenInterceptor(_ServerInterceptor):
     """Refuses calls without ``authorization: Bearer <token>`` (UNAUTHENTICATED)."""
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
-    def intercept_service(self, continuation, handler_call_details) -> Any:  # noqa: ANN001 - whatever the continuation gives
+    def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], _Handler | None],
+                          handler_call_details: grpc.HandlerCallDetails) -> _Handler | None:
         method = handler_call_details.method or ""
         if method.startswith(OPEN_SERVICES):
             return continuation(handler_call_details)

@@ -42,19 +42,23 @@ import json
 import socket
 import ssl
 from http.server import BaseHTTPRequestHandler
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
 from disd.binlog import LocationKey
+from disd.config import TlsConfig
 from disd.errors import DisError
 from disd.names import InvalidNameError
 from disd.server import metrics
-from disd.server.httpconns import BACKLOG, ConnectionLoop
+from disd.server.httpconns import BACKLOG, ConnectionLoop, Peer
 from disd.server.listing import ListingRefused, projections, versions_of_json
 from disd.server.tabledata import readable_location
-from disd.storage import LocationError
+from disd.storage import LocationError, StorageEngine
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +75,7 @@ class HttpRefused(DisError):
         self.message = message
 
 
-def tls_context(tls) -> ssl.SSLContext:  # noqa: ANN001 - disd.config.TlsConfig
+def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     """The server side of TLS: the DIS's certificate; client certificates required when
     ``client_ca`` is set (as for gRPC)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -92,7 +96,7 @@ class _SocketWriter(io.BufferedIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, b) -> int:  # noqa: ANN001 - bytes-like
+    def write(self, b: Buffer) -> int:
         self._sock.sendall(b)
         return memoryview(b).nbytes
 
@@ -104,11 +108,13 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "dis"
     sys_version = ""
-    server: "BlockHttpServer"
 
-    def __init__(self, sock: socket.socket, head: bytes, peer: tuple, server: "BlockHttpServer") -> None:
+    def __init__(self, sock: socket.socket, head: bytes, peer: Peer, server: BlockHttpServer) -> None:
         self.head = head
-        super().__init__(sock, peer, server)
+        self.endpoint = server
+        # typeshed types a request handler's server as socketserver's BaseServer; http.server reads
+        # nothing of it, and this one's is the endpoint (``endpoint``), served by httpconns' loop
+        super().__init__(sock, peer, server)  # type: ignore[arg-type]
 
     def setup(self) -> None:
         self.connection = self.request
@@ -126,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         pass
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002, ANN002 - quiet: one log per error only
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet: one log per error only
         pass
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
@@ -145,9 +151,9 @@ class _Handler(BaseHTTPRequestHandler):
             url = urlsplit(self.path)
             q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
             if url.path == "/v1/tables":
-                self._json(200, self.server.backend.tables())
+                self._json(200, self.endpoint.backend.tables())
             elif url.path == "/v1/locations":
-                self._json(200, self.server.backend.locations(q.get("namespace", ""), q.get("table", ""),
+                self._json(200, self.endpoint.backend.locations(q.get("namespace", ""), q.get("table", ""),
                                                               _version(q.get("version", ""))))
             elif url.path == "/v1/read":
                 self._read(q)
@@ -160,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _authorize(self) -> None:
-        expected = self.server.expected_auth
+        expected = self.endpoint.expected_auth
         if expected is None:
             return
         got = self.headers.get("Authorization")
@@ -169,7 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not hmac.compare_digest(got.encode(), expected):
             raise HttpRefused(401, "invalid bearer token")
 
-    def _read(self, q: dict) -> None:
+    def _read(self, q: dict[str, str]) -> None:
         try:
             key = LocationKey(q.get("namespace", ""), q.get("table", ""), q.get("internal_partition", ""),
                               q.get("column_partition", ""))
@@ -181,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
         if start < 0 or stop < start:
             raise HttpRefused(400, f"bad range [{start}, {stop})")
         name = q.get("file", "")
-        chunk = self.server.backend.open_range(key, name, start, stop)
+        chunk = self.endpoint.backend.open_range(key, name, start, stop)
         first = chunk(start, min(stop, start + CHUNK_BYTES))
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
@@ -223,11 +229,11 @@ class BlockBackend(Protocol):
     """What the block endpoint serves: a DIS's storage engine (``EngineBackend``) or a proxy's
     published snapshots and cache (``disd.proxy.service``).  Errors are ``HttpRefused``."""
 
-    def tables(self) -> dict:
+    def tables(self) -> dict[str, Any]:
         """``{"tables": [...]}``: every table served, as ``GET /v1/tables`` answers."""
         ...
 
-    def locations(self, namespace: str, table: str, version: int = 0) -> dict:
+    def locations(self, namespace: str, table: str, version: int = 0) -> dict[str, Any]:
         """``{"block_size": n, "locations": [...], "projections": [...]}``: as ``GET
         /v1/locations`` answers, presenting ``version`` (0: each table's newest)."""
         ...
@@ -243,18 +249,18 @@ class EngineBackend:
     read through ``Location.read_range``, as TableData's ``ReadBlock`` reads them.  A location
     closed, or cut back to its checkpoint, under a read is a 503."""
 
-    def __init__(self, engine, block_size: int, routed: Callable[[str, str], bool]) -> None:  # noqa: ANN001
+    def __init__(self, engine: StorageEngine, block_size: int, routed: Callable[[str, str], bool]) -> None:
         self.engine = engine
         self.block_size = block_size
         self.routed = routed
 
-    def tables(self) -> dict:
+    def tables(self) -> dict[str, Any]:
         return {"tables": [
             {"namespace": s.namespace, "table": s.table, "partition_column": s.partition_column,
              "schema_json": s.to_json(), "fingerprint": s.fingerprint, "versions_json": s.history_json()}
             for s in self.engine.schemas if self.routed(s.namespace, s.table)]}
 
-    def locations(self, namespace: str, table: str, version: int = 0) -> dict:
+    def locations(self, namespace: str, table: str, version: int = 0) -> dict[str, Any]:
         out = []
         for loc in self.engine.locations():
             k = loc.key
@@ -304,7 +310,7 @@ class BlockHttpServer:
     ``disd.server.httpconns``'s.  ``setting`` names the key of ``max_connections`` in the 503
     answer."""
 
-    def __init__(self, address: tuple[str, int], backend: BlockBackend, tls=None,  # noqa: ANN001
+    def __init__(self, address: tuple[str, int], backend: BlockBackend, tls: TlsConfig | None = None,
                  token: str | None = None, max_connections: int = 256, idle_timeout_s: float = 600.0,
                  header_timeout_s: float = 5.0, setting: str = "server.max_workers") -> None:
         self.backend = backend
@@ -317,7 +323,7 @@ class BlockHttpServer:
         self.connections = ConnectionLoop(self.socket, self._handle, tls_context(tls) if tls else None,
                                           max_connections, header_timeout_s, idle_timeout_s, setting)
 
-    def _handle(self, sock: socket.socket, head: bytes, peer: tuple) -> bool:
+    def _handle(self, sock: socket.socket, head: bytes, peer: Peer) -> bool:
         return not _Handler(sock, head, peer, self).close_connection
 
     def start(self) -> None:
@@ -328,7 +334,7 @@ class BlockHttpServer:
         self.connections.stop()
 
 
-def start_block_http(host: str, port: int, backend: BlockBackend, tls=None,  # noqa: ANN001
+def start_block_http(host: str, port: int, backend: BlockBackend, tls: TlsConfig | None = None,
                      token: str | None = None, max_connections: int = 256,
                      idle_timeout_s: float = 600.0, key: str = "server.http_port",
                      header_timeout_s: float = 5.0) -> BlockHttpServer:

@@ -36,7 +36,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, cast
 
 import structlog
 
@@ -59,8 +59,10 @@ BACKLOG = 512
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
+#: A peer's socket address: (host, port), or IPv6's (host, port, flowinfo, scope_id).
+Peer = tuple[Any, ...]
 #: Serves one request: (socket, its head, the peer) -> whether the connection may be kept.
-Handle = Callable[[socket.socket, bytes, tuple], bool]
+Handle = Callable[[socket.socket, bytes, Peer], bool]
 
 
 def plain_answer(status: int, reason: str, error: str, retry_after_s: int | None = None) -> bytes:
@@ -78,7 +80,7 @@ class Conn:
     """A connection the accepting thread watches (or has handed to a worker)."""
 
     sock: socket.socket           # an ssl.SSLSocket with TLS
-    peer: tuple
+    peer: Peer
     state: str                    # handshake | head | idle | refuse (handshake, then 503) | drain
     deadline: float = 0.0
     entry: int = 0                # the deadline heap's entry of this deadline (older ones are stale)
@@ -110,8 +112,8 @@ class ConnectionLoop:
         self._sel = selectors.DefaultSelector()
         self._waiting: set[Conn] = set()      # admitted, not being served
         self._refusing: set[Conn] = set()
-        self._due: list = []                  # (deadline, entry, conn) of waiting connections
-        self._refuse_due: list = []
+        self._due: list[tuple[float, int, Conn]] = []  # (deadline, entry, conn) of waiting connections
+        self._refuse_due: list[tuple[float, int, Conn]] = []
         self._entries = itertools.count(1)
         self._serving = 0                     # handed to workers, not yet back
         self._serving_socks: set[socket.socket] = set()
@@ -190,7 +192,7 @@ class ConnectionLoop:
         return max(0.0, t)
 
     @staticmethod
-    def _top(heap: list, live: set) -> Conn | None:
+    def _top(heap: list[tuple[float, int, Conn]], live: set[Conn]) -> Conn | None:
         """The live connection of ``heap`` with the nearest deadline (stale entries dropped)."""
         while heap:
             _, entry, c = heap[0]
@@ -265,7 +267,7 @@ class ConnectionLoop:
                 continue  # the peer gave up while queued
             self._admit(sock, peer, now)
 
-    def _admit(self, sock: socket.socket, peer: tuple, now: float) -> None:
+    def _admit(self, sock: socket.socket, peer: Peer, now: float) -> None:
         try:
             sock.setblocking(False)
             # Headers and body go out as separate writes: without TCP_NODELAY the body would wait
@@ -288,7 +290,7 @@ class ConnectionLoop:
         self._set_deadline(c, now + self.header_timeout_s)
         self._watch(c, selectors.EVENT_READ)
 
-    def _wrap(self, sock: socket.socket, peer: tuple, state: str) -> Conn | None:
+    def _wrap(self, sock: socket.socket, peer: Peer, state: str) -> Conn | None:
         if self.tls is not None:
             try:
                 sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
@@ -297,7 +299,7 @@ class ConnectionLoop:
                 return None
         return Conn(sock, peer, state)
 
-    def _refuse(self, sock: socket.socket, peer: tuple, answer: bytes, now: float) -> None:
+    def _refuse(self, sock: socket.socket, peer: Peer, answer: bytes, now: float) -> None:
         """Answer ``answer`` (after the TLS handshake) and close, or just close when too many
         are being refused already."""
         self.refused += 1
@@ -330,7 +332,7 @@ class ConnectionLoop:
         self._watch(c, selectors.EVENT_READ)
 
     # -- bytes from waiting connections -----------------------------------------------------------
-    def _step(self, c: Conn, mask: int) -> None:  # one path for read and write readiness
+    def _step(self, c: Conn, mask: int) -> None:  # noqa: ARG002 - one path for read and write readiness: the mask is not told apart
         try:
             if c.state in ("handshake", "refuse"):
                 self._handshake(c)
@@ -344,7 +346,7 @@ class ConnectionLoop:
 
     def _handshake(self, c: Conn) -> None:
         try:
-            c.sock.do_handshake()
+            cast(ssl.SSLSocket, c.sock).do_handshake()  # the handshake states are a TLS socket's alone
         except ssl.SSLWantReadError:
             self._watch(c, selectors.EVENT_READ)
             return
@@ -385,7 +387,7 @@ class ConnectionLoop:
         self._check_head(c)
 
     def _check_head(self, c: Conn) -> None:
-        if c.buf[:1] in (b"\r", b"\n"):  # empty lines before a request line are ignored (RFC 9112)
+        if c.buf.startswith((b"\r", b"\n")):  # empty lines before a request line are ignored (RFC 9112)
             del c.buf[:len(c.buf) - len(c.buf.lstrip(b"\r\n"))]
         m = _HEAD_END.search(c.buf)
         if m is not None:
@@ -487,9 +489,9 @@ class ConnectionLoop:
                 c.state = "idle"
                 self._set_deadline(c, now + KEEPALIVE_S)
             self._watch(c, selectors.EVENT_READ)
-            if c.buf or (self.tls is not None and c.sock.pending()):
+            if c.buf or (isinstance(c.sock, ssl.SSLSocket) and c.sock.pending()):
                 self._step(c, selectors.EVENT_READ)
 
 
-def _peer(peer: tuple) -> str:
+def _peer(peer: Peer) -> str:
     return f"{peer[0]}:{peer[1]}" if len(peer) >= 2 else str(peer)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeGuard
 
 import grpc
 import structlog
@@ -133,6 +133,11 @@ def _body(req: Request) -> str | None:
     return "chunk" if isinstance(req, ChunkView) else req.WhichOneof("body")
 
 
+def _opens(req: Request | None) -> TypeGuard[dis_pb2.IngestRequest]:
+    """Whether ``req`` is an ``open`` (a chunk never is)."""
+    return req is not None and _body(req) == "open"
+
+
 class IngestService(dis_pb2_grpc.IngestServicer):
     def __init__(self, engine: StorageEngine, sessions: SessionRegistry, routed: Callable[[str, str], bool]) -> None:
         self.engine = engine
@@ -165,7 +170,7 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         """The location a stream's first request opens and the schema version its logs are in;
         RequestRefused when that request is not an ``open`` the DIS takes (an unknown or
         unrouted table, a schema it does not hold).  Nothing is opened yet."""
-        if first is None or _body(first) != "open":
+        if not _opens(first):
             raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of an ingest stream must be 'open'")
         key = location_key(first.open.location)
         schema = self.engine.schemas.get(key.namespace, key.table)
@@ -229,7 +234,8 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         one's ack or refusal, or None for a chunk after its stream's refused one (the stream ends
         there).  The session rules: the streams' owner locks are held across the batch (a stream
         taken over or closed ingests nothing after its successor learnt where to resume)."""
-        owners = {id(s.owner): s.owner for s, _ in chunks}
+        opened = [s.opened() for s, _ in chunks]
+        owners = {id(owner): owner for _, owner, _ in opened}
         now = time.monotonic()
         held = []
         try:
@@ -237,30 +243,29 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 owners[k].acquire()
                 held.append(owners[k])
             items = []
-            for stream, chunk in chunks:
-                session = stream.session
+            for (_, chunk), (session, _, cursor) in zip(chunks, opened):
                 session.last_message = now
                 veto = None
                 if session.taken_over:
                     veto = Refused(RefusalKind.CANCELLED, f"taken over by a newer ingest stream for {session.key}")
                 elif session.closed:
                     veto = Refused(RefusalKind.CANCELLED, f"the ingest stream for {session.key} was closed")
-                items.append((stream.cursor, chunk, veto))
+                items.append((cursor, chunk, veto))
             results = ingest_chunks(items)
         finally:
             for lock in reversed(held):
                 lock.release()
         out: list[dis_pb2.IngestResponse | RequestRefused | None] = []
         counted: dict[str, int] = {}
-        for (stream, _), r in zip(chunks, results):
+        for (session, _, _), r in zip(opened, results):
             if r is None:
                 out.append(None)
             elif r.refused is not None:
                 out.append(refusal(r.refused))
             else:
-                stream.session.file_name, stream.session.offset = r.file_name, r.offset
+                session.file_name, session.offset = r.file_name, r.offset
                 if r.took:
-                    table = stream.key.table_key
+                    table = session.key.table_key
                     counted[table] = counted.get(table, 0) + 1
                 out.append(_ack(r))
         for table, n in counted.items():
@@ -292,7 +297,7 @@ class ServedStream:
 
     def open(self, first: Request | None) -> dis_pb2.IngestResponse:
         svc = self.service
-        if first is not None and _body(first) == "open":  # named in the log of a refusal too
+        if _opens(first):  # named in the log of a refusal too
             self.tailer_id = first.open.tailer_id or "?"
             self.key = location_key(first.open.location)
         key, schema = svc.open_target(first)
@@ -305,7 +310,7 @@ class ServedStream:
             raise RequestRefused(error_status(loc.error_errno), location_in_error(key, loc.error))
         if loc.schema_version != schema.version:
             raise version_mismatch(key, loc.schema_version, schema.version)
-        session = Session(key, self.tailer_id, self.peer, self.end)
+        session = Session(key, self.tailer_id or "?", self.peer, self.end)  # (set above: ``first`` opens)
         self.owner = svc.sessions.owner_lock(key)
         with self.owner:
             if self._closed:  # ended (the call cut) while the location was being opened
@@ -313,7 +318,7 @@ class ServedStream:
             self.session = session
             svc.sessions.add(session)
             # whatever the previous stream left uncommitted is resent from the resume point
-            svc._rollback(loc, key)
+            svc._rollback(loc, key)  # noqa: SLF001 - IngestService's rollback, for its companion ServedStream
             rp, session.epoch = loc.resume()
             session.location = loc
             self.cursor = LocationIngest(loc, schema, rp, session.epoch)
@@ -323,12 +328,19 @@ class ServedStream:
         return dis_pb2.IngestResponse(resume=dis_pb2.ResumePoint(file_name=rp.file_name or "", offset=rp.offset,
                                                                 accepts_reports=True))
 
+    def opened(self) -> tuple[Session, threading.Lock, LocationIngest]:
+        """The stream's session, its location's owner lock and its place in its logs, which
+        ``open`` set: a chunk is ingested only on an open stream."""
+        session, owner, cursor = self.session, self.owner, self.cursor
+        assert session is not None and owner is not None and cursor is not None, "ingest before open"
+        return session, owner, cursor
+
     def handle(self, req: Request) -> dis_pb2.IngestResponse | None:
         session, loc = self.session, self.loc
         assert session is not None and loc is not None, "handle before open"
         session.last_message = time.monotonic()
         body = _body(req)
-        if body == "report":
+        if body == "report" and isinstance(req, dis_pb2.IngestRequest):
             if not session.taken_over:
                 self.service.sessions.report(session, req.report.problem)
             return None
@@ -365,6 +377,6 @@ class ServedStream:
             session.closed = True
             owner = self.service.sessions.remove(session)
             if owner and self.loc is not None:
-                self.service._rollback(self.loc, key)
+                self.service._rollback(self.loc, key)  # noqa: SLF001 - IngestService's rollback, for its companion ServedStream
         reason = "idle timeout" if session.idle_cancelled else ("taken over" if session.taken_over else "closed")
         log.info("ingest stream closed", location=str(key), tailer=session.tailer_id, reason=reason)

@@ -19,6 +19,7 @@ arrive for a stream already ended are dropped: the tailer sent them before it re
 
 from __future__ import annotations
 
+import enum
 import functools
 import queue
 import threading
@@ -31,7 +32,7 @@ import structlog
 from disd.rpc.ingestwire import END, ChunkView, MuxBody, parse_ingest_request, parse_mux_request
 from disd.rpc.v1 import dis_pb2
 from disd.server.ingest import IngestService, RequestRefused, ServedStream, count_refusal
-from disd.server.ingestsessions import end_stream
+from disd.server.ingestsessions import UnopenedCall, end_stream
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +40,15 @@ log = structlog.get_logger(__name__)
 MAX_COALESCED = 64
 #: a request that takes longer than this to handle sends the answers so far before going on
 REPLY_EVERY_S = 0.005
-_DONE = object()
+
+
+class _Done(enum.Enum):
+    """The end of a call's replies, queued after the last of them."""
+
+    DONE = enum.auto()
+
+
+_DONE = _Done.DONE
 
 
 def _end_reply(stream: int, code: grpc.StatusCode, details: str) -> dis_pb2.MuxReply:
@@ -55,14 +64,14 @@ class MuxCall:
         self.peer = context.peer()
         self.streams: dict[int, ServedStream] = {}
         self.ended: set[int] = set()  # numbers the DIS ended: their late frames are dropped
-        self.out: queue.SimpleQueue = queue.SimpleQueue()  # lists of replies, then _DONE
+        self.out: queue.SimpleQueue[list[dis_pb2.MuxReply] | _Done] = queue.SimpleQueue()  # lists of replies, then _DONE
         self.to_close: list[ServedStream] = []  # ended by another thread, closed by the writer
         self.lock = threading.Lock()
 
     # -- the reader --------------------------------------------------------------------------
 
     def read(self, requests: Iterator[list[tuple[int, MuxBody]]]) -> None:
-        waiting = self.service.sessions.wait_open(self.peer, self._cancel)
+        waiting: UnopenedCall | None = self.service.sessions.wait_open(self.peer, self._cancel)
         try:
             for frames in requests:
                 if waiting is not None:
@@ -74,7 +83,7 @@ class MuxCall:
             pass  # the call ended (cancelled by the tailer, or the server stopping)
         except Exception:  # a bug must not leave the call's streams open
             log.exception("ingest multiplex call failed", peer=self.peer)
-            self.context.cancel()
+            self.context.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves RpcContext.cancel unannotated
         finally:
             if waiting is not None:
                 self.service.sessions.opened(waiting)
@@ -163,6 +172,7 @@ class MuxCall:
         if isinstance(body, str):
             return self._refuse(number, stream, RequestRefused(
                 grpc.StatusCode.INVALID_ARGUMENT, f"stream {number}: a frame carries a request or an end"), replies)
+        response: dis_pb2.IngestResponse | None
         try:
             if stream is None:
                 stream = ServedStream(self.service, self.peer, functools.partial(self._end_async, number))
@@ -213,7 +223,7 @@ class MuxCall:
             item = self.out.get()
             replies: list[dis_pb2.MuxReply] = []
             done = item is _DONE
-            if not done:
+            if not isinstance(item, _Done):
                 replies.extend(item)
                 for _ in range(MAX_COALESCED - 1):
                     try:
@@ -264,4 +274,5 @@ def add_ingest_service(service: IngestService, server: grpc.Server) -> None:
     }
     name = dis_pb2.DESCRIPTOR.services_by_name["Ingest"].full_name
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
-    server.add_registered_method_handlers(name, handlers)
+    # grpcio >= 1.62's method, which grpc-stubs (1.53) does not declare
+    server.add_registered_method_handlers(name, handlers)  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ import errno
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import grpc
 import structlog
@@ -78,11 +78,11 @@ def end_stream(context: grpc.ServicerContext, code: grpc.StatusCode, details: st
     guessing; the context's core call can cancel with a status and message (the C core's
     ``grpc_call_cancel_with_status``).  That handle is not public API, so when it is missing or
     refuses the arguments, fall back to a bare cancel: the stream still ends."""
-    call = getattr(getattr(context, "_rpc_event", None), "call", None)
+    call: Any = getattr(getattr(context, "_rpc_event", None), "call", None)
     try:
         call.cancel(code.value[0], details)
     except (AttributeError, TypeError):
-        context.cancel()
+        context.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves RpcContext.cancel unannotated
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ endpoint reports its own state.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -25,7 +25,7 @@ from disd.server.status import disk_usage
 if TYPE_CHECKING:
     from disd.server.ingestsessions import SessionRegistry
     from disd.server.tabledata import TableDataService
-    from disd.storage import StorageEngine
+    from disd.storage import Location, StorageEngine
 
 INGEST_CHUNKS = Counter("dis_ingest_chunks_total", "Log chunks received from tailers", ["table"])
 INGEST_REJECTIONS = Counter(
@@ -77,7 +77,7 @@ class ServerCollector:
         self.db_root = db_root
         self.tabledata = tabledata
 
-    def _server_gauges(self, locations: list) -> Iterator[Metric]:
+    def _server_gauges(self, locations: list[Location]) -> Iterator[Metric]:
         values = [
             ("dis_locations", "Locations open", len(locations)),
             ("dis_partitions_in_error", "Locations in error state (not accepting rows)",
@@ -156,7 +156,7 @@ class _ProcessMetrics:
     server's registry.  No ``describe``: registration then checks no names, as the forwarded
     collectors were checked on the default registry already."""
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterable[Metric]:
         return REGISTRY.collect()
 
 

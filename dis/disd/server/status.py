@@ -20,7 +20,9 @@ from disd.storage.checkpoint import CheckpointError, read_record
 from disd.storage.fsio import fsync_dir
 
 if TYPE_CHECKING:
+    from disd.kafka.consumer import PartitionState
     from disd.server.ingestsessions import Session, TailerProblem
+    from disd.storage import Location
 
 
 @dataclass(frozen=True)
@@ -40,18 +42,18 @@ def checkpoint_source(path: str | os.PathLike[str], durable: bool) -> Checkpoint
         record = read_record(path)
     except (OSError, CheckpointError):
         return NO_SOURCE
-    if record is None or not record.source.file_name:
+    s = record.source if record is not None else None
+    if s is None or not s.file_name:
         return NO_SOURCE
     if durable:
         try:
             fsync_dir(path)
         except OSError:
             return NO_SOURCE
-    s = record.source
     return CheckpointSource(s.file_name, int(s.offset), int(s.skip_rows))
 
 
-def kafka_source(path: str | os.PathLike[str], state) -> dis_pb2.KafkaSource:  # noqa: ANN001
+def kafka_source(path: str | os.PathLike[str], state: PartitionState) -> dis_pb2.KafkaSource:
     """A Kafka location's source (``state``: its ``disd.kafka`` partition state): the offset of
     the checkpoint on disk and where the consumer is."""
     try:
@@ -65,8 +67,8 @@ def kafka_source(path: str | os.PathLike[str], state) -> dis_pb2.KafkaSource:  #
                                source=state.source)
 
 
-def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None", now: float,  # noqa: ANN001
-                    durable: bool, problem: "TailerProblem | None" = None, kafka=None,  # noqa: ANN001
+def location_status(loc: Location, key_msg: dis_pb2.LocationKey, session: Session | None, now: float,
+                    durable: bool, problem: TailerProblem | None = None, kafka: PartitionState | None = None,
                     flush_age: float | None = None) -> dis_pb2.LocationStatus:
     """``flush_age``: ``StorageEngine.flush_age`` of the location (None: never flushed)."""
     src = checkpoint_source(loc.path, durable)
@@ -93,7 +95,7 @@ def location_status(loc, key_msg: dis_pb2.LocationKey, session: "Session | None"
     )
 
 
-def _changed_age(path: str, now: float) -> float:
+def _changed_age(path: str | os.PathLike[str], now: float) -> float:
     """Seconds since ``table.size`` was last replaced (it is replaced only when rows changed)."""
     try:
         return max(0.0, now - os.stat(os.path.join(path, CHECKPOINT_FILE)).st_mtime)

@@ -61,7 +61,7 @@ def jar_status(spark=None) -> tuple[pathlib.Path | None, str]:  # noqa: ANN001 -
     except (OSError, KeyError, zipfile.BadZipFile) as e:
         return None, f"{JAR} is unreadable ({e}): rebuild it with `make jar`"
     if spark is not None:
-        running = SparkVersions(spark.version, spark._jvm.scala.util.Properties.versionNumberString())
+        running = SparkVersions(spark.version, spark._jvm.scala.util.Properties.versionNumberString())  # noqa: SLF001 - PySpark's JVM gateway: no public API reaches the JVM
     else:
         running = spark_home_versions()
     why = mismatch(built, running)
@@ -158,8 +158,8 @@ def session_conf(conf: dict[str, str]) -> dict[str, str]:
 def jvm_source_loaded(spark) -> bool:  # noqa: ANN001 - pyspark.sql.SparkSession
     """Whether ``format("dis")`` resolves to the JVM reader in this session."""
     try:
-        loader = spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-        spark._jvm.java.lang.Class.forName(JVM_CLASS, False, loader)
+        loader = spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()  # noqa: SLF001 - PySpark's JVM gateway: no public API reaches the JVM
+        spark._jvm.java.lang.Class.forName(JVM_CLASS, False, loader)  # noqa: SLF001 - PySpark's JVM gateway: no public API reaches the JVM
         return True
     except Exception:  # noqa: BLE001 - py4j raises its own error for ClassNotFoundException
         return False
@@ -195,6 +195,6 @@ def register(spark) -> str:  # noqa: ANN001
 
 def _registered(spark, name: str) -> bool:  # noqa: ANN001
     try:
-        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))  # noqa: SLF001 - PySpark's JVM gateway: no public API reaches the JVM
     except Exception:  # noqa: BLE001 - an API this Spark lacks: register again (Spark only warns)
         return False

@@ -119,7 +119,7 @@ def plan_partitions(ranges: Iterable[Range], spec: ReadSpec, rows_per_partition:
         j = min(range(n), key=lambda k: (loads[k], k))
         bins[j].append((i, r, a, b))
         loads[j] += rows
-    out = []
+    out: list[DisInputPartition] = []
     for items in bins:
         if not items:
             continue

@@ -111,7 +111,7 @@ def encode_string(arr: pa.Array, data_base: int) -> tuple[np.ndarray, np.ndarray
     return ends, lens, data
 
 
-def decode_fixed(col: Column, data: bytes | memoryview, nrows: int) -> pa.Array:
+def decode_fixed(col: Column, data: bytes | memoryview | np.ndarray, nrows: int) -> pa.Array:
     t = col.type
     vals = np.frombuffer(data, dtype=t.numpy_dtype, count=nrows)
     sentinel = t.null_sentinel
@@ -151,7 +151,7 @@ def decode_string(ends_raw: bytes | memoryview, prev_end: int, data: bytes | mem
     return big.cast(pa.string())
 
 
-Fetch = Callable[[str, int, int], bytes]
+Fetch = Callable[[str, int, int], bytes | memoryview]
 """fetch(file_name, start, stop) -> bytes [start, stop) of a column file."""
 
 
@@ -161,7 +161,7 @@ def read_column(col: Column, start: int, stop: int, fetch: Fetch) -> pa.Array:
 
 
 def _dict_fetch(files: Mapping[str, bytes | bytearray | memoryview]) -> Fetch:
-    def fetch(name: str, start: int, stop: int) -> bytes:
+    def fetch(name: str, start: int, stop: int) -> bytes | memoryview:
         try:
             data = files[name]
         except KeyError:
@@ -204,7 +204,7 @@ def read_rows(schema: TableSchema, columns: Sequence[str] | None, start: int, st
     return read_rows_batched(schema, columns, start, stop, lambda ranges: [fetch(*r) for r in ranges])
 
 
-FetchMany = Callable[[Sequence[tuple[str, int, int]]], list[bytes]]
+FetchMany = Callable[[Sequence[tuple[str, int, int]]], Sequence[bytes | memoryview]]
 """fetch_many([(file_name, start, stop), ...]) -> the bytes of each range, in order."""
 
 
@@ -263,8 +263,8 @@ def read_columns(cols: Sequence[Column], start: int, stop: int, fetch_many: Fetc
             w = col.type.width
             first.append((file_names(col)[0], start * w, stop * w))
     got = iter(fetch_many(first))
-    fixed: dict[int, bytes] = {}
-    strings: dict[int, tuple[bytes, int, int, bytes | None]] = {}  # i -> (ends, prev_end, last_end, data)
+    fixed: dict[int, bytes | memoryview] = {}
+    strings: dict[int, tuple[bytes | memoryview, int, int, bytes | memoryview | None]] = {}  # i -> (ends, prev_end, last_end, data)
     for i, col in enumerate(cols):
         if col.type is not ColumnType.STRING:
             fixed[i] = next(got)

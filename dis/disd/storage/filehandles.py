@@ -125,7 +125,7 @@ class TrackedFile:
         if self.closed:
             raise StorageValueError(f"{self.path}: handle is closed")
         if self.fd is None:
-            self.factory._open_fd(self, create=False)
+            self.factory._open_fd(self, create=False)  # noqa: SLF001 - TrackedFile and its factory are companions
         return self.fd  # type: ignore[return-value]
 
     # Errors of descriptor operations name no file; each operation adds the path, so an error
@@ -163,7 +163,7 @@ class TrackedFile:
         with self.lock:
             self.pins -= 1
             if self.pins == 0 and self.closed and self.fd is not None:
-                self.factory._release(self)
+                self.factory._release(self)  # noqa: SLF001 - TrackedFile and its factory are companions
 
     def pread(self, size: int, offset: int) -> bytes:
         with self.lock:
@@ -208,7 +208,7 @@ class TrackedFile:
         with self.lock:
             self.closed = True
             if self.pins == 0:
-                self.factory._release(self)
+                self.factory._release(self)  # noqa: SLF001 - TrackedFile and its factory are companions
 
     def __repr__(self) -> str:
         return f"TrackedFile({self.path!r}, fd={self.fd})"
@@ -239,17 +239,17 @@ def pwrite_files(writes: Sequence[tuple[TrackedFile, object, int]]) -> None:
     try:
         fds = []
         for h, _, _ in writes:
-            fds.append(h._pin())
+            fds.append(h._pin())  # noqa: SLF001 - TrackedFile and its factory are companions
             pinned.append(h)
         fs = writes[0][0].fs
         try:
             pwrite_all(fs, [(fd, data, offset) for fd, (_, data, offset) in zip(fds, writes)])
         except OSError as e:
-            writes[getattr(e, "writes_done", 0)][0]._named(e)
+            writes[getattr(e, "writes_done", 0)][0]._named(e)  # noqa: SLF001 - TrackedFile and its factory are companions
             raise
     finally:
         for h in pinned:
-            h._unpin()
+            h._unpin()  # noqa: SLF001 - TrackedFile and its factory are companions
 
 
 class TrackedFileHandleFactory:
@@ -383,7 +383,7 @@ class TrackedFileHandleFactory:
     @staticmethod
     def unpin(handles: Sequence[TrackedFile]) -> None:
         for h in handles:
-            h._unpin()
+            h._unpin()  # noqa: SLF001 - TrackedFile and its factory are companions
 
     @contextlib.contextmanager
     def transient_slot(self) -> Iterator[None]:

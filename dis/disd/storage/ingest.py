@@ -75,12 +75,16 @@ class ChunkResult:
 
 
 class Chunk(Protocol):
-    """A ``LogChunk``'s fields (``rpc.ingestwire.ChunkView`` is one)."""
+    """A ``LogChunk``'s fields (``rpc.ingestwire.ChunkView`` is one), read only."""
 
-    file_name: str
-    offset: int
-    data: object  # a bytes-like object
-    caught_up: bool
+    @property
+    def file_name(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def data(self) -> object: ...  # a bytes-like object
+    @property
+    def caught_up(self) -> bool: ...
 
 
 class LocationIngest:

@@ -271,8 +271,8 @@ class LastBy:
         # slots in order of first appearance), and each touched slot the batch's last row.
         k = len(s.table)
         keyed = self._slots.key(s.table, [cols[i] for i in self._key_index], self.max_keys)
-        total, changed = keyed.total, keyed.changed
-        if changed is None:
+        total, changed, rows = keyed.total, keyed.changed, keyed.rows
+        if changed is None or rows is None:  # (both None together: over the key limit)
             raise LastByLimitError(
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
@@ -281,7 +281,7 @@ class LastBy:
         # whole batch), then the new state is one take over the old state and those rows:
         # O(keys), not O(batch), columns.
         cols = _aligned(cols)
-        order, picked = _by_chunk(cols[0], keyed.rows)
+        order, picked = _by_chunk(cols[0], rows)
         delta = pa.Table.from_arrays([stored(c, _take_chunks(arr, picked)) for c, arr in zip(self.schema.columns, cols)],
                                      schema=self.arrow_schema)
         idx = np.arange(total, dtype=np.int64)

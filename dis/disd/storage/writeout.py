@@ -109,7 +109,7 @@ def _composed(loc: "Location", flush: bool) -> None:
 
 
 def _native(jobs: Sequence[tuple["Location", bool]], which: list[int], failures: list[BaseException | None]) -> None:
-    factory = jobs[which[0]][0]._files  # one engine's locations share their factory
+    factory = jobs[which[0]][0]._files  # noqa: SLF001 - one engine's locations share their factory
     fs = jobs[which[0]][0].fs
     calls, pinned = [], []
     try:

@@ -148,7 +148,9 @@ class PyWriteState:
         if len(parts) != self.nfiles:
             raise StorageValueError(f"{self.nfiles} parts expected")
         for f, part in zip(self._files, parts):
-            f.buf += memoryview(part).cast("B")
+            # a part is bytes-like (numpy arrays among them), which numpy's stubs declare (as a
+            # Buffer) only for Python >= 3.12
+            f.buf += memoryview(part).cast("B")  # type: ignore[arg-type]
         self.written_rows += rows
 
     def commit(self, rows: int, sizes: Sequence[int]) -> None:

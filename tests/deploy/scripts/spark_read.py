@@ -15,7 +15,7 @@ spark = disd.spark.session("local[2]", app_name="dis-image", conf={"spark.ui.ena
 spark.sparkContext.setLogLevel("ERROR")
 df = (spark.read.format("dis").option("address", sys.argv[1]).option("namespace", "Market")
       .option("table", "Trade").load())
-table = df._jdf.queryExecution().optimizedPlan().collectLeaves().head().relation().table()
+table = df._jdf.queryExecution().optimizedPlan().collectLeaves().head().relation().table()  # noqa: SLF001 - the plan has no Python API
 row = df.agg(F.count("*").alias("rows"), F.sum("Size").alias("sum")).collect()[0]
 print(json.dumps({"reader": disd.spark.register(spark), "table_class": table.getClass().getName(),
                   "rows": row["rows"], "sum": row["sum"]}))
