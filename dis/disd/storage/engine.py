@@ -285,18 +285,20 @@ class StorageEngine:
         records = [new_record(schema) for _, _, schema, _, _ in new]
         data = [rec.to_bytes() for rec in records]
         # The descriptors there is room for are kept open, the rest closed again; decided and
-        # counted in one step, as another request's batch may be deciding at the same moment.
+        # counted in one step, as another request's batch may be deciding at the same moment,
+        # and counted until the factory holds the kept ones (``adopt``).
         with files.reserving_new([len(n) for n in names], at_once=8) as held:
             items = [(path, TEMP_NAME, FILE_NAME, d, n, kept)
                      for (_, _, _, path, _), d, n, kept in zip(new, data, names, held.keep)]
             answers = fsio.create_locations(self.fs, items, held.at_once)
-        for (k, table, _schema, path, v), rec, n, answer in zip(new, records, names, answers):
-            if answer is None:  # made meanwhile (not by this engine: it holds the database's lock)
+            made = [a if a is None or isinstance(a, BaseException) else
+                    (rec, files.adopt([os.path.join(path, f) for f in n], a))
+                    for (_, _, _, path, _), rec, n, a in zip(new, records, names, answers)]
+        for (k, table, _schema, path, v), created in zip(new, made):
+            if created is None:  # made meanwhile (not by this engine: it holds the database's lock)
                 existing.append((k, v))
                 continue
-            made = answer if isinstance(answer, BaseException) else (
-                rec, files.adopt([os.path.join(path, f) for f in n], answer))
-            loc = self._new_location(k, table, path, v, created=made)
+            loc = self._new_location(k, table, path, v, created=created)
             try:
                 self._register(loc)
             except RuntimeError:  # the engine closed meanwhile (the location is closed again)
