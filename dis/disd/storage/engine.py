@@ -283,25 +283,23 @@ class StorageEngine:
             return existing
         files = self.file_handles
         names = [colfmt.schema_file_names(schema) for _, _, schema, _, _ in new]
-        keep, room = [], files.room()
-        for n in names:  # the descriptors there is room for are kept open, the rest closed again
-            keep.append(len(n) <= room)
-            room -= len(n) if keep[-1] else 0
         records = [new_record(schema) for _, _, schema, _, _ in new]
-        items = [(path, TEMP_NAME, FILE_NAME, rec.to_bytes(), n, kept)
-                 for (_, _, _, path, _), rec, n, kept in zip(new, records, names, keep)]
-        most = max(len(n) for n in names)
-        kept_fds = sum(len(n) for n, kept in zip(names, keep) if kept)
-        at_once = max(1, min(8, (files.capacity - kept_fds) // most))  # the limit holds while they are made
-        with files.reserving(kept_fds + most * at_once):
-            answers = fsio.create_locations(self.fs, items, at_once)
-        for (k, table, _schema, path, v), rec, n, answer in zip(new, records, names, answers):
-            if answer is None:  # made meanwhile (not by this engine: it holds the database's lock)
+        data = [rec.to_bytes() for rec in records]
+        # The descriptors there is room for are kept open, the rest closed again; decided and
+        # counted in one step, as another request's batch may be deciding at the same moment,
+        # and counted until the factory holds the kept ones (``adopt``).
+        with files.reserving_new([len(n) for n in names], at_once=8) as held:
+            items = [(path, TEMP_NAME, FILE_NAME, d, n, kept)
+                     for (_, _, _, path, _), d, n, kept in zip(new, data, names, held.keep)]
+            answers = fsio.create_locations(self.fs, items, held.at_once)
+            made = [a if a is None or isinstance(a, BaseException) else
+                    (rec, files.adopt([os.path.join(path, f) for f in n], a))
+                    for (_, _, _, path, _), rec, n, a in zip(new, records, names, answers)]
+        for (k, table, _schema, path, v), created in zip(new, made):
+            if created is None:  # made meanwhile (not by this engine: it holds the database's lock)
                 existing.append((k, v))
                 continue
-            made = answer if isinstance(answer, BaseException) else (
-                rec, files.adopt([os.path.join(path, f) for f in n], answer))
-            loc = self._new_location(k, table, path, v, created=made)
+            loc = self._new_location(k, table, path, v, created=created)
             try:
                 self._register(loc)
             except RuntimeError:  # the engine closed meanwhile (the location is closed again)

@@ -38,6 +38,7 @@ import os
 import resource
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import structlog
@@ -99,6 +100,15 @@ def identity_error(path: str, identity: tuple[int, int] | None, now: tuple[int, 
         f"{old[0]}/{old[1]} is now {now[0]}/{now[1]}); "
         "never delete or replace column files of a running DIS"
     )
+
+
+@dataclass(frozen=True)
+class NewFiles:
+    """What ``TrackedFileHandleFactory.reserving_new`` lets a batch of new locations hold: per
+    location whether its descriptors are kept, and how many locations' files are made at once."""
+
+    keep: list[bool]
+    at_once: int
 
 
 class TrackedFile:
@@ -290,18 +300,18 @@ class TrackedFileHandleFactory:
         limit while ``create`` runs, as ``open``'s do."""
         n = len(paths)
         with self._lock:
-            if len(self._handles) + self._opening + n > self.capacity:
-                self._cleanup_locked(room=n)
-            self._opening += n
+            self._reserve_locked(n)
         try:
             opened = create()
-        finally:
+        except BaseException:
             with self._lock:
                 self._opening -= n
-        if opened is None:
-            return None
+            raise
         handles = []
-        with self._lock:
+        with self._lock:  # counted as being opened until counted as held: never neither
+            self._opening -= n
+            if opened is None:
+                return None
             for path, (fd, identity) in zip(paths, opened, strict=True):
                 f = TrackedFile(self, str(path))
                 f.fd, f.identity, f.opens = fd, identity, 1
@@ -328,24 +338,57 @@ class TrackedFileHandleFactory:
             self.peak_open = max(self.peak_open, len(self._handles))
         return handles
 
-    def room(self) -> int:
-        """Descriptors that could be opened now without reclaiming any (to 90% of capacity)."""
-        with self._lock:
-            return max(0, int(self.capacity * TARGET_FRACTION) - len(self._handles) - self._opening)
+    def _room_locked(self) -> int:
+        """Descriptors that could be opened now without reclaiming any (to 90% of capacity).
+        Only under the lock, and acted on before it is released: room read and then reserved
+        apart is room another caller may take meanwhile (``reserving_new``)."""
+        return max(0, int(self.capacity * TARGET_FRACTION) - len(self._handles) - self._opening)
 
     @contextlib.contextmanager
     def reserving(self, n: int) -> Iterator[None]:
         """``n`` descriptors counted as being opened while a call elsewhere holds them (at most
         ``n`` at once), so the limit holds; cleanup makes room first if need be."""
         with self._lock:
-            if len(self._handles) + self._opening + n > self.capacity:
-                self._cleanup_locked(room=n)
-            self._opening += n
+            self._reserve_locked(n)
         try:
             yield
         finally:
             with self._lock:
                 self._opening -= n
+
+    def _reserve_locked(self, n: int) -> None:
+        if len(self._handles) + self._opening + n > self.capacity:
+            self._cleanup_locked(room=n)
+        self._opening += n
+
+    @contextlib.contextmanager
+    def reserving_new(self, counts: Sequence[int], at_once: int) -> Iterator[NewFiles]:
+        """For a batch of new locations whose files a call elsewhere creates (``counts``: each
+        one's number of files; ``fsio.create_locations``): which of them keep their descriptors
+        (in order, as many as there is room for now, to 90% of capacity; the rest are closed
+        again once made) and how many of them (at most ``at_once``) are made at the same time,
+        all counted as being opened until the block ends: ``adopt`` the kept ones within it.
+
+        Decided and reserved in one step under the factory's lock: batches deciding apart
+        (several tailers' requests at a burst's start) would each see the same room and together
+        keep several times the limit, running the process out of descriptors (EMFILE) however
+        ``max_open_files`` was chosen."""
+        most = max(counts, default=0)
+        with self._lock:
+            room = self._room_locked()
+            keep = []
+            for count in counts:
+                keep.append(count <= room)
+                room -= count if keep[-1] else 0
+            kept = sum(count for count, k in zip(counts, keep) if k)
+            at_once = max(1, min(at_once, (self.capacity - kept) // most)) if most else 1
+            reserved = kept + most * at_once
+            self._reserve_locked(reserved)
+        try:
+            yield NewFiles(keep, at_once)
+        finally:
+            with self._lock:
+                self._opening -= reserved
 
     def holds_at_once(self, n: int) -> bool:
         """Whether one operation may hold ``n`` descriptors at once (a new location's files, a

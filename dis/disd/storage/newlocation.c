@@ -183,9 +183,11 @@ int dis_open_files(const char *dir, char **names, Py_ssize_t count, opened_t *ou
         out[i].dev = st.st_dev;
         out[i].ino = st.st_ino;
         continue;
-    undo:
-        while (i-- > 0)
+    undo: /* each descriptor closed once, and forgotten: its number may be another file's next */
+        while (i-- > 0) {
             close(out[i].fd);
+            out[i].fd = -1;
+        }
         return -1;
     }
     return 0;

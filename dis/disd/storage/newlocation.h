@@ -28,6 +28,8 @@ int dis_fail(failure_t *f, const char *op, const char *path);
 int dis_join(char *out, const char *dir, const char *name, failure_t *f);
 int dis_fsync_dir(const char *path, failure_t *f);
 void dis_parent_of(const char *path, char *out);
+/* Opens (creating) each file of ``names`` in ``dir``: 0 with every ``out`` filled, or -1 with every
+ * descriptor it opened closed and its ``out`` entry's fd set to -1 (never to be closed again). */
 int dis_open_files(const char *dir, char **names, Py_ssize_t count, opened_t *out, failure_t *f);
 PyObject *dis_create_many(PyObject *self, PyObject *args);
 

@@ -291,6 +291,8 @@ PyObject *dis_create_many(PyObject *self, PyObject *args) {
             parsed++; /* its record is released with the others */
             goto done;
         }
+        for (Py_ssize_t k = 0; k < l->count; k++)
+            l->opened[k].fd = -1; /* none open: a failed location closes only descriptors it holds */
         for (Py_ssize_t k = 0; k < l->count; k++) {
             PyObject *item = PySequence_Fast_GET_ITEM(names, k);
             if (!PyBytes_Check(item)) {
@@ -330,8 +332,11 @@ PyObject *dis_create_many(PyObject *self, PyObject *args) {
         loc_t *l = &locs[i];
         PyObject *v;
         if (l->failed) {
+            /* dis_open_files closed (and forgot) what it opened before it failed; closing those
+             * numbers again here would close whatever another file was given them meanwhile
+             * (this call's other threads, or the DIS's) */
             for (Py_ssize_t k = 0; k < l->count; k++)
-                if (l->opened[k].fd > 0)
+                if (l->opened[k].fd >= 0)
                     close(l->opened[k].fd);
             v = Py_BuildValue("(O(siO&))", Py_None, l->failure.op, l->failure.err, PyUnicode_DecodeFSDefault,
                               l->failure.path);
