@@ -17,7 +17,7 @@ from disd.client import connect
 from disd.historical.merge import IntradaySource, MergeRequest, merge
 from spark.conftest import pytest_generate_tests, spark, spark_session  # noqa: F401 - the shared session
 from support import free_port_pair, loaded_dis, sample, scrape
-from support.sinks import SizeSink
+from support.sinks import stream_sizes
 
 from .readers_support import proxied_routing, start_proxy
 
@@ -148,11 +148,4 @@ def test_spark_fails_over_between_two_proxies(spark, front, tmp_path):  # noqa: 
 def test_a_stream_reads_through_the_proxy(spark, front, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     df = (spark.readStream.format("dis").option("routing", str(front.routing)).option("table", "Market.Trade")
           .option("retrySeconds", "0").option("maxRowsPerTrigger", "10000").load())
-    sink = SizeSink()
-    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt")).trigger(
-        availableNow=True).start()
-    try:
-        q.awaitTermination(120)
-    finally:
-        q.stop()
-    assert sink.sizes().tolist() == list(range(TOTAL))
+    assert stream_sizes(df, tmp_path / "ckpt").tolist() == list(range(TOTAL))

@@ -9,7 +9,7 @@ import pytest
 
 from disd.historical.merge import IntradaySource, MergeRequest, merge
 from spark.conftest import LOCS, TOTAL, pytest_generate_tests, spark, spark_session, trade_address, trade_dis  # noqa: F401
-from support.sinks import SizeSink
+from support.sinks import stream_sizes
 
 from .readers_support import dead_address, proxied_routing
 
@@ -42,14 +42,7 @@ def test_a_stream_reads_through_the_proxy(spark, trade_address, tmp_path):  # no
     routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])
     df = (spark.readStream.format("dis").option("routing", str(routing)).option("table", "Market.Trade")
           .option("retrySeconds", "0").load())
-    sink = SizeSink()
-    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt")).trigger(
-        availableNow=True).start()
-    try:
-        q.awaitTermination(120)
-    finally:
-        q.stop()
-    assert sorted(sink.sizes().tolist()) == list(range(TOTAL))
+    assert stream_sizes(df, tmp_path / "ckpt").tolist() == list(range(TOTAL))
 
 
 def test_a_merge_reads_through_the_proxy(spark, trade_address, tmp_path):  # noqa: F811 - spark.conftest's fixtures
