@@ -18,11 +18,13 @@ could keep.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from disd.server import daemon
 from disd.storage.fsio import OsFileSystem
 
 
@@ -204,3 +206,18 @@ class FaultyDisk(OsFileSystem):
             if self.sync:
                 super().fsync_dir(path)
             self._rec(Op("fsync_dir", path=path))
+
+
+def engines_on(monkeypatch, disk: FaultyDisk | None, retry_initial_ms: int = 50, retry_max_ms: int = 300) -> None:
+    """Every DIS server the test starts in process (``disd.server.daemon``) runs its storage
+    engine on ``disk`` (None: the real one) and reopens a location in error after
+    ``retry_initial_ms``, doubling up to ``retry_max_ms``: soon enough for a test to see."""
+    real = daemon.StorageEngine
+
+    def engine(db_root, schemas, storage, *args, **kw):
+        fast = dataclasses.replace(storage, io_retry_initial_ms=retry_initial_ms, io_retry_max_ms=retry_max_ms)
+        if disk is not None:
+            kw["fs"] = disk
+        return real(db_root, schemas, fast, *args, **kw)
+
+    monkeypatch.setattr(daemon, "StorageEngine", engine)

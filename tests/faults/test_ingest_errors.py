@@ -9,7 +9,6 @@ end-to-end test runs the real ``dis-tailer`` as a subprocess against the DIS.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import time
 
@@ -17,13 +16,11 @@ import grpc
 import pytest
 
 from disd.client import connect
-from disd.server import daemon
 from disd.server.daemon import DisServer
-
 from server.conftest import KEY, IngestStream, frames_of
 from support import append_rows, log_name, running_dis, sample, scrape, start_tailer, wait_for, write_tailer_config
 
-from .disk import FaultyDisk
+from .disk import FaultyDisk, engines_on
 
 LOCATION = str(KEY)
 LOG = log_name("feed1")
@@ -33,13 +30,7 @@ LOG = log_name("feed1")
 def faulty_dis(tmp_path, monkeypatch):
     """A DisServer whose storage engine runs on a FaultyDisk (and retries reopening fast)."""
     disk = FaultyDisk(record=False)
-    real = daemon.StorageEngine
-
-    def engine(db_root, schemas, storage, *args, **kw):
-        fast = dataclasses.replace(storage, io_retry_initial_ms=50, io_retry_max_ms=300)
-        return real(db_root, schemas, fast, *args, fs=disk, **kw)
-
-    monkeypatch.setattr(daemon, "StorageEngine", engine)
+    engines_on(monkeypatch, disk)
     with running_dis(tmp_path / "db", checkpoint_ms=200) as srv:
         yield srv, disk
 

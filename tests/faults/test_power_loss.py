@@ -157,12 +157,19 @@ def _crash(disk, root, policy, seed=0):
     return model.crash(policy, random.Random(seed))
 
 
-def test_model_unsynced_writes_may_vanish_synced_ones_stay(tmp_path):
-    disk, root = _disk(tmp_path)
+def _durable_file(disk, root, data: bytes) -> int:
+    """``root/f`` holding ``data``, fsynced and its directory too (what every crash keeps); its
+    descriptor, open for the writes a test then crashes."""
     fd = disk.open(str(root / "f"), os.O_RDWR | os.O_CREAT)
-    disk.pwrite(fd, b"a" * 5000, 0)
+    disk.pwrite(fd, data, 0)
     disk.fsync(fd)
     disk.fsync_dir(str(root))
+    return fd
+
+
+def test_model_unsynced_writes_may_vanish_synced_ones_stay(tmp_path):
+    disk, root = _disk(tmp_path)
+    fd = _durable_file(disk, root, b"a" * 5000)
     disk.pwrite(fd, b"b" * 3000, 5000)
     assert _crash(disk, root, STRICTEST) == {"f": b"a" * 5000}
     assert _crash(disk, root, CrashPolicy(1.0, "all", "all")) == {"f": b"a" * 5000 + b"b" * 3000}
@@ -172,10 +179,7 @@ def test_model_unsynced_writes_may_vanish_synced_ones_stay(tmp_path):
 
 def test_model_tears_writes_at_4_kib_pages_in_any_order(tmp_path):
     disk, root = _disk(tmp_path)
-    fd = disk.open(str(root / "f"), os.O_RDWR | os.O_CREAT)
-    disk.pwrite(fd, b"o" * 12288, 0)
-    disk.fsync(fd)
-    disk.fsync_dir(str(root))
+    fd = _durable_file(disk, root, b"o" * 12288)
     disk.pwrite(fd, b"n" * 12288, 0)
     seen = set()
     for s in range(64):
@@ -214,10 +218,7 @@ def test_model_a_failed_fsync_loses_its_pages_for_good(tmp_path):
     import errno
 
     disk, root = _disk(tmp_path)
-    fd = disk.open(str(root / "f"), os.O_RDWR | os.O_CREAT)
-    disk.pwrite(fd, b"a" * 4096, 0)
-    disk.fsync(fd)
-    disk.fsync_dir(str(root))
+    fd = _durable_file(disk, root, b"a" * 4096)
     disk.pwrite(fd, b"b" * 8192, 4096)
     disk.inject("fsync", errno.EIO, times=1)
     with pytest.raises(OSError):

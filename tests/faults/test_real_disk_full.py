@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import dataclasses
 import errno
 import os
 import time
@@ -20,11 +19,11 @@ import time
 import pytest
 
 from disd.client import connect
-from disd.server import daemon
 from disd.storage.checkpoint import read_record
-
 from server.conftest import KEY
 from support import append_rows, log_name, sample, scrape, start_dis_server, start_tailer, wait_for, write_tailer_config
+
+from .disk import engines_on
 
 MNT_DETACH = 2
 LOCATION = str(KEY)
@@ -68,9 +67,7 @@ def enospc_errors(port: int) -> float:
 
 
 def test_a_really_full_disk_stops_the_location_then_ingestion_resumes_by_itself(tmp_path, small_tmpfs, monkeypatch):
-    real = daemon.StorageEngine
-    monkeypatch.setattr(daemon, "StorageEngine", lambda root, schemas, storage, *a, **kw: real(
-        root, schemas, dataclasses.replace(storage, io_retry_initial_ms=100, io_retry_max_ms=500), *a, **kw))
+    engines_on(monkeypatch, None, retry_initial_ms=100, retry_max_ms=500)
     db = small_tmpfs / "db"
     srv = start_dis_server(db, checkpoint_ms=100)
     logs = tmp_path / "logs"

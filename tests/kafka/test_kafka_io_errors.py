@@ -5,7 +5,6 @@ the partition re-seeks from the checkpointed offset, and the table ends exactly 
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import time
 
@@ -13,9 +12,8 @@ import numpy as np
 
 from disd.client import connect
 from disd.config import parse_dis_config
-from disd.server import daemon
 from disd.server.daemon import DisServer
-from faults.disk import FaultyDisk
+from faults.disk import FaultyDisk, engines_on
 from support import dis_settings, wait_for
 
 from .test_kafka_exactly_once import kafka_section, produce
@@ -23,13 +21,7 @@ from .test_kafka_exactly_once import kafka_section, produce
 
 def test_location_io_errors_lose_and_duplicate_nothing(tmp_path, monkeypatch, mock_kafka):
     disk = FaultyDisk(record=False)
-    real = daemon.StorageEngine
-
-    def engine(db_root, schemas, storage, *args, **kw):
-        fast = dataclasses.replace(storage, io_retry_initial_ms=50, io_retry_max_ms=300)
-        return real(db_root, schemas, fast, *args, fs=disk, **kw)
-
-    monkeypatch.setattr(daemon, "StorageEngine", engine)
+    engines_on(monkeypatch, disk)
     data = dis_settings(tmp_path / "db", checkpoint_ms=100)
     data["import"]["kafka"] = kafka_section(mock_kafka.bootstrap, column_partition="2026-11-23", batch_size=50)
     srv = DisServer(parse_dis_config(data, "<test>"))

@@ -10,50 +10,26 @@ import pytest
 
 from disd.notify import Notifier, watchdog_interval_s
 from support import BIN, Proc, dis_healthy, free_port_pair, write_dis_config
-
-
-def _bind(tmp_path, abstract: bool) -> tuple[socket.socket, str]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    if abstract:
-        addr = f"@dis-notify-test-{os.getpid()}-{time.monotonic_ns()}"
-        sock.bind("\0" + addr[1:])
-    else:
-        addr = str(tmp_path / "notify.sock")
-        sock.bind(addr)
-    sock.settimeout(30)
-    return sock, addr
-
-
-def _recv(sock: socket.socket) -> list[str]:
-    return sock.recv(4096).decode().splitlines()
+from support.notify import notify_socket, received, stop_notified, watchdog
 
 
 @pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
 def test_ready_watchdog_status_stopping(tmp_path, abstract):
-    sock, addr = _bind(tmp_path, abstract)
+    sock, addr = notify_socket(tmp_path, abstract)
     port = free_port_pair()
     cfg = write_dis_config(tmp_path, port)
     env = {"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "200000"}  # ping every 0.1 s
     p = Proc([str(BIN / "dis"), "serve", "--config", str(cfg), "--json-logs"], tmp_path / "dis.log", env).start()
     try:
-        first = _recv(sock)
+        first = received(sock)
         assert "READY=1" in first, first
         assert any(f.startswith("STATUS=serving on 127.0.0.1:") for f in first)
         # READY=1 comes once the port answers: systemd starts what comes after only then
         assert dis_healthy(port, timeout=2)
-        pings, statuses = 0, []
-        end = time.monotonic() + 1.5
-        while time.monotonic() < end:
-            for field in _recv(sock):
-                pings += field == "WATCHDOG=1"
-                if field.startswith("STATUS="):
-                    statuses.append(field)
+        pings, statuses = watchdog(sock)
         assert pings >= 5, pings
         assert any("0 locations, 0 in error, 0 tailers connected" in s for s in statuses), statuses
-        p.p.send_signal(15)
-        while "STOPPING=1" not in _recv(sock):
-            pass
-        assert p.p.wait(30) == 0
+        stop_notified(sock, p)
     finally:
         if p.alive():
             p.kill9()
@@ -63,19 +39,19 @@ def test_ready_watchdog_status_stopping(tmp_path, abstract):
 
 def test_no_watchdog_pings_for_another_pid(tmp_path):
     """WATCHDOG_PID names the process systemd watches; any other process must not ping."""
-    sock, addr = _bind(tmp_path, abstract=False)
+    sock, addr = notify_socket(tmp_path)
     port = free_port_pair()
     cfg = write_dis_config(tmp_path, port)
     env = {"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "100000", "WATCHDOG_PID": "1"}
     p = Proc([str(BIN / "dis"), "serve", "--config", str(cfg)], tmp_path / "dis.log", env).start()
     try:
-        assert "READY=1" in _recv(sock)
+        assert "READY=1" in received(sock)
         sock.settimeout(0.2)
         seen: list[str] = []
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
             try:
-                seen += _recv(sock)
+                seen += received(sock)
             except TimeoutError:
                 pass
         assert "WATCHDOG=1" not in seen
@@ -105,7 +81,7 @@ def test_failed_start_sends_no_ready_and_says_why(tmp_path):
     """systemd must see the start fail (exit 1, no READY=1), and the journal must say why."""
     import subprocess
 
-    sock, addr = _bind(tmp_path, abstract=False)
+    sock, addr = notify_socket(tmp_path)
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()

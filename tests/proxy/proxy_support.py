@@ -105,6 +105,16 @@ class Dis:
                 p.kill9()
 
 
+def replica_set(tmp: pathlib.Path, logs: pathlib.Path, last_by: tuple[str, ...] = ()) -> tuple[list[Dis], pathlib.Path]:
+    """Two replicas (``dis-a``, ``dis-b``, not started) of one instance serving every table, and
+    the routing file that names them so."""
+    replicas = [Dis(tmp, logs, name, last_by=last_by) for name in ("dis-a", "dis-b")]
+    routing = tmp / "routing.yaml"
+    routing.write_text(yaml.safe_dump({"instances": [{"name": "market", "tables": ["*"], "replicas": [
+        {"name": r.dir.name, "address": r.address} for r in replicas]}]}))
+    return replicas, routing
+
+
 def logger(logs: pathlib.Path, ip: str = "feed0", day: str = "2026-11-22"):
     return (IntradayLoggerBuilder(str(ROOT / "config" / "schemas" / "Market.Trade.yaml")).set_process_name("feed")
             .set_log_dir(str(logs)).set_column_partition_value(day).set_internal_partition(ip).build())

@@ -9,6 +9,7 @@ import pathlib
 
 import yaml
 
+from disd.historical.merge import IntradaySource, MergeRequest, merge
 from support import free_port_pair
 
 from .proxy_support import write_proxy_config
@@ -32,6 +33,16 @@ def plain_routing(path: pathlib.Path, dis: str) -> pathlib.Path:
     """``path``: the same entry without proxies."""
     path.write_text(yaml.safe_dump({"instances": [{"name": "market", "tables": ["*"], "address": dis}]}))
     return path
+
+
+def check_merge(spark, routing: pathlib.Path, day: str, want: int, hist: pathlib.Path) -> None:
+    """``dis merge`` of Market.Trade's ``day`` through ``routing`` into ``hist`` merges ``want``
+    rows from the DIS, and the historical table read back holds them: Sizes 0 .. want-1."""
+    r = merge(spark, MergeRequest("Market", "Trade", day, str(hist), IntradaySource(routing=str(routing)), force=True))
+    assert (r.status, r.rows, r.source) == ("merged", want, "dis")
+    back = (spark.read.format("dis").option("source", "historical").option("dbRoot", str(hist))
+            .option("table", "Market.Trade").load())
+    assert tuple(back.selectExpr("count(*)", "sum(CAST(Size AS BIGINT))").collect()[0]) == (want, want * (want - 1) // 2)
 
 
 def start_proxy(tmp: pathlib.Path, routing: pathlib.Path, port: int | None = None, **proxy):

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -16,6 +14,7 @@ from disd.config import ConfigError
 from disd.proxy.config import load_proxy_config, parse_proxy_config
 from ops.test_systemd import MAX_EXPOSURE, parse_unit
 from support import BIN, ROOT, Proc, running_dis, subprocess_env
+from support.notify import notify_socket, received, stop_notified, watchdog
 
 from .proxy_support import health_ok, write_proxy_config
 
@@ -60,29 +59,20 @@ def test_cli_says_what_is_wrong_and_exits_2(tmp_path):
 
 
 def test_notify_ready_watchdog_status_stopping(tmp_path):
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(tmp_path / "notify.sock"))
-    sock.settimeout(30)
+    sock, addr = notify_socket(tmp_path)
     with running_dis(tmp_path / "db") as dis:
         config, port = write_proxy_config(tmp_path, {"address": f"127.0.0.1:{dis.port}"})
-        env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "200000"}
+        env = {"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "200000"}
         p = Proc([str(BIN / "dis"), "proxy", "--config", str(config), "--json-logs"], tmp_path / "proxy.log",
                  env).start()
         try:
-            first = sock.recv(4096).decode().splitlines()
+            first = received(sock)
             assert "READY=1" in first and any(f.startswith("STATUS=serving on 127.0.0.1:") for f in first)
             assert health_ok(port)  # READY=1 only once the port answers
-            pings, statuses, end = 0, [], time.monotonic() + 1.5
-            while time.monotonic() < end:
-                for f in sock.recv(4096).decode().splitlines():
-                    pings += f == "WATCHDOG=1"
-                    statuses += [f] if f.startswith("STATUS=") else []
+            pings, statuses = watchdog(sock)
             assert pings >= 5, pings
             assert any("0 subscribers, 0/0 upstream subscriptions" in s for s in statuses), statuses
-            p.p.send_signal(15)
-            while "STOPPING=1" not in sock.recv(4096).decode().splitlines():
-                pass
-            assert p.p.wait(30) == 0
+            stop_notified(sock, p)
         finally:
             if p.alive():
                 p.kill9()

@@ -8,13 +8,12 @@ import threading
 import time
 
 import pyarrow as pa
-import yaml
 
 from disd.client import connect
 from disd.rpc.channel import open_channel
 from support import sample, scrape, start_dis_process, trade_rows, wait_for
 
-from .proxy_support import Dis, Subscriber, logger, metrics_port, start_proxy, wait_rows, write_proxy_config
+from .proxy_support import Dis, Subscriber, logger, metrics_port, replica_set, start_proxy, wait_rows, write_proxy_config
 
 LOC = "feed0/2026-11-22"
 
@@ -30,6 +29,18 @@ def _check_sizes(subs, first: int, final: int) -> None:
 def _sizes_column(address: str) -> list[int]:
     with connect(address, retry_s=30) as c:
         return sorted(c.read_table("Market", "Trade", columns=["Size"])["Size"].to_pylist())
+
+
+def _stop(lg, subs: list[Subscriber], ch, proxy) -> None:
+    """What a test started besides its DIS, stopped: the log, the subscribers and their
+    channel, the proxy."""
+    lg.close()
+    for s in subs:
+        s.cancel()
+    if ch is not None:
+        ch.close()
+    if proxy is not None and proxy.alive():
+        proxy.terminate()
 
 
 def test_upstream_dis_killed_and_restarted(tmp_path):
@@ -83,23 +94,14 @@ def test_upstream_dis_killed_and_restarted(tmp_path):
         assert {s.labels["table"]: s.value for s in m["dis_proxy_upstream_subscriptions"]} == {"Market.Trade": 1}
         assert sample(dis.metrics(), "dis_subscribers") == 1
     finally:
-        lg.close()
-        for s in subs:
-            s.cancel()
-        if ch is not None:
-            ch.close()
-        if proxy is not None and proxy.alive():
-            proxy.terminate()
+        _stop(lg, subs, ch, proxy)
         dis.stop()
 
 
 def test_replica_failover(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
-    replicas = [Dis(tmp_path, logs, name) for name in ("dis-a", "dis-b")]
-    routing = tmp_path / "routing.yaml"
-    routing.write_text(yaml.safe_dump({"instances": [{"name": "market", "tables": ["*"], "replicas": [
-        {"name": r.dir.name, "address": r.address} for r in replicas]}]}))
+    replicas, routing = replica_set(tmp_path, logs)
     proxy = None
     lg = logger(logs)
     subs, ch = [], None
@@ -126,13 +128,7 @@ def test_replica_failover(tmp_path):
         assert sample(other.metrics(), "dis_subscribers") == 1
         assert _sizes_column(f"127.0.0.1:{port}") == list(range(1700))
     finally:
-        lg.close()
-        for s in subs:
-            s.cancel()
-        if ch is not None:
-            ch.close()
-        if proxy is not None and proxy.alive():
-            proxy.terminate()
+        _stop(lg, subs, ch, proxy)
         for r in replicas:
             r.stop()
 

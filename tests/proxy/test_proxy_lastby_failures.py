@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import yaml
 
 from disd.blocks import replica_order
 from disd.client import connect
@@ -22,7 +21,7 @@ from lastby.support_lastby import random_updates
 from support import sample, scrape, start_dis_process, start_tailer, wait_for
 
 from .lastby_support import LastBySubscriber
-from .proxy_support import Dis, logger, metrics_port, start_proxy, write_proxy_config
+from .proxy_support import Dis, logger, metrics_port, replica_set, start_proxy, write_proxy_config
 
 KEY = LocationKey("Market", "Trade", "feed0", "2026-11-22")
 KEYS = 1000
@@ -88,6 +87,17 @@ def _check_readers(subs: list[LastBySubscriber], poller: Poller, rows: pa.Table,
         assert state.equals(last_by(rows.slice(0, r), ["Sym"])), f"the state at {r} rows differs"
 
 
+def _stop(lg, poller: Poller | None, subs: list[LastBySubscriber], proxy) -> None:
+    """What a test started besides its DIS, stopped: the log, the poller, the subscribers, the proxy."""
+    lg.close()
+    if poller is not None:
+        poller.stop()
+    for s in subs:
+        s.close()
+    if proxy is not None and proxy.alive():
+        proxy.terminate()
+
+
 def test_upstream_dis_killed_and_restarted(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -140,23 +150,14 @@ def test_upstream_dis_killed_and_restarted(tmp_path):
             "Market.Trade": 1.0}
         assert sample(m, "dis_proxy_lastby_subscribers") == 5
     finally:
-        lg.close()
-        if poller is not None:
-            poller.stop()
-        for s in subs:
-            s.close()
-        if proxy is not None and proxy.alive():
-            proxy.terminate()
+        _stop(lg, poller, subs, proxy)
         dis.stop()
 
 
 def test_followed_replica_killed_the_feed_moves_to_the_other(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
-    replicas = [Dis(tmp_path, logs, name, last_by=("Sym",)) for name in ("dis-a", "dis-b")]
-    routing = tmp_path / "routing.yaml"
-    routing.write_text(yaml.safe_dump({"instances": [{"name": "market", "tables": ["*"], "replicas": [
-        {"name": r.dir.name, "address": r.address} for r in replicas]}]}))
+    replicas, routing = replica_set(tmp_path, logs, last_by=("Sym",))
     proxy, subs, poller = None, [], None
     lg = logger(logs)
     try:
@@ -186,12 +187,6 @@ def test_followed_replica_killed_the_feed_moves_to_the_other(tmp_path):
                    if "upstream last-by subscription open" in line)
         _check_readers(subs, poller, _all_rows(other.address), 3000)
     finally:
-        lg.close()
-        if poller is not None:
-            poller.stop()
-        for s in subs:
-            s.close()
-        if proxy is not None and proxy.alive():
-            proxy.terminate()
+        _stop(lg, poller, subs, proxy)
         for r in replicas:
             r.stop()

@@ -14,12 +14,11 @@ import pytest
 
 from disd.binlog import LocationKey
 from disd.client import connect
-from disd.historical.merge import IntradaySource, MergeRequest, merge
 from spark.conftest import pytest_generate_tests, spark, spark_session  # noqa: F401 - the shared session
 from support import free_port_pair, loaded_dis, sample, scrape
-from support.sinks import SizeSink
+from support.sinks import stream_sizes
 
-from .readers_support import proxied_routing, start_proxy
+from .readers_support import check_merge, proxied_routing, start_proxy
 
 LOCS = {
     LocationKey("Market", "Trade", "feed1", "2026-11-20"): (0, 20_000),
@@ -87,14 +86,8 @@ def test_spark_scans_through_the_proxy(spark, front):  # noqa: F811 - spark.conf
 
 def test_dis_merge_reads_through_the_proxy(spark, front, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     day = "2026-11-20"
-    req = MergeRequest("Market", "Trade", day, str(tmp_path / "hist"), IntradaySource(routing=str(front.routing)),
-                       force=True)
-    r = merge(spark, req)
     want = sum(n for k, (_, n) in LOCS.items() if k.column_partition == day)
-    assert (r.status, r.rows, r.source) == ("merged", want, "dis")
-    back = (spark.read.format("dis").option("source", "historical").option("dbRoot", str(tmp_path / "hist"))
-            .option("table", "Market.Trade").load())
-    assert tuple(back.selectExpr("count(*)", "sum(CAST(Size AS BIGINT))").collect()[0]) == (want, want * (want - 1) // 2)
+    check_merge(spark, front.routing, day, want, tmp_path / "hist")
 
 
 def test_the_client_rides_out_a_proxy_restart(front, tmp_path):
@@ -148,11 +141,4 @@ def test_spark_fails_over_between_two_proxies(spark, front, tmp_path):  # noqa: 
 def test_a_stream_reads_through_the_proxy(spark, front, tmp_path):  # noqa: F811 - spark.conftest's fixtures
     df = (spark.readStream.format("dis").option("routing", str(front.routing)).option("table", "Market.Trade")
           .option("retrySeconds", "0").option("maxRowsPerTrigger", "10000").load())
-    sink = SizeSink()
-    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt")).trigger(
-        availableNow=True).start()
-    try:
-        q.awaitTermination(120)
-    finally:
-        q.stop()
-    assert sink.sizes().tolist() == list(range(TOTAL))
+    assert stream_sizes(df, tmp_path / "ckpt").tolist() == list(range(TOTAL))

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from disd.historical.merge import IntradaySource, MergeRequest, merge
 from spark.conftest import LOCS, TOTAL, pytest_generate_tests, spark, spark_session, trade_address, trade_dis  # noqa: F401
-from support.sinks import SizeSink
+from support.sinks import stream_sizes
 
-from .readers_support import dead_address, proxied_routing
+from .readers_support import check_merge, dead_address, proxied_routing
 
 pytestmark = pytest.mark.spark
 
@@ -42,14 +41,7 @@ def test_a_stream_reads_through_the_proxy(spark, trade_address, tmp_path):  # no
     routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])
     df = (spark.readStream.format("dis").option("routing", str(routing)).option("table", "Market.Trade")
           .option("retrySeconds", "0").load())
-    sink = SizeSink()
-    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt")).trigger(
-        availableNow=True).start()
-    try:
-        q.awaitTermination(120)
-    finally:
-        q.stop()
-    assert sorted(sink.sizes().tolist()) == list(range(TOTAL))
+    assert stream_sizes(df, tmp_path / "ckpt").tolist() == list(range(TOTAL))
 
 
 def test_a_merge_reads_through_the_proxy(spark, trade_address, tmp_path):  # noqa: F811 - spark.conftest's fixtures
@@ -57,11 +49,5 @@ def test_a_merge_reads_through_the_proxy(spark, trade_address, tmp_path):  # noq
     proxy; the merged rows are the DIS's."""
     routing = proxied_routing(tmp_path / "routing.yaml", dead_address(), [trade_address])
     day = "2026-11-22"
-    req = MergeRequest("Market", "Trade", day, str(tmp_path / "hist"), IntradaySource(routing=str(routing)),
-                       force=True)
-    r = merge(spark, req)
     want = sum(n for k, (_, n) in LOCS.items() if k.column_partition == day)
-    assert (r.status, r.rows, r.source) == ("merged", want, "dis")
-    back = (spark.read.format("dis").option("source", "historical").option("dbRoot", str(tmp_path / "hist"))
-            .option("table", "Market.Trade").load())
-    assert back.selectExpr("count(*)", "sum(CAST(Size AS BIGINT))").collect()[0][:] == (want, want * (want - 1) // 2)
+    check_merge(spark, routing, day, want, tmp_path / "hist")

@@ -20,21 +20,11 @@ import pyarrow as pa
 
 from disd.logger import IntradayLoggerBuilder
 from disd.schema import TableSchema
+from server.versions_support import V2_YAML
 from support import SCHEMAS, trade_rows
 
 TXN = 100
 DAY = "2026-11-22"
-
-V2_YAML = """namespace: Market
-table: Trade
-version: 2
-columns:
-  - {name: Timestamp, type: timestamp}
-  - {name: Sym, type: string}
-  - {name: Price, type: double}
-  - {name: Size, type: int}
-  - {name: Venue, type: string}
-"""
 
 
 def schemas_dirs(tmp: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:

@@ -49,13 +49,8 @@ def held(tmp_path):
     eng.close()
 
 
-def test_other_locations_open_and_list_while_one_waits_for_its_disk(held):
-    eng, disk = held
-    opened: list = []
-    t = threading.Thread(target=lambda: opened.append(eng.location(SLOW)), daemon=True)
-    t.start()
-    assert disk.reached.wait(10)
-    # the slow location is mid-creation: another location is created, and listing answers
+def _another_opens_meanwhile(eng: StorageEngine, waiting: str) -> None:
+    """While ``waiting`` is held at its fsync: another location is created, and listing answers."""
     done = threading.Event()
 
     def other() -> None:
@@ -64,7 +59,16 @@ def test_other_locations_open_and_list_while_one_waits_for_its_disk(held):
         done.set()
 
     threading.Thread(target=other, daemon=True).start()
-    assert done.wait(10), "opening another location waited for the one held at its fsync"
+    assert done.wait(10), f"opening another location waited for {waiting} held at its fsync"
+
+
+def test_other_locations_open_and_list_while_one_waits_for_its_disk(held):
+    eng, disk = held
+    opened: list = []
+    t = threading.Thread(target=lambda: opened.append(eng.location(SLOW)), daemon=True)
+    t.start()
+    assert disk.reached.wait(10)
+    _another_opens_meanwhile(eng, "the one")
     assert not opened and t.is_alive()
     disk.release.set()
     t.join(10)
@@ -105,15 +109,7 @@ def test_open_many_makes_new_locations_together_and_holds_up_nobody_else(held):
     t = threading.Thread(target=eng.open_many, args=([(SLOW, None)] + [(k, None) for k in others],))
     t.start()
     assert disk.reached.wait(10)
-    done = threading.Event()
-
-    def other() -> None:
-        eng.location(FAST)
-        eng.locations()
-        done.set()
-
-    threading.Thread(target=other, daemon=True).start()
-    assert done.wait(10), "opening another location waited for the batch held at its fsync"
+    _another_opens_meanwhile(eng, "the batch")
     assert t.is_alive()
     disk.release.set()
     t.join(10)

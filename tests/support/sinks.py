@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import threading
 
 import numpy as np
@@ -28,3 +29,16 @@ class SizeSink:
         """Every size received, sorted (empty before the first batch)."""
         with self.lock:
             return np.sort(np.concatenate(self.parts)) if self.parts else np.zeros(0, np.int32)
+
+
+def stream_sizes(df, checkpoint: pathlib.Path) -> np.ndarray:
+    """Every size the streaming read ``df`` gives until it has read what there is
+    (``availableNow``), sorted: one ``SizeSink`` run to its end."""
+    sink = SizeSink()
+    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(
+        availableNow=True).start()
+    try:
+        q.awaitTermination(120)
+    finally:
+        q.stop()
+    return sink.sizes()

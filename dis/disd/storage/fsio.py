@@ -477,9 +477,10 @@ def create_locations(fs: FileSystem, items: Sequence[NewLocation], at_once: int 
     return out
 
 
-def _missing_dirs(fs: FileSystem, path: str) -> tuple[list[str], bool]:
+def _missing_dirs(fs: FileSystem, path: str, fsync_each: bool = False) -> tuple[list[str], bool]:
     """Make ``path``'s missing directories, top down; (those made or found made meanwhile,
-    whether ``path`` itself was made here)."""
+    whether ``path`` itself was made here).  ``fsync_each``: each one's parent fsynced right after
+    it is made, before the next (``make_dirs``); else the caller fsyncs the parents, once each."""
     missing: list[str] = []
     p = path
     while not exists(fs, p):
@@ -495,6 +496,8 @@ def _missing_dirs(fs: FileSystem, path: str) -> tuple[list[str], bool]:
             created = d == path
         except FileExistsError:
             pass  # made meanwhile by another location of the same table
+        if fsync_each:
+            fs.fsync_dir(os.path.dirname(d))
     return list(reversed(missing)), created
 
 
@@ -558,23 +561,7 @@ def make_dirs(fs: FileSystem, path: str) -> bool:
     """Create ``path`` and its missing parents, fsyncing each parent that gained an entry, so the
     directory survives a crash as surely as the files later made durable in it.  True when this
     call created ``path`` itself (so it is empty: nothing else writes under the database lock)."""
-    missing: list[str] = []
-    p = os.path.abspath(path)
-    while not exists(fs, p):
-        missing.append(p)
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    created = False
-    for d in reversed(missing):
-        try:
-            fs.mkdir(d)
-            created = d == missing[0]
-        except FileExistsError:
-            pass  # made meanwhile by another location of the same table
-        fs.fsync_dir(os.path.dirname(d))
-    return created
+    return _missing_dirs(fs, os.path.abspath(path), fsync_each=True)[1]
 
 
 def create_location(fs: FileSystem, path: str, temp_name: str, record_name: str, record: bytes,
@@ -597,21 +584,4 @@ def create_location(fs: FileSystem, path: str, temp_name: str, record_name: str,
     write_file(fs, tmp, record)
     fs.rename(tmp, os.path.join(path, record_name))
     fs.fsync_dir(path)
-    opened: Opened = []
-    try:
-        for name in file_names:
-            fd = fs.open(os.path.join(path, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                st = fs.fstat(fd)
-            except BaseException:
-                fs.close(fd)
-                raise
-            opened.append((fd, (st.st_dev, st.st_ino)))
-    except BaseException:
-        for fd, _ in opened:
-            try:
-                fs.close(fd)
-            except OSError:
-                pass
-        raise
-    return opened
+    return _open_new_files(fs, path, file_names)

@@ -393,27 +393,6 @@ static ALWAYS_INLINE int64_t add(KeyIndex *ix, source_t *s, Py_ssize_t i, uint64
     return slot;
 }
 
-/* The slot of batch row i's key (hash h); a new slot when it is not there; -1 when out of
- * memory. */
-static ALWAYS_INLINE int64_t find_or_add(KeyIndex *ix, source_t *s, Py_ssize_t i, uint64_t h, int mode) {
-    int bits = ix->bits;
-    uint32_t mask = (1u << bits) - 1, tag = tag_of(h, bits), pos = (uint32_t)h & mask;
-    for (;;) {
-        uint32_t e = ix->table[pos];
-        if (e == 0)
-            break;
-        if ((e >> bits) == tag) {
-            int64_t slot = (int64_t)(e & mask) - 1;
-            Py_ssize_t row;
-            const colview_t *cols = slot_key(s, slot, &row);
-            if (key_equal(s, s->batch, i, cols, row, mode))
-                return slot;
-        }
-        pos = (pos + 1) & mask;
-    }
-    return add(ix, s, i, h, pos, tag, mode);
-}
-
 /* A batch row's string key, read once: when it is hashed ahead of its probe. */
 typedef struct {
     uint64_t h;
@@ -433,36 +412,46 @@ static ALWAYS_INLINE void read_strkey(source_t *s, Py_ssize_t i, strkey_t *out) 
     out->h = str_at(s, v, p, &out->at, &out->len) ? hash_str(out->at, out->len, v->data + v->data_len) : 0;
 }
 
-/* find_or_add for one string column, the batch row's key as read ahead. */
-static ALWAYS_INLINE int64_t find_or_add_str(KeyIndex *ix, source_t *s, Py_ssize_t i, const strkey_t *key) {
+/* Whether slot ``slot`` holds batch row i's key, compared column by column. */
+static ALWAYS_INLINE int slot_equal(source_t *s, Py_ssize_t i, int64_t slot, int mode) {
+    Py_ssize_t row;
+    const colview_t *cols = slot_key(s, slot, &row);
+    return key_equal(s, s->batch, i, cols, row, mode);
+}
+
+/* Whether slot ``slot`` holds the one string column's key read ahead as ``key``. */
+static ALWAYS_INLINE int strkey_equal(source_t *s, const strkey_t *key, int64_t slot) {
+    Py_ssize_t row;
+    const colview_t *v = slot_key(s, slot, &row);
+    Py_ssize_t p = v->offset + row;
+    int null = v->valid && !bit(v->valid, p);
+    if (null || key->null)
+        return null && key->null;
+    const uint8_t *at;
+    size_t len;
+    return str_at(s, v, p, &at, &len) && len == key->len &&
+           eq_str(key->at, s->batch[0].data + s->batch[0].data_len, at, v->data + v->data_len, len);
+}
+
+/* The slot of batch row i's key (hash h); a new slot when it is not there; -1 when out of
+ * memory.  ``key``: for one string column, the row's key as read ahead (compared as read),
+ * else NULL (compared column by column, as ``mode`` says). */
+static ALWAYS_INLINE int64_t find_or_add(KeyIndex *ix, source_t *s, Py_ssize_t i, uint64_t h, const strkey_t *key,
+                                         int mode) {
     int bits = ix->bits;
-    uint64_t h = key->h;
     uint32_t mask = (1u << bits) - 1, tag = tag_of(h, bits), pos = (uint32_t)h & mask;
-    const uint8_t *key_end = s->batch[0].data + s->batch[0].data_len;
     for (;;) {
         uint32_t e = ix->table[pos];
         if (e == 0)
             break;
         if ((e >> bits) == tag) {
             int64_t slot = (int64_t)(e & mask) - 1;
-            Py_ssize_t row;
-            const colview_t *v = slot_key(s, slot, &row);
-            Py_ssize_t p = v->offset + row;
-            int null = v->valid && !bit(v->valid, p);
-            if (null || key->null) {
-                if (null && key->null)
-                    return slot;
-            } else {
-                const uint8_t *at;
-                size_t len;
-                if (str_at(s, v, p, &at, &len) && len == key->len &&
-                    eq_str(key->at, key_end, at, v->data + v->data_len, len))
-                    return slot;
-            }
+            if (key != NULL ? strkey_equal(s, key, slot) : slot_equal(s, i, slot, mode))
+                return slot;
         }
         pos = (pos + 1) & mask;
     }
-    return add(ix, s, i, h, pos, tag, MODE_STRING);
+    return add(ix, s, i, h, pos, tag, mode);
 }
 
 /* Every batch row's key of one string column: its slot, and each slot's last row in ``last``;
@@ -477,7 +466,7 @@ static int run_string(KeyIndex *ix, source_t *s, Py_ssize_t n) {
             read_strkey(s, i + AHEAD, ahead);
             __builtin_prefetch(&ix->table[(uint32_t)ahead->h & ((1u << ix->bits) - 1)]);
         }
-        int64_t slot = find_or_add_str(ix, s, i, &ring[i % RING]);
+        int64_t slot = find_or_add(ix, s, i, ring[i % RING].h, &ring[i % RING], MODE_STRING);
         if (slot < 0)
             return 0;
         s->last[slot] = (int32_t)(s->base + i);
@@ -497,7 +486,7 @@ static ALWAYS_INLINE int run(KeyIndex *ix, source_t *s, Py_ssize_t n, int mode) 
             ring[(i + AHEAD) % RING] = h;
             __builtin_prefetch(&ix->table[(uint32_t)h & ((1u << ix->bits) - 1)]);
         }
-        int64_t slot = find_or_add(ix, s, i, ring[i % RING], mode);
+        int64_t slot = find_or_add(ix, s, i, ring[i % RING], NULL, mode);
         if (slot < 0)
             return 0;
         s->last[slot] = (int32_t)(s->base + i);

@@ -1,9 +1,7 @@
 package disd.spark;
 
-import org.apache.spark.sql.execution.vectorized.Dictionary;
-
 /** Every UTF-16 code unit's one-character UTF-8 string, the code unit being the id. */
-final class CharDictionary implements Dictionary {
+final class CharDictionary extends BytesDictionary {
     static final CharDictionary INSTANCE = new CharDictionary();
     private final byte[][] utf8 = new byte[1 << 16][];
 
@@ -16,25 +14,5 @@ final class CharDictionary implements Dictionary {
             utf8[id] = b;
         }
         return b;
-    }
-
-    @Override
-    public int decodeToInt(int id) {
-        throw new UnsupportedOperationException();
-    }
-
-    @Override
-    public long decodeToLong(int id) {
-        throw new UnsupportedOperationException();
-    }
-
-    @Override
-    public float decodeToFloat(int id) {
-        throw new UnsupportedOperationException();
-    }
-
-    @Override
-    public double decodeToDouble(int id) {
-        throw new UnsupportedOperationException();
     }
 }

@@ -11,9 +11,13 @@ abstract class Cursor {
     abstract void close();
 
     byte[] buffer(int size) {
-        if (buf.length < size) {
-            buf = new byte[Math.max(size, buf.length + (buf.length >> 1))];
-        }
+        buf = grown(buf, size);
         return buf;
+    }
+
+    /** {@code b}, or a new array in its place when it is shorter than {@code size} (grown by half
+     *  at least, so that a slowly growing need does not allocate every batch). */
+    static byte[] grown(byte[] b, int size) {
+        return b.length >= size ? b : new byte[Math.max(size, b.length + (b.length >> 1))];
     }
 }

@@ -65,28 +65,28 @@ final class FixedCursor extends Cursor {
         in.read(b, 0, n * width);
         if (narrowTo != null) {
             narrow(v, b, n);
-            return;
-        }
-        if (!type.equals(kind.spark())) {
+        } else if (!type.equals(kind.spark())) {
             widen(v, b, n);
-            return;
+        } else if (kind == TableSchema.Kind.CHAR) {
+            chars(v, b, n);
+        } else if (kind == TableSchema.Kind.TIMESTAMP) {
+            // nanoseconds to Spark's microseconds, truncated toward zero (as Arrow's cast)
+            for (int i = 0; i < n; i++) {
+                v.putLong(i, (long) LONGS.get(b, i << 3) / 1000);
+            }
+            markNulls(v, b, n);
+        } else {
+            same(v, b, n);
+            markNulls(v, b, n);
         }
+    }
+
+    /** The stored values as they are, in bulk: the vector's type is the stored one. */
+    private void same(WritableColumnVector v, byte[] b, int n) {
         switch (kind) {
             case BOOL:
-                v.putBytes(0, n, b, 0);
-                for (int i = 0; i < n; i++) {
-                    if (b[i] == -1) {
-                        v.putNull(i);
-                    }
-                }
-                break;
             case BYTE:
                 v.putBytes(0, n, b, 0);
-                for (int i = 0; i < n; i++) {
-                    if (b[i] == Byte.MIN_VALUE) {
-                        v.putNull(i);
-                    }
-                }
                 break;
             case SHORT:
                 if (LE) {
@@ -96,60 +96,87 @@ final class FixedCursor extends Cursor {
                         v.putShort(i, (short) SHORTS.get(b, i << 1));
                     }
                 }
-                for (int i = 0; i < n; i++) {
-                    if ((short) SHORTS.get(b, i << 1) == Short.MIN_VALUE) {
-                        v.putNull(i);
-                    }
-                }
                 break;
             case INT:
                 v.putIntsLittleEndian(0, n, b, 0);
-                for (int i = 0; i < n; i++) {
-                    if ((int) INTS.get(b, i << 2) == Integer.MIN_VALUE) {
-                        v.putNull(i);
-                    }
-                }
                 break;
             case LONG:
                 v.putLongsLittleEndian(0, n, b, 0);
-                for (int i = 0; i < n; i++) {
-                    if ((long) LONGS.get(b, i << 3) == Long.MIN_VALUE) {
-                        v.putNull(i);
-                    }
-                }
                 break;
             case FLOAT:
                 v.putFloatsLittleEndian(0, n, b, 0);
-                for (int i = 0; i < n; i++) {
-                    if ((int) INTS.get(b, i << 2) == FLOAT_NULL) {
-                        v.putNull(i);
-                    }
-                }
                 break;
             case DOUBLE:
                 v.putDoublesLittleEndian(0, n, b, 0);
-                for (int i = 0; i < n; i++) {
-                    if ((long) LONGS.get(b, i << 3) == DOUBLE_NULL) {
-                        v.putNull(i);
-                    }
-                }
-                break;
-            case TIMESTAMP:
-                // nanoseconds to Spark's microseconds, truncated toward zero (as Arrow's cast)
-                for (int i = 0; i < n; i++) {
-                    long x = (long) LONGS.get(b, i << 3);
-                    if (x == Long.MIN_VALUE) {
-                        v.putNull(i);
-                    } else {
-                        v.putLong(i, x / 1000);
-                    }
-                }
-                break;
-            case CHAR:
-                chars(v, b, n);
                 break;
             default:
                 throw new IllegalStateException("not a fixed-width type: " + kind);
+        }
+    }
+
+    /**
+     * The rows of {@code b} that hold the stored kind's null sentinel (docs/storage-format.md)
+     * marked null in {@code v}: the one place every path of this cursor finds its nulls.
+     * A loop per width, so that no value is boxed nor read through a virtual call.
+     */
+    private void markNulls(WritableColumnVector v, byte[] b, int n) {
+        switch (kind) {
+            case BOOL:
+                nullBytes(v, b, n, (byte) -1);
+                break;
+            case BYTE:
+                nullBytes(v, b, n, Byte.MIN_VALUE);
+                break;
+            case SHORT:
+                nullShorts(v, b, n, Short.MIN_VALUE);
+                break;
+            case INT:
+                nullInts(v, b, n, Integer.MIN_VALUE);
+                break;
+            case FLOAT:
+                nullInts(v, b, n, FLOAT_NULL);
+                break;
+            case LONG:
+            case TIMESTAMP:
+                nullLongs(v, b, n, Long.MIN_VALUE);
+                break;
+            case DOUBLE:
+                nullLongs(v, b, n, DOUBLE_NULL);
+                break;
+            default:
+                throw new IllegalStateException("not a fixed-width type: " + kind);
+        }
+    }
+
+    private static void nullBytes(WritableColumnVector v, byte[] b, int n, byte nil) {
+        for (int i = 0; i < n; i++) {
+            if (b[i] == nil) {
+                v.putNull(i);
+            }
+        }
+    }
+
+    private static void nullShorts(WritableColumnVector v, byte[] b, int n, short nil) {
+        for (int i = 0; i < n; i++) {
+            if ((short) SHORTS.get(b, i << 1) == nil) {
+                v.putNull(i);
+            }
+        }
+    }
+
+    private static void nullInts(WritableColumnVector v, byte[] b, int n, int nil) {
+        for (int i = 0; i < n; i++) {
+            if ((int) INTS.get(b, i << 2) == nil) {
+                v.putNull(i);
+            }
+        }
+    }
+
+    private static void nullLongs(WritableColumnVector v, byte[] b, int n, long nil) {
+        for (int i = 0; i < n; i++) {
+            if ((long) LONGS.get(b, i << 3) == nil) {
+                v.putNull(i);
+            }
         }
     }
 
@@ -180,93 +207,105 @@ final class FixedCursor extends Cursor {
      */
     private void widen(WritableColumnVector v, byte[] b, int n) {
         if (kind == TableSchema.Kind.FLOAT) {
-            double[] d = doubles(n);
+            double[] d = scratch(double[].class, n);
             for (int i = 0; i < n; i++) {
                 d[i] = Float.intBitsToFloat((int) INTS.get(b, i << 2));
             }
             v.putDoubles(0, n, d, 0);
-            for (int i = 0; i < n; i++) {
-                if ((int) INTS.get(b, i << 2) == FLOAT_NULL) {
-                    v.putNull(i);
-                }
-            }
-            return;
+        } else if (kind == TableSchema.Kind.BYTE || kind == TableSchema.Kind.SHORT || kind == TableSchema.Kind.INT) {
+            put(v, integers(b, n), n);
+        } else {
+            throw new IllegalStateException("no widening from " + kind + " to " + type);
         }
+        markNulls(v, b, n);
+    }
+
+    /** The stored values of an integer kind as longs, in a reused array (the null sentinel, the
+     *  kind's smallest value, stays that value). */
+    private long[] integers(byte[] b, int n) {
         if (wide.length < n) {
             wide = new long[n];
         }
         long[] x = wide;
-        long nil;
         switch (kind) {
             case BYTE:
                 for (int i = 0; i < n; i++) {
                     x[i] = b[i];
                 }
-                nil = Byte.MIN_VALUE;
                 break;
             case SHORT:
                 for (int i = 0; i < n; i++) {
                     x[i] = (short) SHORTS.get(b, i << 1);
                 }
-                nil = Short.MIN_VALUE;
                 break;
             case INT:
                 for (int i = 0; i < n; i++) {
                     x[i] = (int) INTS.get(b, i << 2);
                 }
-                nil = Integer.MIN_VALUE;
+                break;
+            case LONG:
+                for (int i = 0; i < n; i++) {
+                    x[i] = (long) LONGS.get(b, i << 3);
+                }
                 break;
             default:
-                throw new IllegalStateException("no widening from " + kind + " to " + type);
+                throw new IllegalStateException("not an integer type: " + kind);
         }
-        put(v, x, n, nil);
+        return x;
     }
 
-    /** {@code x[0..n)} into {@code v} as {@code type}, rows equal to {@code nil} null. */
-    private void put(WritableColumnVector v, long[] x, int n, long nil) {
+    /** The smallest value of an integer kind: its null sentinel; its complement is the largest. */
+    private static long smallest(TableSchema.Kind k) {
+        switch (k) {
+            case BYTE:
+                return Byte.MIN_VALUE;
+            case SHORT:
+                return Short.MIN_VALUE;
+            case INT:
+                return Integer.MIN_VALUE;
+            case LONG:
+                return Long.MIN_VALUE;
+            default:
+                throw new IllegalStateException("not an integer type: " + k);
+        }
+    }
+
+    /** {@code x[0..n)} into {@code v} as {@code type}, in bulk (nulls are the caller's). */
+    private void put(WritableColumnVector v, long[] x, int n) {
         if (type.equals(DataTypes.LongType)) {
             v.putLongs(0, n, x, 0);
         } else if (type.equals(DataTypes.IntegerType)) {
-            int[] t = out instanceof int[] && ((int[]) out).length >= n ? (int[]) out : new int[n];
-            out = t;
+            int[] t = scratch(int[].class, n);
             for (int i = 0; i < n; i++) {
                 t[i] = (int) x[i];
             }
             v.putInts(0, n, t, 0);
         } else if (type.equals(DataTypes.ShortType)) {
-            short[] t = out instanceof short[] && ((short[]) out).length >= n ? (short[]) out : new short[n];
-            out = t;
+            short[] t = scratch(short[].class, n);
             for (int i = 0; i < n; i++) {
                 t[i] = (short) x[i];
             }
             v.putShorts(0, n, t, 0);
         } else if (type.equals(DataTypes.ByteType)) {
-            byte[] t = out instanceof byte[] && ((byte[]) out).length >= n ? (byte[]) out : new byte[n];
-            out = t;
+            byte[] t = scratch(byte[].class, n);
             for (int i = 0; i < n; i++) {
                 t[i] = (byte) x[i];
             }
             v.putBytes(0, n, t, 0);
         } else if (type.equals(DataTypes.FloatType)) {
-            float[] t = out instanceof float[] && ((float[]) out).length >= n ? (float[]) out : new float[n];
-            out = t;
+            float[] t = scratch(float[].class, n);
             for (int i = 0; i < n; i++) {
                 t[i] = x[i];
             }
             v.putFloats(0, n, t, 0);
         } else if (type.equals(DataTypes.DoubleType)) {
-            double[] t = doubles(n);
+            double[] t = scratch(double[].class, n);
             for (int i = 0; i < n; i++) {
                 t[i] = x[i];
             }
             v.putDoubles(0, n, t, 0);
         } else {
             throw new IllegalStateException("no widening from " + kind + " to " + type);
-        }
-        for (int i = 0; i < n; i++) {
-            if (x[i] == nil) {
-                v.putNull(i);
-            }
         }
     }
 
@@ -279,12 +318,9 @@ final class FixedCursor extends Cursor {
      */
     private void narrow(WritableColumnVector v, byte[] b, int n) {
         if (kind == TableSchema.Kind.DOUBLE) {
-            double[] d = doubles(n);
+            double[] d = scratch(double[].class, n);
             for (int i = 0; i < n; i++) {
-                d[i] = Double.longBitsToDouble((long) LONGS.get(b, i << 3));
-            }
-            for (int i = 0; i < n; i++) {
-                double x = d[i];
+                double x = Double.longBitsToDouble((long) LONGS.get(b, i << 3));
                 float f = (float) x;
                 if (Float.isInfinite(f) && !Double.isInfinite(x) && (long) LONGS.get(b, i << 3) != DOUBLE_NULL) {
                     throw doesNotFit(Double.toString(x));
@@ -303,65 +339,20 @@ final class FixedCursor extends Cursor {
             } else {
                 v.putDoubles(0, n, d, 0);
             }
+        } else {
+            long[] x = integers(b, n);
+            long nil = smallest(kind);
+            long lo = smallest(narrowTo);
+            long hi = ~lo;
             for (int i = 0; i < n; i++) {
-                if ((long) LONGS.get(b, i << 3) == DOUBLE_NULL) {
-                    v.putNull(i);
+                long y = x[i];
+                if ((y < lo || y > hi) && y != nil) {
+                    throw doesNotFit(Long.toString(y));
                 }
             }
-            return;
+            put(v, x, n);
         }
-        if (wide.length < n) {
-            wide = new long[n];
-        }
-        long[] x = wide;
-        long nil;
-        switch (kind) {
-            case SHORT:
-                for (int i = 0; i < n; i++) {
-                    x[i] = (short) SHORTS.get(b, i << 1);
-                }
-                nil = Short.MIN_VALUE;
-                break;
-            case INT:
-                for (int i = 0; i < n; i++) {
-                    x[i] = (int) INTS.get(b, i << 2);
-                }
-                nil = Integer.MIN_VALUE;
-                break;
-            case LONG:
-                for (int i = 0; i < n; i++) {
-                    x[i] = (long) LONGS.get(b, i << 3);
-                }
-                nil = Long.MIN_VALUE;
-                break;
-            default:
-                throw new IllegalStateException("no narrowing from " + kind + " to " + narrowTo);
-        }
-        long lo;
-        long hi;
-        switch (narrowTo) {
-            case BYTE:
-                lo = Byte.MIN_VALUE;
-                hi = Byte.MAX_VALUE;
-                break;
-            case SHORT:
-                lo = Short.MIN_VALUE;
-                hi = Short.MAX_VALUE;
-                break;
-            case INT:
-                lo = Integer.MIN_VALUE;
-                hi = Integer.MAX_VALUE;
-                break;
-            default:
-                throw new IllegalStateException("no narrowing from " + kind + " to " + narrowTo);
-        }
-        for (int i = 0; i < n; i++) {
-            long y = x[i];
-            if ((y < lo || y > hi) && y != nil) {
-                throw doesNotFit(Long.toString(y));
-            }
-        }
-        put(v, x, n, nil);
+        markNulls(v, b, n);
     }
 
     private DisSourceError doesNotFit(String value) {
@@ -372,10 +363,13 @@ final class FixedCursor extends Cursor {
             + " after this streaming query started; restart the query to read the table in its newest version");
     }
 
-    private double[] doubles(int n) {
-        double[] t = out instanceof double[] && ((double[]) out).length >= n ? (double[]) out : new double[n];
-        out = t;
-        return t;
+    /** A reused array of class {@code cls} (int[].class, …) at least {@code n} long: a cursor
+     *  presents one type, so one array serves every batch. */
+    private <A> A scratch(Class<A> cls, int n) {
+        if (!cls.isInstance(out) || java.lang.reflect.Array.getLength(out) < n) {
+            out = java.lang.reflect.Array.newInstance(cls.getComponentType(), n);
+        }
+        return cls.cast(out);
     }
 
     @Override

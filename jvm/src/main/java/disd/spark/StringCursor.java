@@ -47,29 +47,41 @@ final class StringCursor extends Cursor {
             throw new DisSourceError("string offsets out of order in a column file (end " + last + " after "
                 + prevEnd + ")");
         }
-        byte[] d = dataBuffer((int) size + 8); // 8 spare bytes: the dictionary reads whole words
+        byte[] d = dataBuf = grown(dataBuf, (int) size + 8); // 8 spare bytes: the dictionary reads whole words
         if (size > 0) {
             dat.read(d, 0, (int) size);
         }
-        if (dict == null || !encode(v, ends, d, n)) {
+        if (dict != null && put(v, ends, d, n, v.reserveDictionaryIds(n), 0)) {
+            v.setDictionary(dict);
+        } else {
             dict = null;
             v.setDictionary(null);
-            plain(v, ends, d, n, (int) size);
+            put(v, ends, d, n, null, size > 0 ? v.arrayData().appendBytes((int) size, d, 0) : 0);
         }
         prevEnd = last;
     }
 
-    /** As a dictionary (false, and nothing kept, once the column has too many distinct values). */
-    private boolean encode(WritableColumnVector v, byte[] ends, byte[] d, int n) {
-        WritableColumnVector ids = v.reserveDictionaryIds(n);
+    /**
+     * The rows into {@code v}, walking their end offsets once: as dictionary ids into
+     * {@code ids} when it is given (false, and nothing kept, once the column has too many
+     * distinct values), else plain, as slices of the batch's data appended at {@code base} of
+     * the vector's bytes.
+     */
+    private boolean put(WritableColumnVector v, byte[] ends, byte[] d, int n, WritableColumnVector ids, int base) {
         long p = prevEnd;
         for (int i = 0; i < n; i++) {
             long e = (long) LONGS.get(ends, i << 3);
             long end = e & MASK;
+            int from = (int) (p - prevEnd);
             if (e < 0) {
                 v.putNull(i);
+                if (ids == null) {
+                    v.putArray(i, base + from, 0);
+                }
+            } else if (ids == null) {
+                v.putArray(i, base + from, (int) (end - p));
             } else {
-                int id = dict.id(d, (int) (p - prevEnd), (int) (end - p));
+                int id = dict.id(d, from, (int) (end - p));
                 if (id < 0) {
                     return false;
                 }
@@ -77,34 +89,10 @@ final class StringCursor extends Cursor {
             }
             p = end;
         }
-        v.setDictionary(dict);
         return true;
     }
 
-    private void plain(WritableColumnVector v, byte[] ends, byte[] d, int n, int size) {
-        int base = size > 0 ? v.arrayData().appendBytes(size, d, 0) : 0;
-        long p = prevEnd;
-        for (int i = 0; i < n; i++) {
-            long e = (long) LONGS.get(ends, i << 3);
-            long end = e & MASK;
-            if (e < 0) {
-                v.putNull(i);
-                v.putArray(i, base + (int) (p - prevEnd), 0);
-            } else {
-                v.putArray(i, base + (int) (p - prevEnd), (int) (end - p));
-            }
-            p = end;
-        }
-    }
-
     private byte[] dataBuf = new byte[0];
-
-    private byte[] dataBuffer(int size) {
-        if (dataBuf.length < size) {
-            dataBuf = new byte[Math.max(size, dataBuf.length + (dataBuf.length >> 1))];
-        }
-        return dataBuf;
-    }
 
     @Override
     void close() {

@@ -2,8 +2,6 @@ package disd.spark;
 
 import static disd.spark.ColumnFormat.LONGS;
 
-import org.apache.spark.sql.execution.vectorized.Dictionary;
-
 /**
  * A string column's distinct values, each its own array.  Spark hashes and compares a string
  * whose bytes are a whole array without copying them ({@code UTF8String.getBytes}); a value
@@ -12,7 +10,7 @@ import org.apache.spark.sql.execution.vectorized.Dictionary;
  * dictionary-encoded, as Parquet's reader hands over its dictionary pages.  Past
  * {@link #MAX_VALUES} values or {@link #MAX_BYTES} bytes the slice goes on plain.
  */
-final class StringDictionary implements Dictionary {
+final class StringDictionary extends BytesDictionary {
     static final int MAX_VALUES = 1 << 16;
     static final long MAX_BYTES = 4L << 20;
     static final int MAX_LENGTH = 256;
@@ -28,16 +26,8 @@ final class StringDictionary implements Dictionary {
         if (len > MAX_LENGTH) {
             return -1;
         }
-        long head = len == 0 ? 0 : (long) LONGS.get(d, off) & (len >= 8 ? -1L : (1L << (len << 3)) - 1);
-        long h = head * 0x9E3779B97F4A7C15L + len;
-        for (int i = 8; i < len; i += 8) {
-            long w = (long) LONGS.get(d, off + i);
-            if (len - i < 8) {
-                w &= (1L << ((len - i) << 3)) - 1;
-            }
-            h = (h ^ w) * 0x9E3779B97F4A7C15L;
-        }
-        int hash = (int) (h ^ (h >>> 29) ^ (h >>> 47));
+        long head = head(d, off, len);
+        int hash = hash(d, off, len, head);
         int mask = table.length - 1;
         for (int slot = hash & mask; ; slot = (slot + 1) & mask) {
             int t = table[slot];
@@ -82,17 +72,27 @@ final class StringDictionary implements Dictionary {
 
     private void insert(byte[] v, int idPlusOne) {
         byte[] padded = java.util.Arrays.copyOf(v, v.length + 8);
-        int len = v.length;
-        long head = len == 0 ? 0 : (long) LONGS.get(padded, 0) & (len >= 8 ? -1L : (1L << (len << 3)) - 1);
+        insert(hash(padded, 0, v.length, head(padded, 0, v.length)), idPlusOne);
+    }
+
+    /** The first 8 bytes of [off, off+len) of {@code d}, zero-padded (d has 8 bytes to spare
+     *  after them): the quick test of equal values before their tails are compared. */
+    private static long head(byte[] d, int off, int len) {
+        return len == 0 ? 0 : (long) LONGS.get(d, off) & (len >= 8 ? -1L : (1L << (len << 3)) - 1);
+    }
+
+    /** The hash of bytes [off, off+len) of {@code d}, whose {@link #head} is {@code head}: read a
+     *  word at a time, the last one masked to the value's bytes. */
+    private static int hash(byte[] d, int off, int len, long head) {
         long h = head * 0x9E3779B97F4A7C15L + len;
         for (int i = 8; i < len; i += 8) {
-            long w = (long) LONGS.get(padded, i);
+            long w = (long) LONGS.get(d, off + i);
             if (len - i < 8) {
                 w &= (1L << ((len - i) << 3)) - 1;
             }
             h = (h ^ w) * 0x9E3779B97F4A7C15L;
         }
-        insert((int) (h ^ (h >>> 29) ^ (h >>> 47)), idPlusOne);
+        return (int) (h ^ (h >>> 29) ^ (h >>> 47));
     }
 
     private void insert(int hash, int idPlusOne) {
@@ -107,25 +107,5 @@ final class StringDictionary implements Dictionary {
     @Override
     public byte[] decodeToBinary(int id) {
         return values[id];
-    }
-
-    @Override
-    public int decodeToInt(int id) {
-        throw new UnsupportedOperationException();
-    }
-
-    @Override
-    public long decodeToLong(int id) {
-        throw new UnsupportedOperationException();
-    }
-
-    @Override
-    public float decodeToFloat(int id) {
-        throw new UnsupportedOperationException();
-    }
-
-    @Override
-    public double decodeToDouble(int id) {
-        throw new UnsupportedOperationException();
     }
 }
