@@ -9,9 +9,12 @@
   never quietly lacks it; ``make jar`` and ``make test`` require it too).
 * ``disd.storage.newlocation`` and ``disd.storage.batchwrite`` (C, no dependency but the C
   library) create a new location's directories, record and column files, and write a location's
-  flush, each in one call outside the interpreter's lock.  They are optional: without a C
-  compiler the build goes on and the DIS does both from Python (``disd.storage.fsio``'s
-  ``create_location`` and ``pwrite_all``), which the tests check against them; with
+  flush, each in one call outside the interpreter's lock; ``disd.storage.lastbyindex`` keeps a
+  last-by state's keys in a hash table between publishes; ``disd.binlog.rowencode`` encodes a
+  frame's rows for the logger.  They are optional: without a C compiler the build goes on and
+  all four are done from Python (``disd.storage.fsio``'s ``create_location`` and
+  ``pwrite_all``, ``disd.storage.lastbykeys.ArrowKeys``, ``disd.binlog.format``'s
+  ``encode_rows_numpy``), which the tests check against them; with
   ``DIS_REQUIRE_C_MODULES=1`` (``make dist``, the Dockerfile) a failed compile fails the build.
 * ``disd.storage.ingestcore`` (C) is a location's write state and the byte work of a batch of
   locations' chunks (frame scan and CRC32C, row checks, transactions, column bytes, writes)
@@ -92,5 +95,7 @@ setup(
                            ["dis/disd/storage/ingestcore.c", "dis/disd/storage/ingestscan.c",
                             "dis/disd/storage/ingestwrite.c"],
                            depends=["dis/disd/storage/ingestcore.h", "dis/disd/storage/ingeststate.h"],
-                           optional=optional_c)],
+                           optional=optional_c),
+                 Extension("disd.storage.lastbyindex", ["dis/disd/storage/lastbyindex.c"], optional=optional_c),
+                 Extension("disd.binlog.rowencode", ["dis/disd/binlog/rowencode.c"], optional=optional_c)],
 )

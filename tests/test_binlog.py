@@ -18,6 +18,7 @@ from disd.binlog import (
     read_file,
     scan_frames,
 )
+from disd.binlog import format as format_module
 from disd.binlog.format import FRAME_HEADER_SIZE, decode_header
 from disd.binlog.io import split_points
 from disd.schema import TableSchema
@@ -304,6 +305,63 @@ def test_property_any_rows_and_flags_round_trip(tmp_path_factory, batches):
     assert got.table.num_rows == len(expect)
     rows = list(zip(*[got.table.column(n).to_pylist() for n in ["I", "S", "D", "T", "B"]], got.flags.tolist()))
     assert rows == [tuple(r[:5]) + (int(r[5]),) for r in expect]
+
+
+# --------------------------------------------------------------------------------------------
+# The C encoder writes the numpy encoder's bytes
+
+_EVERY_TYPE = TableSchema.from_dict({"namespace": "P", "table": "E", "columns": [
+    {"name": n, "type": t} for n, t in [("BO", "bool"), ("BY", "byte"), ("SH", "short"), ("IN", "int"),
+                                        ("LO", "long"), ("FL", "float"), ("DO", "double"), ("CH", "char"),
+                                        ("S1", "string"), ("TS", "timestamp"), ("S2", "string"),
+                                        ("S3", "string"), ("I2", "int")]]})
+_VALUES = {
+    "bool": st.booleans(), "byte": st.integers(-128, 127), "short": st.integers(-(2**15), 2**15 - 1),
+    "int": st.integers(-(2**31), 2**31 - 1), "long": st.integers(-(2**63), 2**63 - 1),
+    "float": st.floats(width=32), "double": st.floats(), "char": st.integers(0, 0xFFFF),
+    "string": st.text(max_size=12), "timestamp": st.integers(-(2**63), 2**63 - 1),
+}
+
+
+@st.composite
+def _every_type_batch(draw):
+    """A batch of every column type, nulls anywhere, sliced at a random row (an offset into
+    its buffers), string nulls that span bytes of the data buffer."""
+    n = draw(st.integers(0, 40))
+    cut = draw(st.integers(0, 3))
+    cols = []
+    for c in _EVERY_TYPE.columns:
+        values = draw(st.lists(st.one_of(st.none(), _VALUES[c.type.value]), min_size=n + cut, max_size=n + cut))
+        if c.type.value == "timestamp":
+            arr = pa.array(values, pa.int64()).view(c.type.arrow_type)
+        elif c.type.value == "string" and draw(st.booleans()):
+            # nulls over bytes: the values' bytes stay in the data buffer under a validity of nulls
+            full = pa.array(["" if v is None else v for v in values], pa.string())
+            valid = np.array([v is not None for v in values], dtype=bool)
+            arr = pa.StringArray.from_buffers(len(full), full.buffers()[1], full.buffers()[2],
+                                              pa.py_buffer(np.packbits(valid, bitorder="little")),
+                                              int((~valid).sum()))
+        else:
+            arr = pa.array(values, c.type.arrow_type)
+        cols.append(arr.slice(cut))
+    flags = np.array(draw(st.lists(st.sampled_from([0, 1, 2, 3]), min_size=n, max_size=n)), np.uint8)
+    return cols, flags
+
+
+@pytest.mark.skipif(format_module.rowencode is None, reason="the C encoder was not built")  # see the test below
+@settings(max_examples=300, deadline=None)
+@given(batch=_every_type_batch())
+def test_the_c_encoder_writes_the_numpy_encoders_bytes(batch):
+    cols, flags = batch
+    c_bytes, c_rows = format_module.encode_rows(_EVERY_TYPE, cols, flags)
+    np_bytes, np_rows = format_module.encode_rows_numpy(_EVERY_TYPE, cols, flags)
+    assert format_module._c_columns(_EVERY_TYPE, cols, len(flags)) is not None  # the C encoder wrote c_bytes
+    assert (c_rows, bytes(c_bytes)) == (np_rows, bytes(np_bytes))
+
+
+def test_the_c_encoder_is_built():
+    """``make install`` builds the C encoder (setup.py), and ``encode_rows`` uses it."""
+    assert format_module.rowencode is not None, "disd.binlog.rowencode was not built (no C compiler?)"
 
 
 # --------------------------------------------------------------------------------------------

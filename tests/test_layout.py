@@ -38,8 +38,8 @@ def test_import_from_installed_copy(tmp_path):
         has_jar = "disd/spark/jars/dis-spark.jar" in names
     assert has_jar == (ROOT / "dis" / "disd" / "spark" / "jars" / "dis-spark.jar").is_file()
     # and so do the storage engine's C modules, built for this platform (the wheel says so)
-    for module in ("newlocation", "batchwrite"):
-        assert any(n.startswith(f"disd/storage/{module}.") and n.endswith(".so") for n in names), names
+    for module in ("storage/newlocation", "storage/batchwrite", "storage/lastbyindex", "binlog/rowencode"):
+        assert any(n.startswith(f"disd/{module}.") and n.endswith(".so") for n in names), names
     assert "-py3-none-any" not in wheels[0].name
     target = tmp_path / "site"
     r = subprocess.run(

@@ -78,9 +78,3 @@ def require(problem: str | None) -> None:
     if problem:
         pytest.skip(problem)
 
-
-def require_breaks() -> None:
-    """The tests of the tests (a product broken on purpose must fail the checks) cost minutes
-    that CI's budget does not have: they run with ``DIS_REALFAULTS_BREAKS=1``."""
-    if not os.environ.get("DIS_REALFAULTS_BREAKS"):
-        pytest.skip("a proof that the checks catch a product broken on purpose: run with DIS_REALFAULTS_BREAKS=1")

@@ -18,7 +18,7 @@ import pytest
 
 from .blockrec import apply
 from .powercut import Checker, choose, points_setting, record
-from .privileges import fuse_problem, loop_problem, require, require_breaks
+from .privileges import fuse_problem, loop_problem, require
 
 SEED = int(os.environ.get("DIS_REALFAULTS_SEED") or 41)
 
@@ -75,12 +75,12 @@ BREAKS = ["rename_before_data_fsync", "no_directory_fsync_after_rename", "no_fsy
 
 
 @pytest.mark.parametrize("broken", BREAKS)
+@pytest.mark.breaks
 def test_the_power_cut_catches_a_broken_order(tmp_path, broken):
     """The same recording and replay under a ``dis serve`` whose checkpoint order is broken on
     purpose (``realfaults.broken``, the breakages of ``faults/test_power_loss.py``): a power cut
     finds rows the DIS reported checkpointed missing, or a checkpoint that does not read back.
     Replayed flush by flush until the first violation."""
-    require_breaks()
     rec = record(tmp_path, broken=broken)
     results = replay(tmp_path, rec, full=2, offline=len(rec.flushes), stop_at_first=True)
     bad = [r for r in results if r.problems]

@@ -31,7 +31,7 @@ from support import wait_for
 from .cgroups import group
 from .netns import network
 from .partitions import BASES, HOSTS, Cluster, Phase, Watch, read_seen, visible_at
-from .privileges import cgroup_problem, netns_problem, require, require_breaks
+from .privileges import cgroup_problem, netns_problem, require
 from .workload import Loggers, schemas_dirs
 
 FREEZE_S = float(os.environ.get("DIS_REALFAULTS_FREEZE_S") or 45)  # > keepalive 30 s + timeout 10 s
@@ -227,10 +227,10 @@ def test_partitions_stalls_and_loss_lose_and_duplicate_nothing(tmp_path):
         "DisReplicaLagging's metric did not rise while r1 was cut off and frozen"
 
 
+@pytest.mark.breaks
 def test_the_readers_catch_a_proxy_that_publishes_a_smaller_size(tmp_path):
     """The same scenario (no Spark, a short freeze) with a ``dis proxy`` that publishes whatever
     its upstream lists: reading from r1 while it is behind, readers see sizes go down."""
-    require_breaks()
     problems, _ = run_scenario(tmp_path, spark=False, proxy_break="proxy_publishes_any_size", freeze_s=2)
     print(*problems, sep="\n")
     assert any("go down" in p for p in problems), problems

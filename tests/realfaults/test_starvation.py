@@ -24,7 +24,7 @@ from support import free_port, free_port_pair, start_tailer, wait_for, write_dis
 from .cgroups import group
 from .daemons import start_dis, status, stop
 from .powercut import final_problems
-from .privileges import cgroup_problem, require, require_breaks
+from .privileges import cgroup_problem, require
 from .workload import Loggers, schemas_dirs
 
 MIB = 1 << 20
@@ -215,10 +215,10 @@ def test_a_starved_dis_slows_down_loses_nothing_and_recovers(tmp_path):
     assert figures["throttled_periods"] > 0, "the CPU quota never held the DIS back"
 
 
+@pytest.mark.breaks
 def test_the_checks_catch_a_dis_its_limit_does_not_fit(tmp_path):
     """A memory limit 2 MiB above what the idle DIS holds, under its bound: the OOM killer ends
     it once rows arrive, and the checks say so."""
-    require_breaks()
     problems, figures = starve(tmp_path, headroom_mib=2)
     print(figures, *problems, sep="\n")
     assert any("killed" in p for p in problems), problems

@@ -36,6 +36,11 @@ from disd.errors import DisError
 from disd.schema import ColumnType, TableSchema
 from disd.values import string_offsets
 
+try:  # the product's C encoder (setup.py); without it the numpy one encodes
+    from disd.binlog import rowencode
+except ImportError:  # pragma: no cover - a build without a C compiler
+    rowencode = None
+
 MAGIC = b"DISBLOG\x00"
 VERSION = 1
 HEADER_FIXED = struct.Struct("<8sHHI16s")  # magic, version, reserved, schema_len, fingerprint
@@ -207,7 +212,43 @@ def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def encode_rows(schema: TableSchema, columns: Sequence[pa.Array], flags: np.ndarray) -> tuple[bytes, int]:
-    """Encode rows as one frame payload; returns (payload, row_count)."""
+    """Encode rows as one frame payload; returns (payload, row_count).  In C when it is built
+    (``disd.binlog.rowencode``: each byte written once, outside the interpreter's lock), else
+    ``encode_rows_numpy``; the two write the same bytes (tests/test_binlog.py)."""
+    if rowencode is not None:
+        flags = np.ascontiguousarray(flags, dtype=np.uint8)
+        parts = _c_columns(schema, columns, len(flags))
+        if parts is not None:
+            return rowencode.encode(flags, parts, layout_for(schema).row_size), len(flags)
+    return encode_rows_numpy(schema, columns, flags)
+
+
+_C_KIND = {ColumnType.BOOL: 1, ColumnType.STRING: 2}
+
+
+def _c_columns(schema: TableSchema, columns: Sequence[pa.Array], n: int) -> list[tuple] | None:
+    """Each column's buffers for the C encoder; None when one is not in the form it reads (an
+    Arrow array of the column's own type with its values buffer): the numpy encoder takes it."""
+    if len(columns) != len(schema.columns):
+        return None
+    out = []
+    for c, arr in zip(schema.columns, columns):
+        if len(arr) != n:
+            raise ValueError(f"column {c.name} has {len(arr)} values for {n} flags")
+        if not isinstance(arr, pa.Array) or arr.type != c.type.arrow_type:
+            return None
+        bufs = arr.buffers()
+        if bufs[1] is None:
+            return None
+        kind = _C_KIND.get(c.type, 0)
+        out.append((kind, c.type.width if kind == 0 else 0, bufs[0] if arr.null_count else None, bufs[1],
+                    bufs[2] if kind == 2 else None, arr.offset))
+    return out
+
+
+def encode_rows_numpy(schema: TableSchema, columns: Sequence[pa.Array], flags: np.ndarray) -> tuple[bytes, int]:
+    """``encode_rows`` with numpy and Arrow only: the reference the C encoder is held to, and
+    the encoder of a build without it."""
     lay = layout_for(schema)
     n = len(flags)
     rec = np.zeros(n, dtype=lay.dtype)

@@ -70,8 +70,8 @@ def column_array(values: Any, ctype: ColumnType) -> pa.Array:
 
     Beyond Arrow's safe casts: a char column takes strings of one character (one UTF-16 code
     unit) as well as code units, a bool column numbers only when they are 0 or 1."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+    if isinstance(values, pa.ChunkedArray):  # (a table's column: one chunk is used as it is, not copied)
+        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
     target = ctype.arrow_type
     if isinstance(values, pa.Array):
         arr = values

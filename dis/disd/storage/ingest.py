@@ -279,7 +279,7 @@ def ingest_chunks(items: Sequence[Item]) -> list[ChunkResult | None]:
             loc.lock.release()
     batch.metrics()
     for loc, published in flushed:
-        loc.update_lastby(published)
+        loc.hand_off_lastby(published)
         loc.published()
     return batch.results
 

@@ -7,9 +7,10 @@ the answer without scanning the day's rows, and the DIS already sees every row a
 
 The state is an Arrow table in the location's columns, one row per key, keys in the order they
 first appeared, plus the key of each row (``_keys``) that the next batch is matched against.  It
-is never mutated: each publish builds a new one (one hash pass over the state's keys and the
-batch's, then a ``pyarrow`` take over the old state and the batch's last row per key, no per-row
-Python), so a reader holds a consistent snapshot without a lock.  Invariant: ``state.rows`` is
+is never mutated: each publish builds a new one (the slot of each of the batch's keys from the
+state's key index, ``disd.storage.lastbykeys``, then a ``pyarrow`` take over the old state and
+the batch's last row per key, no per-row Python), so a reader holds a consistent snapshot
+without a lock.  Invariant: ``state.rows`` is
 the location's published row count and the state is exactly the last-by of rows ``[0, rows)``.
 
 Input: the rows a publish adds are taken from ``Pending``, the Arrow arrays ingestion appended
@@ -45,10 +46,9 @@ import structlog
 from disd.binlog.format import crc32c
 from disd.errors import DisError
 from disd.schema import TableSchema
-from disd.schema import ColumnType
-from disd.storage import columns as colfmt
 from disd.storage.fsio import FileSystem, read_file, write_file
 from disd.storage.lastbyfeed import Pending, join
+from disd.storage.lastbykeys import POOL, joined_keys, slot_finder, stored
 
 log = structlog.get_logger(__name__)
 
@@ -84,43 +84,44 @@ def _indices(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
-def _codes(arr: pa.Array) -> np.ndarray:
-    """The values of an integer Arrow array without nulls (dictionary indices) as numpy, no copy."""
-    dtype = np.dtype(f"<i{arr.type.bit_width // 8}")
-    return np.frombuffer(arr.buffers()[1], dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
-
-
-def stored(column, arr: pa.Array | pa.ChunkedArray) -> pa.Array:  # noqa: ANN001 - a schema Column
-    """``arr`` as a read of the column files returns it: the column's Arrow type, and for
-    fixed-width types a value equal to the null sentinel as null (``columns.encode_fixed`` then
-    ``decode_fixed``, numpy only).  Strings are stored as given (nulls stay nulls)."""
-    if column.type is ColumnType.STRING:  # (chunks stay chunks: a key column is hashed as it is)
-        return arr if arr.type == pa.string() else arr.cast(pa.string())
-    if isinstance(arr, pa.ChunkedArray):
-        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks else pa.nulls(0, arr.type)
-    return colfmt.decode_fixed(column, colfmt.encode_fixed(column, arr), len(arr))
-
-
 def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
-    """One hashable value per row for the key columns.  A single column is its own key; several
-    are joined into one string, each part prefixed by its length (``3:abc|N|5:12345``, ``N`` for
-    null) so no two different tuples of values can produce the same string."""
-    return _combined([table.column(k) for k in keys])
+    """One hashable value per row for the key columns (``lastbykeys.joined_keys``)."""
+    return joined_keys([table.column(k) for k in keys])
 
 
-def _combined(columns: list[pa.Array | pa.ChunkedArray]) -> pa.Array:
-    if len(columns) == 1:
-        col = columns[0]
-        if isinstance(col, pa.ChunkedArray):  # (an empty one's combine_chunks imports pandas)
-            col = pa.concat_arrays(col.chunks) if col.num_chunks else pa.nulls(0, col.type)
-        return col
-    parts = []
-    for col in columns:
-        s = pc.cast(col, pa.string())
-        part = pc.binary_join_element_wise(pc.cast(pc.utf8_length(s), pa.string()), s, ":")
-        parts.append(pc.fill_null(part, "N"))
-    out = pc.binary_join_element_wise(*parts, "|")
-    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+def _aligned(cols: list[pa.Array | pa.ChunkedArray]) -> list[pa.Array | pa.ChunkedArray]:
+    """The batch's columns with their chunks cut at the same rows (a publish's pieces already
+    are; anything else is cut with ``Table.to_batches``, slices)."""
+    def layout(c: pa.Array | pa.ChunkedArray) -> tuple[int, ...]:
+        return tuple(len(x) for x in c.chunks) if isinstance(c, pa.ChunkedArray) else (len(c),)
+    if all(layout(c) == layout(cols[0]) for c in cols):
+        return cols
+    batches = pa.Table.from_arrays(cols, names=[str(i) for i in range(len(cols))]).to_batches()
+    return [pa.chunked_array([b.column(i) for b in batches], c.type) for i, c in enumerate(cols)]
+
+
+def _by_chunk(column: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
+    """``rows`` of a batch held as ``column``'s chunks, grouped by chunk: the order that groups
+    them (stable) and, per chunk, its number and the rows in it (relative to it)."""
+    if not isinstance(column, pa.ChunkedArray) or column.num_chunks == 1:
+        return np.arange(len(rows)), [(0, rows)]
+    starts = np.cumsum([0, *(len(c) for c in column.chunks)])
+    which = np.searchsorted(starts[1:], rows, side="right")
+    order = np.argsort(which, kind="stable")
+    grouped, ids = rows[order], which[order]
+    cuts = np.searchsorted(ids, np.arange(column.num_chunks + 1))
+    return order, [(j, grouped[cuts[j]:cuts[j + 1]] - starts[j]) for j in range(column.num_chunks)
+                   if cuts[j + 1] > cuts[j]]
+
+
+def _take_chunks(arr: pa.Array | pa.ChunkedArray, picked: list[tuple[int, np.ndarray]]) -> pa.Array:
+    """The rows ``_by_chunk`` grouped, taken from each chunk in place and joined (only them)."""
+    if not isinstance(arr, pa.ChunkedArray):
+        return pc.take(arr, _indices(picked[0][1]), memory_pool=POOL)
+    parts = [pc.take(arr.chunk(j), _indices(r), memory_pool=POOL) for j, r in picked]
+    if not parts:
+        return pa.nulls(0, arr.type)
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts, memory_pool=POOL)
 
 
 def _last_indices(key: pa.Array) -> np.ndarray:
@@ -187,32 +188,35 @@ def validate_keys(schema: TableSchema, keys: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The state at ``rows`` published rows; ``seq`` counts the publishes it has absorbed."""
+    """The state at ``rows`` published rows; ``seq`` counts the publishes it has absorbed;
+    ``key_bytes``: the memory its key index held when it was made (beside the table)."""
 
     table: pa.Table
-    keys: pa.Array
     rows: int
     seq: int
+    key_bytes: int = 0
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes + self.keys.nbytes
+        return self.table.nbytes + self.key_bytes
 
 
 class LastBy:
     """The last-by state of one location (see the module docstring)."""
 
-    def __init__(self, schema: TableSchema, keys: tuple[str, ...], max_keys: int) -> None:
+    def __init__(self, schema: TableSchema, keys: tuple[str, ...], max_keys: int, native: bool | None = None) -> None:
+        """``native``: the keys in the C index (True), in Arrow (False, the reference), or the
+        C index when it is built (None)."""
         validate_keys(schema, keys)
         self.schema = schema
         self.keys = keys
         self.max_keys = max_keys
         self.arrow_schema = schema.arrow_schema()
         self._key_index = [schema.column_names.index(k) for k in keys]
+        self._slots = slot_finder([schema.columns[i] for i in self._key_index], native)
         self.pending = Pending()  # appended rows not yet absorbed (fed by the location)
         self.rows_read_back = 0  # rows a publish had to read from the files (Pending did not hold them)
-        empty = empty_table(self.arrow_schema)
-        self._state = Snapshot(empty, combined_key(empty, keys), 0, 0)
+        self._state = Snapshot(empty_table(self.arrow_schema), 0, 0)
         self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque()
         self._lock = threading.Lock()  # guards _state's replacement and _deltas
         # Serializes updates (the flusher's, a checkpoint's); the location takes it before its
@@ -262,43 +266,33 @@ class LastBy:
                               f"to reach {rows_after}")
         if n == 0:
             return
-        # One hash pass over the state's keys followed by the batch's: the state's keys are
-        # unique and in order, so they get codes 0..k-1 (their slots), and the batch's new keys
-        # the next codes in order of first appearance; the dictionary is the new state's keys.
-        k = len(s.keys)
-        if len(self._key_index) == 1:
-            bkey = stored(self.schema.columns[self._key_index[0]], cols[self._key_index[0]])
-        else:
-            bkey = _combined([stored(self.schema.columns[i], cols[i]) for i in self._key_index])
-        chunks = [s.keys, *(bkey.chunks if isinstance(bkey, pa.ChunkedArray) else [bkey])]
-        enc = pc.dictionary_encode(pa.chunked_array(chunks, s.keys.type), null_encoding="encode")  # no concat
-        dictionary = enc.chunks[-1].dictionary  # (every chunk's codes index the final dictionary)
-        total = len(dictionary)
-        if total > self.max_keys:
+        # Each of the batch's keys gets its slot (the state's keys keep theirs, new keys the next
+        # slots in order of first appearance), and each touched slot the batch's last row.
+        k = len(s.table)
+        keyed = self._slots.key(s.table, [cols[i] for i in self._key_index], self.max_keys)
+        total, changed = keyed.total, keyed.changed
+        if changed is None:
             raise LastByLimitError(
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
-        codes = np.concatenate([_codes(c.indices) for c in enc.chunks])[k:]
-        last = np.full(total, -1, np.int64)
-        np.maximum.at(last, codes, np.arange(n, dtype=np.int64))  # each key's last row in the batch
-        changed = np.flatnonzero(last >= 0)
-        # Only the batch's last row of each key is taken (and made ``stored``), then the new
-        # state is one take over the old state and those rows: O(keys), not O(batch), columns.
-        picked = _indices(last[changed])
-        delta = pa.Table.from_arrays([stored(c, arr.take(picked)) for c, arr in zip(self.schema.columns, cols)],
-                                     schema=self.arrow_schema).combine_chunks()
-        if k == 0:  # every key is new and ``changed`` is every slot in order
-            table = delta
-        else:
-            idx = np.arange(total, dtype=np.int64)
-            idx[changed] = k + np.arange(len(changed), dtype=np.int64)
-            table = pa.concat_tables([s.table, delta]).combine_chunks().take(_indices(idx))
-        if not self.subscribers:
-            delta = None
+        # Only the batch's last row of each key is taken (and made ``stored``), from each of the
+        # batch's pieces in place (Arrow's take over chunks would join them first: a copy of the
+        # whole batch), then the new state is one take over the old state and those rows:
+        # O(keys), not O(batch), columns.
+        cols = _aligned(cols)
+        order, picked = _by_chunk(cols[0], keyed.rows)
+        delta = pa.Table.from_arrays([stored(c, _take_chunks(arr, picked)) for c, arr in zip(self.schema.columns, cols)],
+                                     schema=self.arrow_schema)
+        idx = np.arange(total, dtype=np.int64)
+        idx[changed[order]] = k + np.arange(len(changed), dtype=np.int64)
+        both = pa.concat_tables([s.table, delta], memory_pool=POOL).combine_chunks(memory_pool=POOL)
+        table = pc.take(both, _indices(idx), memory_pool=POOL)
+        delta = pc.take(table, _indices(changed), memory_pool=POOL) if self.subscribers else None
         with self._lock:
             if generation is not None and generation != self._generation:
                 return
-            self._state = Snapshot(table, dictionary, rows_after, s.seq + 1)
+            self._slots.accept(keyed.token, table)
+            self._state = Snapshot(table, rows_after, s.seq + 1, self._slots.nbytes)
             if delta is None:
                 self._deltas.clear()
                 return
@@ -343,10 +337,9 @@ class LastBy:
                 read_rows: Callable[[int, int], pa.Table], where: str) -> None:
         """Set the state to the last-by of the checkpointed ``rows``: from the file ``ref`` names
         when it checks out, else rebuilt from the rows (logged)."""
-        empty = empty_table(self.arrow_schema)
         with self._lock:
             self._generation += 1
-            self._state = Snapshot(empty, combined_key(empty, self.keys), 0, self._state.seq + 1)
+            self._state = Snapshot(empty_table(self.arrow_schema), 0, self._state.seq + 1)
             self.pending.clear()
             self._deltas.clear()
             self._delta_rows = 0
@@ -387,9 +380,9 @@ class LastBy:
         if len(table) > self.max_keys:
             raise LastByLimitError(f"table {self.schema.key}: {len(table)} last-by keys exceed "
                                    f"lastby_max_keys={self.max_keys}")
-        keys = combined_key(table, self.keys)
+        self._slots.prime(table)
         with self._lock:
-            self._state = Snapshot(table, keys, rows, self._state.seq + 1)
+            self._state = Snapshot(table, rows, self._state.seq + 1, self._slots.nbytes)
         return None
 
 

@@ -68,7 +68,7 @@ class Pending:
     def take(self, start: int, stop: int) -> list[list[pa.Array]] | None:
         """The pieces of rows ``[start, stop)`` in order (each a list of columns), forgetting
         every held row below ``stop``; None when they are not all held (the caller reads the
-        files).  Only slices: ``join`` copies them, outside any lock."""
+        files).  Only slices (``join`` makes them columns without a copy)."""
         with self._lock:
             return self._take(start, stop)
 
@@ -88,9 +88,10 @@ class Pending:
         return parts
 
 
-def join(parts: list[list[pa.Array]]) -> list[pa.Array] | None:
-    """One array per column from ``Pending.take``'s pieces; None when pieces of one column
-    differ in Arrow type (the caller reads the files instead)."""
+def join(parts: list[list[pa.Array]]) -> list[pa.Array | pa.ChunkedArray] | None:
+    """One column each from ``Pending.take``'s pieces, as a chunked array of them (no copy: an
+    update hashes the key columns and takes a few rows of the others); None when pieces of one
+    column differ in Arrow type (the caller reads the files instead)."""
     if len(parts) == 1:
         return parts[0]
     out = []
@@ -98,5 +99,5 @@ def join(parts: list[list[pa.Array]]) -> list[pa.Array] | None:
         pieces = [c for p in parts for c in (p[i].chunks if isinstance(p[i], pa.ChunkedArray) else [p[i]])]
         if any(a.type != pieces[0].type for a in pieces):
             return None
-        out.append(pa.concat_arrays(pieces))  # (a take over many chunks cost more than this copy)
+        out.append(pa.chunked_array(pieces, pieces[0].type))
     return out

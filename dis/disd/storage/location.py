@@ -133,6 +133,9 @@ def _retryable_cause(e: BaseException | None) -> bool:
 #: than a quarter of its own ``flush_interval_ms`` (``caught_up_flush_s``): a trickle costs at most
 #: 4 times the flusher's flushes
 CAUGHT_UP_FLUSH_S = 0.025
+#: a caught-up source's publish (on its ingest thread) leaves the last-by update to the flusher,
+#: which takes it up within this: the ingest thread goes on reading meanwhile
+LASTBY_HANDOFF_S = 0.001
 
 IMPORT_STATE_KEYS = ("transactions_abandoned", "ends_without_start", "rows_rolled_back", "restarts", "io_recoveries")
 
@@ -577,26 +580,35 @@ class Location:
             if self._on_dirty is not None:
                 self._on_dirty(self, None)
 
-    def flush(self) -> None:
-        """Write dirty buffers (no sync), then publish the committed row count."""
+    def flush(self, lastby: bool = True) -> None:
+        """Write dirty buffers (no sync), then publish the committed row count; bring the last-by
+        state up to it (``lastby``), or have the flusher do it (a caught-up source's thread)."""
         t0 = time.perf_counter()
         with self.lock:
             if self.closed or self.in_error:
                 return
             changed = self._flush_locked()
             published = (self.published_rows, self.published_sizes, self.epoch)
-        if changed and self.lastby is not None:  # off the lock: ingestion goes on meanwhile
+        behind = self.lastby_behind()
+        lastby = lastby or self._on_dirty is None  # (no flusher to hand it to)
+        if behind and lastby:  # off the lock: ingestion goes on meanwhile
             self._update_lastby(*published)
+        elif behind:
+            self._on_dirty(self, LASTBY_HANDOFF_S)  # type: ignore[misc]
         metrics.FLUSH_DURATION.observe(time.perf_counter() - t0)
-        if changed and self._on_publish is not None:
+        if (changed or behind and lastby) and self._on_publish is not None:
             self._on_publish(self)
+
+    def lastby_behind(self) -> bool:
+        """Whether the last-by state covers fewer rows than are published."""
+        return self.lastby is not None and self.lastby.snapshot().rows < self.published_rows
 
     def flush_marked(self) -> bool:
         """The flush clock's visit: flush unless a flush since the location told the clock (a
         caught-up source's, ``publish_soon``) left nothing to write or publish.  Returns whether
         it flushed.  ``dirty_since`` is read without the lock: a change racing with this read
         marks the location again, so the next tick flushes it."""
-        if self.dirty_since is None:
+        if self.dirty_since is None and not self.lastby_behind():
             return False
         self.flush()
         return True
@@ -629,7 +641,7 @@ class Location:
         while a trickle of single rows still costs at most one flush per ``caught_up_flush_s``."""
         if not self.flush_due_soon(time.time()):
             return False
-        self.flush()
+        self.flush(lastby=False)
         return True
 
     def _flush_locked(self) -> bool:
@@ -799,6 +811,17 @@ class Location:
         """After a publish, off the lock (``published``: ``publish_snapshot``'s)."""
         if self.lastby is not None and published is not None:
             self._update_lastby(*published)
+
+    def hand_off_lastby(self, published: tuple[int, dict[str, int], int] | None) -> None:
+        """After a publish on an ingest thread, off the lock: the flusher brings the last-by state
+        up to the published rows (within ``LASTBY_HANDOFF_S``), so the stream's next chunk does not
+        wait for the update; without a flusher (tests of a bare location), now."""
+        if self.lastby is None or published is None:
+            return
+        if self._on_dirty is None:
+            self._update_lastby(*published)
+        else:
+            self._on_dirty(self, LASTBY_HANDOFF_S)
 
     def published(self) -> None:
         """Tell the engine's subscribers of a publish (off the lock)."""

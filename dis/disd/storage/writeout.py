@@ -68,8 +68,10 @@ def flush_many(locs: Sequence["Location"]) -> int:
     """Flush these locations together (the flush clock's tick): each one's locks taken (in one
     order for every caller), their writes made in one call, each published, then the subscribers
     told off the locks.  A location flushed since it was marked (nothing to write or publish) is
-    passed over; a failed flush puts its location in error.  Returns how many were flushed."""
-    todo = {id(loc): loc for loc in locs if loc.dirty_since is not None}
+    passed over, unless its last-by state is behind its published rows (an ingest thread handed
+    the update over: ``Location.hand_off_lastby``); a failed flush puts its location in error.
+    Returns how many were flushed."""
+    todo = {id(loc): loc for loc in locs if loc.dirty_since is not None or loc.lastby_behind()}
     if not todo:
         return 0
     t0 = time.perf_counter()
@@ -84,7 +86,7 @@ def flush_many(locs: Sequence["Location"]) -> int:
         for loc, e in zip(live, write_out([(loc, True) for loc in live])):
             if e is not None:
                 loc.fail_io("flush", e)
-            elif loc.published_locked(now):
+            elif loc.published_locked(now) or loc.lastby_behind():  # (an ingest thread's hand-off)
                 published.append((loc, loc.publish_snapshot()))
     finally:
         for loc in reversed(held):

@@ -1,0 +1,253 @@
+"""The last-by state's C key index (``lastbykeys.IndexKeys``) against the Arrow reference
+(``ArrowKeys``): the same random operations on two states, one on each, must give identical
+states, checkpoint files and IPC at every step, both equal to ``last_by`` of the rows.
+
+The operations are a location's: rows appended (committed or not, so that some are rolled
+back), publishes (the state catches up from the appended arrays, or from the rows as the files
+return them), checkpoints (``lastby.<rows>.arrow`` written to real files), reloads (a fresh
+state from the checkpoint's file, or rebuilt from the rows when the file is missing or damaged),
+and a key limit the updates may pass.  Keys are one to three columns of every kind (strings
+short and long, empty and null; integers, chars and timestamps with their null sentinels;
+floats with -0.0, NaNs of two bit patterns and the sentinel; booleans)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from disd.schema import TableSchema
+from disd.storage import lastbykeys
+from disd.storage.fsio import OS
+from disd.storage.lastby import LastBy, LastByLimitError, last_by, stored, to_ipc
+
+SCHEMA = TableSchema.from_dict({
+    "namespace": "Test", "table": "Keys", "partition_column": "Date",
+    "columns": [{"name": "S", "type": "string"}, {"name": "I", "type": "long"}, {"name": "D", "type": "double"},
+                {"name": "B", "type": "bool"}, {"name": "C", "type": "char"}, {"name": "T", "type": "timestamp"},
+                {"name": "F", "type": "float"}, {"name": "Y", "type": "byte"}, {"name": "V", "type": "int"}]})
+
+_NAN2 = np.frombuffer(np.array([0xFFF8000000000001], np.uint64).tobytes(), np.float64)[0]  # another NaN
+_F_NAN2 = np.frombuffer(np.array([0xFFC00001], np.uint32).tobytes(), np.float32)[0]
+POOLS = {
+    "S": ["", "a", "ab", "abc", "K1", "K12", "abcd", "K1234", "abcdefg", "abcdefgh", "abcdefghi", "K123456789012",
+          "a much longer key that spans several words", "é", "日本", None],
+    "I": [0, 1, -1, 7, 2**62, -(2**63), None],  # -(2**63): the null sentinel
+    "D": [0.0, -0.0, 1.5, float("nan"), _NAN2, -np.finfo(np.float64).max, float("inf"), None],
+    "B": [True, False, None],
+    "C": [0, 65, 0xFFFE, 0xFFFF, None],  # 0xFFFF: the sentinel
+    "T": [0, 1, 1_763_802_000_000_000_000, -(2**63), None],
+    "F": [0.0, -0.0, 2.5, float("nan"), _F_NAN2, -np.finfo(np.float32).max, None],
+    "Y": [0, 1, -1, -128, None],
+}
+KEYS = [("S",), ("I",), ("D",), ("B",), ("C",), ("T",), ("F",), ("Y",), ("S", "I"), ("D", "S"), ("F", "B", "C"),
+        ("T", "S", "Y"), ("D", "F")]
+
+
+def rows(n: int, seed: int, start: int, keys: tuple[str, ...], narrow: int) -> list[pa.Array]:
+    """``n`` rows of the schema, the key columns drawn from (the first ``narrow`` values of) their
+    pools, V the row number; the columns in the Arrow types the DIS holds."""
+    rng = np.random.default_rng(seed)
+    cols = []
+    for c in SCHEMA.columns:
+        if c.name == "V":
+            cols.append(pa.array(np.arange(start, start + n, dtype=np.int32)))
+            continue
+        pool = POOLS[c.name][: max(1, narrow)] + ([None] if c.name in keys else [])
+        values = [pool[i] for i in rng.integers(0, len(pool), n)] if c.name in keys else \
+            [POOLS[c.name][i] for i in rng.integers(0, len(POOLS[c.name]) - 1, n)]
+        t = c.type.arrow_type
+        if c.name == "T":
+            cols.append(pa.array(values, pa.int64()).view(t) if values else pa.array([], t))
+        elif c.name == "F":
+            cols.append(pa.array([None if v is None else np.float32(v) for v in values], t))
+        else:
+            cols.append(pa.array(values, t))
+    return cols
+
+
+def bits(t: pa.Table) -> pa.Table:
+    """``t`` with its floats as their bit patterns: equal tables then compare equal (a NaN too)."""
+    out = {}
+    for name, col in zip(t.column_names, t.columns):
+        arr = pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type)
+        if pa.types.is_floating(arr.type):
+            arr = arr.view(pa.int64() if arr.type == pa.float64() else pa.int32())
+        out[name] = arr
+    return pa.table(out)
+
+
+def as_read(cols: list[pa.Array]) -> pa.Table:
+    """The rows as a read of the column files returns them (sentinels as nulls)."""
+    return pa.Table.from_arrays([stored(c, a) for c, a in zip(SCHEMA.columns, cols)], schema=SCHEMA.arrow_schema())
+
+
+class Model:
+    """One location's rows and the two states fed from them (C index, Arrow reference)."""
+
+    def __init__(self, keys: tuple[str, ...], max_keys: int, root) -> None:  # noqa: ANN001
+        self.keys, self.max_keys = keys, max_keys
+        self.dirs = [root / "native", root / "arrow"]
+        for d in self.dirs:
+            d.mkdir()
+        self.states = [LastBy(SCHEMA, keys, max_keys, native=True), LastBy(SCHEMA, keys, max_keys, native=False)]
+        self.written: list[list[pa.Array]] = []  # appended batches (committed or not)
+        self.committed = self.published = self.checkpointed = 0
+        self.refs: list[dict | None] = [None, None]
+        self.failed = False  # the key limit was passed: the location stopped
+
+    def table(self) -> pa.Table:
+        if not self.written:
+            return as_read(rows(0, 0, 0, self.keys, 1))
+        return as_read([pa.concat_arrays([b[i] for b in self.written]) for i in range(len(SCHEMA.columns))])
+
+    def append(self, n: int, seed: int, commit: bool, narrow: int) -> None:
+        start = sum(len(b[0]) for b in self.written)
+        cols = rows(n, seed, start, self.keys, narrow)
+        for lb in self.states:
+            lb.pending.add(start, cols, [(0, n)])
+        self.written.append(cols)
+        if commit:
+            self.committed = start + n
+
+    def rollback(self) -> None:
+        for lb in self.states:
+            lb.pending.truncate(self.committed)
+        kept, row = [], 0
+        for b in self.written:
+            if row + len(b[0]) <= self.committed:
+                kept.append(b)
+            elif row < self.committed:
+                kept.append([c.slice(0, self.committed - row) for c in b])
+            row += len(b[0])
+        self.written = kept
+
+    def publish(self, from_files: bool) -> None:
+        self.published = self.committed
+        table = self.table()
+        outcomes = []
+        for lb in self.states:
+            if from_files:
+                lb.pending.clear()
+            try:
+                lb.catch_up(self.published, lambda a, b, lb=lb: lb.rows(a, b, lambda: table.slice(a, b - a)))
+                outcomes.append(None)
+            except LastByLimitError as e:
+                outcomes.append(str(e))
+        assert outcomes[0] == outcomes[1]
+        if outcomes[0] is not None:
+            self.failed = True
+
+    def checkpoint(self) -> None:
+        data = []
+        for i, lb in enumerate(self.states):
+            state = lb.snapshot()
+            ref = lb.write(str(self.dirs[i]), OS, state)
+            lb.committed(str(self.dirs[i]), OS, ref)
+            self.refs[i] = ref
+            data.append((ref, (self.dirs[i] / ref["file"]).read_bytes()))
+        assert data[0] == data[1]  # the same entry (size, CRC32C) and the same file bytes
+        self.checkpointed = self.states[0].snapshot().rows
+
+    def reload(self, damage: str) -> None:
+        """A restart: fresh states loaded from the checkpoint (or rebuilt from its rows)."""
+        rows_ = self.checkpointed
+        self.committed = self.published = rows_
+        self.rollback()
+        table = self.table()
+        fresh = [LastBy(SCHEMA, self.keys, self.max_keys, native=True),
+                 LastBy(SCHEMA, self.keys, self.max_keys, native=False)]
+        for i, lb in enumerate(fresh):
+            ref = self.refs[i]
+            if ref is not None and damage == "missing":
+                os.unlink(self.dirs[i] / ref["file"])
+            elif ref is not None and damage == "damaged":
+                path = self.dirs[i] / ref["file"]
+                data = bytearray(path.read_bytes())
+                data[len(data) // 2] ^= 0x55
+                path.write_bytes(bytes(data))
+            lb.recover(str(self.dirs[i]), OS, ref, rows_, lambda a, b: table.slice(a, b - a), "test")
+            self.refs[i] = lb.durable_ref
+        self.states = fresh
+        self.failed = False
+
+    def check(self) -> None:
+        a, b = (lb.snapshot() for lb in self.states)
+        assert (a.rows, a.seq) == (b.rows, b.seq)
+        assert bits(a.table).equals(bits(b.table))
+        assert to_ipc(a.table) == to_ipc(b.table)
+        if not self.failed:
+            assert a.rows == self.published
+            assert bits(a.table).equals(bits(last_by(self.table().slice(0, a.rows), self.keys)))
+        assert a.table.num_rows <= self.max_keys
+
+
+OPS = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 300), st.integers(0, 2**16), st.booleans(), st.integers(1, 16)),
+    st.tuples(st.just("rollback")),
+    st.tuples(st.just("publish"), st.booleans()),
+    st.tuples(st.just("checkpoint")),
+    st.tuples(st.just("reload"), st.sampled_from(["none", "missing", "damaged"])),
+)
+
+
+@pytest.mark.skipif(lastbykeys.lastbyindex is None, reason="the C key index was not built")  # test_c_index_is_built fails then
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.sampled_from(KEYS), max_keys=st.sampled_from([3, 20, 1000]),
+       ops=st.lists(OPS, min_size=1, max_size=25))
+def test_the_c_index_gives_the_reference_states_files_and_ipc(tmp_path_factory, keys, max_keys, ops):
+    m = Model(keys, max_keys, tmp_path_factory.mktemp("lastby"))
+    for op in ops:
+        if op[0] == "append":
+            m.append(op[1], op[2], op[3], op[4])
+        elif op[0] == "rollback":
+            m.rollback()
+        elif op[0] == "publish" and not m.failed:
+            m.publish(op[1])
+        elif op[0] == "checkpoint" and not m.failed:
+            m.checkpoint()
+        elif op[0] == "reload":
+            m.reload(op[1])
+        m.check()
+
+
+def test_c_index_is_built():
+    """``make install`` builds the C key index (setup.py), and states use it by default."""
+    assert lastbykeys.lastbyindex is not None, "disd.storage.lastbyindex was not built (no C compiler?)"
+    assert isinstance(LastBy(SCHEMA, ("S",), 10)._slots, lastbykeys.IndexKeys)
+
+
+def test_a_batch_with_many_new_keys_grows_the_index_and_keeps_every_key():
+    """Many new keys in one batch of three chunks (the table doubles several times inside one
+    update, hashing each key again where it lives: the state or the chunk it first appeared in)
+    and then again in the next."""
+    lb, ref = LastBy(SCHEMA, ("S", "I"), 10**6, native=True), LastBy(SCHEMA, ("S", "I"), 10**6, native=False)
+    n = 0
+    for size in (50_000, 70_000, 5):
+        cols = rows(size, size, n, ("S", "I"), 16)
+        cols[0] = pa.array([f"k{(i * 7919) % 90_000}" for i in range(n, n + size)])  # repeats across batches
+        cut = size // 3  # as a publish's pieces: chunks, new keys first seen in each
+        cols = [pa.chunked_array([c.slice(0, cut), c.slice(cut, cut), c.slice(2 * cut)]) for c in cols]
+        for x in (lb, ref):
+            x.apply(cols, n + size)
+        n += size
+        assert bits(lb.snapshot().table).equals(bits(ref.snapshot().table))
+    assert len(lb.snapshot().table) >= 90_000
+    assert lb.snapshot().nbytes < ref.snapshot().nbytes  # the index holds no key bytes
+
+
+def test_columns_chunked_at_different_rows_give_the_same_state():
+    """A batch whose columns are cut into chunks at different rows (not a publish's pieces):
+    each key's last row is still taken from every column at the same row."""
+    cols = rows(900, 7, 0, ("S",), 16)
+    cuts = [[0, 100, 900], [0, 450, 451, 900]]
+    chunked = [pa.chunked_array([c.slice(a, b - a) for a, b in zip(cuts[i % 2], cuts[i % 2][1:])])
+               for i, c in enumerate(cols)]
+    for native in (True, False):
+        lb = LastBy(SCHEMA, ("S",), 1000, native=native)
+        lb.apply(chunked, 900)
+        assert bits(lb.snapshot().table).equals(bits(last_by(as_read(cols), ("S",))))
