@@ -15,12 +15,22 @@ nothing the product does not:
   configures itself (``disd.allocator.DIS``, ``disd.server.daemon.grpc_server``'s options and
   pool), whose handler takes each request as the received bytes (no parse) and answers it with
   one pre-built ack; the sender runs in a process of its own with the tailer's allocator
-  settings (``disd.allocator.TAILER``) on an asyncio channel, as the tailer does.
+  settings (``disd.allocator.TAILER``) on an asyncio channel, as the tailer does;
+* **and, with ``write_dir``, writes them**: each call's received bytes appended to a new file
+  of that directory with plain writes, one write a request, while a second thread receives the
+  next requests; a request is acknowledged once written, so the call ends when every byte is in
+  the file.  A DIS must write at least as many bytes (its column files hold more than the log's
+  bytes), and it cannot publish a row before writing it, so this still bounds the pipeline
+  from above; without it the bound leaves out the one cost that dominates a burst on a machine
+  whose every new page-cache page is costly (on a virtual machine that hands freed memory back to
+  its host, a write into new pages runs at a tenth of the speed of one into pages just freed).
+  The files are kept until the sink ends, so no timed call writes into pages a previous one
+  freed, as none of the DIS's writes does.
 
 Timed from the first request written to the last ack read, best of ``repeat`` calls on one warm
 channel (the first call connects and warms both processes' buffers, and is not counted).
 
-    .venv/bin/python bench/barestream.py LOG_FILE... [--repeat 5]   # prints seconds, best first
+    .venv/bin/python bench/barestream.py LOG_FILE... [--repeat 5] [--write-dir DIR]   # seconds per call
 """
 
 from __future__ import annotations
@@ -29,8 +39,10 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 
 from disd.rpc.v1 import dis_pb2
@@ -63,8 +75,15 @@ def requests_of(paths: list[str], chunk_bytes: int) -> list[bytes]:
 
 # -- the sink: a process that only receives and acks ------------------------------------------
 
-def serve() -> None:
-    """Serve the sink on an ephemeral port, print it, run until stdin closes."""
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def serve(write_dir: str | None = None) -> None:
+    """Serve the sink on an ephemeral port, print it, run until stdin closes; with
+    ``write_dir``, each call's requests appended to a new file there before their acks."""
     from disd.allocator import DIS, tune_malloc
 
     tune_malloc(DIS)  # before any thread, as dis serve does
@@ -73,10 +92,32 @@ def serve() -> None:
     from disd.config import DisConfig
     from disd.server.daemon import grpc_server
 
+    calls = iter(range(1 << 30))
+
     def multiplex(requests, context):  # noqa: ANN001, ANN202
         context.send_initial_metadata(())
-        for _ in requests:
-            yield ACK
+        if write_dir is None:
+            for _ in requests:
+                yield ACK
+            return
+        received: queue.SimpleQueue = queue.SimpleQueue()
+
+        def receive() -> None:  # the next requests arrive while this thread writes
+            try:
+                for r in requests:
+                    received.put(r)
+            except grpc.RpcError:  # the sender went away: the call is over
+                pass
+            received.put(None)
+
+        threading.Thread(target=receive, daemon=True).start()
+        fd = os.open(os.path.join(write_dir, f"call-{next(calls)}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            while (r := received.get()) is not None:
+                _write_all(fd, r)
+                yield ACK
+        finally:
+            os.close(fd)
 
     handler = grpc.method_handlers_generic_handler("disd.rpc.v1.Ingest", {
         "Multiplex": grpc.stream_stream_rpc_method_handler(multiplex)})
@@ -153,11 +194,13 @@ def send(address: str, paths: list[str], chunk_bytes: int, max_in_flight: int, r
 # -- both, from the bench ---------------------------------------------------------------------
 
 def bare_stream_seconds(paths: list[str], chunk_bytes: int = 4 << 20, max_in_flight: int = 8 << 20,
-                        repeat: int = 5) -> dict:
+                        repeat: int = 5, write_dir: str | None = None) -> dict:
     """Run a sink and a sender (two processes) over ``paths``; their JSON: ``seconds`` per timed
-    call, ``requests``, ``bytes``."""
+    call, ``requests``, ``bytes``.  ``write_dir``: the sink writes what it receives there."""
     me = os.path.abspath(__file__)
-    sink = subprocess.Popen([sys.executable, me, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writes = ["--write-dir", write_dir] if write_dir is not None else []
+    sink = subprocess.Popen([sys.executable, me, "--serve", *writes], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
     try:
         port = int(sink.stdout.readline())
         out = subprocess.run([sys.executable, me, "--to", f"127.0.0.1:{port}", "--chunk-bytes", str(chunk_bytes),
@@ -177,13 +220,14 @@ def main() -> None:
     ap.add_argument("--chunk-bytes", type=int, default=4 << 20)
     ap.add_argument("--max-in-flight-bytes", type=int, default=8 << 20)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--write-dir", help="the sink writes what it receives into new files here")
     args = ap.parse_args()
     if args.serve:
-        serve()
+        serve(args.write_dir)
     elif args.to:
         send(args.to, args.paths, args.chunk_bytes, args.max_in_flight_bytes, args.repeat)
     else:
-        r = bare_stream_seconds(args.paths, args.chunk_bytes, args.max_in_flight_bytes, args.repeat)
+        r = bare_stream_seconds(args.paths, args.chunk_bytes, args.max_in_flight_bytes, args.repeat, args.write_dir)
         print(json.dumps(r))
 
 
