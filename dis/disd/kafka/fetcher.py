@@ -33,8 +33,9 @@ from disd.kafka.decode import Batch, Decoder
 OFFSET_COLUMN = "__kafka_offset"
 #: once a ``consume`` that waited has its first message, how long it lingers for more: a
 #: partition's last messages (fewer than ``batch_size``) are taken within this, not after the
-#: whole wait, while a trickle still comes in batches at most this often
-LINGER_S = 0.005
+#: whole wait, while a trickle still comes in at most one ``consume`` this often (each batch
+#: costs the DIS an append and a publish whatever its size)
+LINGER_S = 0.01
 
 #: a command's answer, a log line, or a batch to decode (``Fetcher.encode``), to the DIS:
 #: (header, b"" or the ``Batch``)
