@@ -85,11 +85,12 @@ class Published:
     times a second cost the DIS most of a core during a 200-location burst and nothing for the
     one-location baseline."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, namespace: str = "Market", table: str = "Trade") -> None:
         import threading
 
         from disd.client import connect
 
+        self.table = (namespace, table)
         self.rows: dict = {}
         self.first: dict = {}  # location key -> time.perf_counter() when it first had rows
         self.error: str | None = None
@@ -99,7 +100,7 @@ class Published:
 
     def _follow(self) -> None:
         try:
-            for snap in self._client.subscribe("Market", "Trade"):
+            for snap in self._client.subscribe(*self.table):
                 self.rows[snap.key] = max(snap.rows, self.rows.get(snap.key, 0))
                 if snap.rows and snap.key not in self.first:
                     self.first[snap.key] = time.perf_counter()

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from _common import ROOT, emit, time_arrival, wait_serving
+from _common import ROOT, Published, emit, time_arrival, wait_serving
 from disd.client import connect
 from disd.logger import IntradayLoggerBuilder
 from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
@@ -156,7 +156,14 @@ def main() -> None:
         procs.append(start_tailer(work, write_tailer_config(work, port, watched, metrics_port=tailer_metrics, **extra)))
         wait_serving(tailer_metrics, procs[-1])
         time.sleep(0.3)
-        el = time_arrival(logs, watched, lambda: published(port) >= args.rows, timeout=600)
+        # counted from a subscription: a new client and a listing every 5 ms loaded the DIS it timed
+        pub = Published(port, "Tsbs", "Cpu")
+        try:
+            el = time_arrival(logs, watched, lambda: pub.total()[0] >= args.rows, timeout=600)
+        finally:
+            pub.close()
+        if published(port) != args.rows:
+            raise SystemExit(f"the DIS lists {published(port)} rows, {args.rows} logged")
     finally:
         for p in procs:
             if p.alive():

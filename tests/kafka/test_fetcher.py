@@ -95,3 +95,34 @@ def test_messages_that_cannot_be_cut_are_reported_lost(mock_kafka):
         c.close()
     assert [h[0] for h, _ in sent] == ["log", "lost"] and "cut failed" in sent[0][0][3]["error"]
     assert np.all([b == b"" for _, b in sent])
+
+
+def test_a_partial_batch_is_taken_without_waiting_out_the_timeout(mock_kafka):
+    """A real consumer on the mock cluster holding fewer messages than ``batch_size`` (a burst's
+    last ones, a trickle): ``fetch_once`` takes them as soon as they are in the client, not
+    after waiting its whole ``timeout`` for a batch they never fill (every partition's last
+    messages would otherwise wait it out)."""
+    import time
+
+    from confluent_kafka import Consumer
+
+    from .test_kafka_exactly_once import produce
+
+    assert produce(mock_kafka.bootstrap, "one", 30, 1, 30, 0).wait(30) == 0
+    c = Consumer({"bootstrap.servers": mock_kafka.bootstrap, "group.id": "t", "enable.auto.commit": False})
+    sent: list = []
+    f = fetcher(sent, topic="one", batch_size=500)
+    f.consumer = c
+    try:
+        c.list_topics("one", timeout=5)
+        f.handle(("assign", 0, 0, 1))
+        t0 = time.monotonic()
+        while sum(len(b) for h, b in sent if h[0] == "decode") < 30 and time.monotonic() - t0 < 20:
+            f.fetch_once(timeout=5.0)
+        took = time.monotonic() - t0
+    finally:
+        c.close()
+    batches = [(h, b) for h, b in sent if h[0] == "decode"]
+    assert sum(len(b) for _, b in batches) == 30
+    assert batches[-1][0][3] is True  # the last one says the client's queue was empty
+    assert took < 2.5, f"30 messages took {took:.2f} s with a 5 s timeout"

@@ -129,6 +129,27 @@ def test_the_flusher_passes_over_a_location_already_flushed_since_it_was_marked(
         eng.close()
 
 
+def test_a_caught_up_flush_is_held_back_at_most_a_quarter_of_the_locations_flush_interval(tmp_path):
+    """A caught-up source's rows wait for no flush tick while the last flush is more than a
+    quarter of the location's ``flush_interval_ms`` old (at most 25 ms): with 40 ms flushes,
+    a caught-up chunk 12 ms after the last flush publishes at once, one right after it waits."""
+    eng = _engine(tmp_path, flush_ms=40)  # a quarter: 10 ms
+    try:
+        loc = eng.location(KEY)
+        write_log(tmp_path / LOG, TRADE, trade_rows(0, 10), [3] * 10)
+        ingest_file(loc, tmp_path / LOG)
+        assert loc.publish_soon() and loc.published_rows == 10
+        write_log(tmp_path / LOG, TRADE, trade_rows(10, 5), [3] * 5)
+        ingest_file(loc, tmp_path / LOG, start=loc.resume_point.offset)
+        early = time.time() - loc.last_flush_time < 0.008
+        if early:  # (a loaded machine may have let the quarter pass already)
+            assert not loc.publish_soon() and loc.published_rows == 10
+        time.sleep(0.012)
+        assert loc.publish_soon() and loc.published_rows == 15
+    finally:
+        eng.close()
+
+
 def test_a_ticks_locations_are_flushed_together(tmp_path, monkeypatch):
     """The flush clock flushes every location due at a tick together: their writes in one call of
     the file system (``ingestcore.write_out``), each published and its subscribers told."""

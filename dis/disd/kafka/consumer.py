@@ -280,8 +280,8 @@ class SourceConsumer:
         """The client had no more messages: publish the rows just written now rather than at
         the flusher's next tick (up to ``flush_interval_ms`` later), so rows of a source that
         has caught up are visible as soon as they are in (``Location.publish_soon``: at most
-        every ``CAUGHT_UP_FLUSH_S`` a location; one held back by that is flushed at the flush
-        clock's next ``CAUGHT_UP_FLUSH_S`` tick)."""
+        every ``Location.caught_up_flush_s`` a location; one held back by that is flushed at the
+        flush clock's next such tick)."""
         for loc in written:
             loc.publish_soon()
         written.clear()

@@ -32,6 +32,12 @@ from disd.kafka.decode import Batch, Decoder
 
 #: the column of a decoded batch's record batch holding each row's Kafka offset
 OFFSET_COLUMN = "__kafka_offset"
+#: once a ``consume`` that waited has its first message, how long it lingers for more: a
+#: partition's last messages (fewer than ``batch_size``) are taken within this, not after the
+#: whole wait, while a trickle still comes in at most one ``consume`` this often (each batch
+#: costs the DIS an append and a publish whatever its size)
+LINGER_S = 0.01
+
 #: a command's answer, a log line, or a batch to decode (``Fetcher.encode``), to the DIS:
 #: (header, b"" or the ``Batch``)
 Send = Callable[[tuple, Any], None]
@@ -114,8 +120,16 @@ class Fetcher:
         if not self.gens:
             return False
         # after a full batch, a look without waiting: the DIS hears at once that the client's
-        # queue is empty (and publishes), not after a ``consume`` that waited ``timeout`` for more
-        msgs = self.consumer.consume(self.src.batch_size, timeout if self._told_drained else 0)
+        # queue is empty (and publishes), not after a ``consume`` that waited ``timeout`` for more.
+        # Else a wait for the first message, then what else comes within ``LINGER_S``: a
+        # ``consume`` of ``batch_size`` waits out its whole timeout unless the batch fills, so a
+        # partition's last messages would wait ``timeout`` for messages that never come.
+        if not self._told_drained:
+            msgs = self.consumer.consume(self.src.batch_size, 0)
+        else:
+            msgs = self.consumer.consume(1, timeout)
+            if msgs and self.src.batch_size > 1:
+                msgs += self.consumer.consume(self.src.batch_size - 1, LINGER_S)
         if not msgs:
             if not self._told_drained:  # the last batch was full, and nothing followed
                 self.send(("drained",), b"")

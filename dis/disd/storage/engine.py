@@ -403,7 +403,7 @@ class StorageEngine:
 
     def _dirty(self, loc: Location, within_s: float | None) -> None:
         """A location took rows (or cut some back): the flusher visits it at its next tick
-        (of ``within_s`` when given: a caught-up source's rows held back by the 25 ms rule)."""
+        (of ``within_s`` when given: a caught-up source's rows held back by ``Location.caught_up_flush_s``)."""
         self.flusher.mark(loc, within_s or loc.import_config.flush_interval_ms / 1000.0)
 
     def flush_age(self, loc: Location, now: float | None = None) -> float | None:

@@ -130,8 +130,9 @@ def _retryable_cause(e: BaseException | None) -> bool:
     return isinstance(e, OSError) and e.errno is not None and not isinstance(e, FileIdentityError)
 
 
-#: a caught-up source's rows are published at once, but no more often than this a location (a
-#: quarter of the default flush_interval_ms: a trickle costs at most 4 times the flusher's flushes)
+#: a caught-up source's rows are published at once, but no more often than this a location, nor
+#: than a quarter of its own ``flush_interval_ms`` (``caught_up_flush_s``): a trickle costs at most
+#: 4 times the flusher's flushes
 CAUGHT_UP_FLUSH_S = 0.025
 #: a caught-up source's publish (on its ingest thread) leaves the last-by update to the flusher,
 #: which takes it up within this: the ingest thread goes on reading meanwhile
@@ -613,22 +614,32 @@ class Location:
         self.flush()
         return True
 
+    def caught_up_flush_s(self) -> float:
+        """The least time between two caught-up flushes of this location: ``CAUGHT_UP_FLUSH_S``,
+        or a quarter of its ``flush_interval_ms`` when that is shorter: with a fixed 25 ms, a
+        location flushed every 10 ms and written every 5 ms would have every other caught-up
+        chunk held back to the next tick of its interval, its rows visible up to an interval late
+        however fast they came in."""
+        return min(CAUGHT_UP_FLUSH_S, self.import_config.flush_interval_ms / 4000.0)
+
     def flush_due_soon(self, now: float) -> bool:
         """A caught-up source's rows: whether to publish them now (else the flush clock does at
-        its next ``CAUGHT_UP_FLUSH_S`` tick, which this tells it); see ``publish_soon``."""
+        its next ``caught_up_flush_s`` tick, which this tells it); see ``publish_soon``."""
         last = self.last_flush_time
-        if last is not None and now - last < CAUGHT_UP_FLUSH_S:
-            if self._on_dirty is not None:  # not the flusher's next tick: the next 25 ms one
-                self._on_dirty(self, CAUGHT_UP_FLUSH_S)
-            return False
+        if last is not None:
+            least = self.caught_up_flush_s()
+            if now - last < least:
+                if self._on_dirty is not None:  # not the flusher's next tick: the next caught-up one
+                    self._on_dirty(self, least)
+                return False
         return True
 
     def publish_soon(self) -> bool:
-        """Flush now, unless the last flush was under ``CAUGHT_UP_FLUSH_S`` ago (then False:
-        the flush clock flushes the location at its next ``CAUGHT_UP_FLUSH_S`` tick): for a source
+        """Flush now, unless the last flush was under ``caught_up_flush_s`` ago (then False:
+        the flush clock flushes the location at its next ``caught_up_flush_s`` tick): for a source
         that has caught up (a tailer at the end of its files, a Kafka partition drained), whose
         rows are then visible as soon as they are in rather than at the flusher's next tick,
-        while a trickle of single rows still costs at most one flush per ``CAUGHT_UP_FLUSH_S``."""
+        while a trickle of single rows still costs at most one flush per ``caught_up_flush_s``."""
         if not self.flush_due_soon(time.time()):
             return False
         self.flush(lastby=False)
