@@ -20,7 +20,8 @@ import signal
 import threading
 import time
 from concurrent import futures
-from typing import Any, Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable
 
 import grpc
 import structlog
@@ -29,7 +30,7 @@ from grpc_reflection.v1alpha import reflection
 
 from disd.allocator import DIS as DIS_MALLOC
 from disd.allocator import HeapTrimmer, tune_malloc
-from disd.config import DisConfig, check_import_tables
+from disd.config import DisConfig, TlsConfig, check_import_tables
 from disd.notify import Notifier, watchdog_interval_s
 from disd.rpc.channel import MAX_MESSAGE_BYTES, MIN_KEEPALIVE_MS
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
@@ -44,6 +45,15 @@ from disd.server.tabledata import TableDataService
 from disd.storage import StorageEngine
 from disd.storage.dblock import DatabaseLock, lock_database
 from disd.storage.filehandles import default_max_open_files
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.registry import Collector
+
+    from disd.kafka.config import KafkaConfig
+    from disd.kafka.service import KafkaImport
+    from disd.server.blockhttp import BlockHttpServer
 
 log = structlog.get_logger(__name__)
 
@@ -62,13 +72,13 @@ class DisServer:
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.http_port: int | None = None  # the block endpoint (disd.server.blockhttp), if on
-        self._http_server = None
-        self._metrics_server = None
+        self._http_server: BlockHttpServer | None = None
+        self._metrics_server: WSGIServer | None = None
         self.health = health.HealthServicer()
         self.sessions: SessionRegistry | None = None
         self.db_lock: DatabaseLock | None = None
         self.tabledata: TableDataService | None = None
-        self.kafka = None  # disd.kafka.KafkaImport when import.kafka is configured
+        self.kafka: KafkaImport | None = None  # when import.kafka is configured
         self.started = time.time()
 
     def routed(self, namespace: str, table: str) -> bool:
@@ -84,14 +94,14 @@ class DisServer:
             self.stop(0)  # checkpoint what was opened, release the lock
             raise
 
-    def _start(self, kafka_config) -> int:  # noqa: ANN001 - disd.kafka.KafkaConfig or None
+    def _start(self, kafka_config: KafkaConfig | None) -> int:
         cfg = self.config
         # storage.max_open_files left out: from the descriptor limit, less this server's sockets
         storage = cfg.storage if cfg.storage.max_open_files is not None else dataclasses.replace(
             cfg.storage, max_open_files=default_max_open_files(cfg.max_workers))
         log.info("column-file descriptors", max_open_files=storage.max_open_files,
                  derived=cfg.storage.max_open_files is None)
-        self.engine = StorageEngine(
+        engine = self.engine = StorageEngine(
             cfg.db_root,
             self.schemas,
             storage,
@@ -99,7 +109,7 @@ class DisServer:
             cfg.import_tables,
         )
         self.engine.start()
-        self.sessions = SessionRegistry(cfg.idle_timeout_s, lambda: self.engine.failures)
+        self.sessions = SessionRegistry(cfg.idle_timeout_s, lambda: engine.failures)
         token = cfg.token()
         self.server = grpc_server(cfg.max_workers, token)
         cache = BlockCache(cfg.block_cache_bytes)
@@ -108,7 +118,7 @@ class DisServer:
                                           self.routed, self.started)
         dis_pb2_grpc.add_TableDataServicer_to_server(self.tabledata, self.server)
         if kafka_config is not None:
-            from disd.kafka import KafkaImport
+            from disd.kafka.service import KafkaImport
 
             self.kafka = KafkaImport(kafka_config, self.engine)
             self.tabledata.kafka_status = self.kafka.status
@@ -126,9 +136,9 @@ class DisServer:
         if cfg.metrics_port is not None:
             from disd.server.metrics import ServerCollector
 
-            extra = []
+            extra: list[Collector] = []
             if self.kafka is not None:
-                from disd.kafka import KafkaCollector
+                from disd.kafka.service import KafkaCollector
 
                 extra.append(KafkaCollector(self.kafka))
             self._metrics_server = serve_metrics(
@@ -172,7 +182,7 @@ class DisServer:
         log.info("dis stopped")
 
 
-def check_config(cfg: DisConfig, schemas: SchemaRegistry):  # noqa: ANN201 - disd.kafka.KafkaConfig or None
+def check_config(cfg: DisConfig, schemas: SchemaRegistry) -> KafkaConfig | None:
     """Every table and column ``dis.yaml`` names, checked against the schemas: ``import.tables``
     (``disd.config.check_import_tables``) and ``import.kafka`` (parsed by ``disd.kafka``, whose
     parsed form is returned; None without one).  ``dis serve`` runs it before anything opens and
@@ -180,7 +190,7 @@ def check_config(cfg: DisConfig, schemas: SchemaRegistry):  # noqa: ANN201 - dis
     check_import_tables(cfg, schemas)
     if cfg.import_kafka is None:
         return None
-    from disd.kafka import parse_kafka_config
+    from disd.kafka.config import parse_kafka_config
 
     return parse_kafka_config(cfg.import_kafka, cfg.source, schemas, cfg.routes, cfg.schemas)
 
@@ -204,7 +214,7 @@ def network_exposure(section: str, host: str, *, tls: bool, token: bool, metrics
     token).  Empty on loopback.  A network address without a token is the README's business
     ("Configure": serving other hosts takes TLS and a token), and not warned of here: the shipped
     container serves a private network that way."""
-    risks = []
+    risks: list[str] = []
     if is_loopback(host):
         return risks
     if token and not tls:
@@ -227,7 +237,8 @@ def warn_of_exposure(section: str, host: str, port: int | None, tls: bool, token
         log.warning("exposed on the network", address=f"{host}:{port}", risk=risk)
 
 
-def stop_front(http_server, server: grpc.Server | None, health, grace_s: float) -> None:  # noqa: ANN001
+def stop_front(http_server: BlockHttpServer | None, server: grpc.Server | None, health: health.HealthServicer,
+               grace_s: float) -> None:
     """What readers and writers reach, stopped first: the block endpoint, then the gRPC server
     (health says NOT_SERVING meanwhile; open streams get ``grace_s`` to end)."""
     if http_server is not None:
@@ -237,7 +248,7 @@ def stop_front(http_server, server: grpc.Server | None, health, grace_s: float) 
         server.stop(grace_s).wait()
 
 
-def stop_metrics(metrics_server) -> None:  # noqa: ANN001 - serve_metrics' server, or None
+def stop_metrics(metrics_server: WSGIServer | None) -> None:
     if metrics_server is not None:
         metrics_server.shutdown()
         metrics_server.server_close()
@@ -293,7 +304,7 @@ def set_serving(servicer: health.HealthServicer, services: tuple[str, ...]) -> N
         servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
 
-def listen(server: grpc.Server, host: str, port: int, tls) -> int:  # noqa: ANN001 - disd.config.TlsConfig
+def listen(server: grpc.Server, host: str, port: int, tls: TlsConfig | None) -> int:
     """Bind ``host:port`` (TLS when ``tls``); the port bound, or OSError saying why not."""
     address = f"{host}:{port}"
     try:
@@ -305,7 +316,7 @@ def listen(server: grpc.Server, host: str, port: int, tls) -> int:  # noqa: ANN0
     return bound
 
 
-def serve_metrics(host: str, port: int, collector, *more):  # noqa: ANN001, ANN002, ANN201
+def serve_metrics(host: str, port: int, collector: Collector, *more: Collector) -> WSGIServer:
     """The Prometheus endpoint of one server: process-wide metrics and ``collector``'s gauges
     (``disd.server.metrics.server_registry``), and those of ``more`` collectors (Kafka pull
     mode's).  Returns the HTTP server (``server_address``)."""
@@ -334,7 +345,7 @@ def run_until_signalled(start: Callable[[], tuple[Any, str]],
     stop = threading.Event()
     received: list[int] = []
 
-    def on_signal(signum, frame) -> None:  # noqa: ANN001
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
         stop.set()
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from disd.storage.lastby import metric_families as lastby_metric_families
 
@@ -160,7 +161,7 @@ class _ProcessMetrics:
         return REGISTRY.collect()
 
 
-def server_registry(collector: ServerCollector) -> CollectorRegistry:
+def server_registry(collector: Collector) -> CollectorRegistry:
     """The registry one server's ``/metrics`` endpoint serves: the process-wide metrics and the
     server's own collector."""
     reg = CollectorRegistry(auto_describe=False)

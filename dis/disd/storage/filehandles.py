@@ -152,7 +152,7 @@ class TrackedFile:
                 self._named(e)
                 raise
 
-    def pwrite(self, data: memoryview | bytes | bytearray, offset: int) -> int:  # noqa: ANN001
+    def pwrite(self, data: memoryview | bytes | bytearray, offset: int) -> int:
         """Write all of ``data`` at ``offset``; one ``pwrite`` call unless the kernel writes short."""
         with self.lock:
             fd = self._fd()
@@ -224,7 +224,7 @@ class TrackedFile:
         return f"TrackedFile({self.path!r}, fd={self.fd})"
 
 
-def pwrite_files(writes: Sequence[tuple[TrackedFile, object, int]]) -> None:
+def pwrite_files(writes: Sequence[tuple[TrackedFile, memoryview | bytes | bytearray, int]]) -> None:
     """Write each ``(handle, data, offset)`` whole, in order, in one operation of the handles'
     file system (``fsio.pwrite_all``): a location's flush, a write per column file, gives up
     the interpreter's lock once instead of once per file (docs/benchmarks-history.md, "a

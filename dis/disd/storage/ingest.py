@@ -82,7 +82,7 @@ class Chunk(Protocol):
     @property
     def offset(self) -> int: ...
     @property
-    def data(self) -> object: ...  # a bytes-like object
+    def data(self) -> bytes | memoryview: ...
     @property
     def caught_up(self) -> bool: ...
 
@@ -160,7 +160,7 @@ def _where(cur: LocationIngest, ch: Chunk, name: LogFileName | None) -> Refused 
         if current is not None and (parsed.sort_key, fname) < (current.sort_key, cur.file_name):
             return Refused(RefusalKind.INVALID, f"{fname} is older than {cur.file_name}, already ingested")
     try:
-        header = decode_header(ch.data, fname)  # type: ignore[arg-type]
+        header = decode_header(ch.data, fname)
     except CorruptLogError as e:
         return Refused(RefusalKind.DATA_LOSS, str(e))
     if header is None:
@@ -181,17 +181,17 @@ def _reference(cur: LocationIngest, ch: Chunk, start: int, veto: Refused | None)
     whether it holds frames.)"""
     data, fname, loc = ch.data, ch.file_name, cur.location
     try:
-        run = scan_frames(data, ch.offset, cur.schema, start=start, path=fname)  # type: ignore[arg-type]
+        run = scan_frames(data, ch.offset, cur.schema, start=start, path=fname)
     except CorruptLogError as e:
         return Refused(RefusalKind.DATA_LOSS, str(e)), False
-    end = ch.offset + len(data)  # type: ignore[arg-type]
+    end = ch.offset + len(data)
     if run.end_offset != end:
         return Refused(RefusalKind.INVALID, f"{fname}: chunk at {ch.offset} does not end on a frame boundary "
                                             f"(whole frames end at {run.end_offset}, chunk at {end})"), False
     if not run.starts:
         return None, False
     try:
-        rows = decode_frames(data, ch.offset, run, cur.schema)  # type: ignore[arg-type]
+        rows = decode_frames(data, ch.offset, run, cur.schema)
     except CorruptLogError as e:
         return Refused(RefusalKind.DATA_LOSS, str(e)), True
     if veto is not None:
@@ -238,7 +238,7 @@ class _Batch:
     def ack(self, i: int, committed: int, took: bool) -> None:
         cur, ch, _ = self.items[i]
         loc = cur.location
-        self.results[i] = ChunkResult(ch.file_name, ch.offset + len(ch.data), committed, None, took)  # type: ignore[arg-type]
+        self.results[i] = ChunkResult(ch.file_name, ch.offset + len(ch.data), committed, None, took)
         self.touched[id(loc)] = loc
         if ch.caught_up:
             self.caught_up[id(loc)] = loc
@@ -301,7 +301,7 @@ def _check(batch: _Batch) -> None:
         batch.checked[i] = where
         if ch.file_name != cur.file_name:
             cur.file_name, cur.name = ch.file_name, where[1]
-        cur.offset = ch.offset + len(ch.data)  # type: ignore[arg-type]
+        cur.offset = ch.offset + len(ch.data)
 
 
 def _run(batch: _Batch) -> None:
@@ -323,7 +323,9 @@ def _run(batch: _Batch) -> None:
             if id(loc) in deferred:
                 later.append(i)
                 continue
-            start = batch.checked[i][0]  # type: ignore[index]
+            checked = batch.checked[i]
+            assert checked is not None  # todo holds the checked chunks only
+            start = checked[0]
             veto = veto or _usable(cur)
             state = loc.state
             if veto is None and is_compiled(state) and loc.lastby is None:
@@ -345,7 +347,9 @@ def _run(batch: _Batch) -> None:
                 elif status == ingestcore.NOMEM:
                     raise MemoryError("no memory for a chunk's rows")
                 else:  # refused, or left to the reference: nothing of it was applied
-                    refused = _by_reference(batch, i, batch.checked[i][0], None)  # type: ignore[index]
+                    checked = batch.checked[i]
+                    assert checked is not None  # only checked chunks went to the C call
+                    refused = _by_reference(batch, i, checked[0], None)
                     if status == ingestcore.REFUSED and refused is None:
                         cur, ch, _ = items[i]
                         log.error("the compiled ingest path refused a chunk the reference takes",

@@ -50,7 +50,7 @@ import pathlib
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import pyarrow as pa
 import structlog
@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     from disd.config import ImportConfig
 
 log = structlog.get_logger(__name__)
+_T = TypeVar("_T")
 
 
 class LocationError(DisError):
@@ -289,6 +290,8 @@ class Location:
         # directory made just now is empty: no temp file, record or column file to look for.
         if isinstance(made, BaseException):  # the batch that was to create it failed
             raise made
+        created: CheckpointRecord | None
+        new_files: list[TrackedFile] | None
         if made is not None:
             created, new_files = made
         else:
@@ -562,7 +565,7 @@ class Location:
         """Under the lock: ``what`` (a write, a flush) failed with ``e``; the location is in error."""
         self._fail(describe_failure(what, e), e)
 
-    def guarded(self, fn: Callable[[], object], what: str):  # noqa: ANN201
+    def guarded(self, fn: Callable[[], _T], what: str) -> _T:
         """Run a step that touches the column files; any failure puts the location in error
         (its files may now disagree with its counts) and raises LocationError."""
         try:
@@ -787,18 +790,21 @@ class Location:
     def _update_lastby(self, rows: int, sizes: dict[str, int], epoch: int, held: bool = False) -> Snapshot | None:
         """Bring the last-by state up to ``rows`` (published, their files' ``sizes``).  Too many
         keys or a failed read stop the location (unless a reopen since made the read moot)."""
+        lastby = self.lastby
+        assert lastby is not None  # (made once, never dropped; the callers checked it is there)
+
         def read(a: int, b: int) -> pa.Table | list[pa.Array]:
             if self.epoch != epoch:  # reopened since: these sizes are no longer the files'
                 raise LocationError(f"location {self.key} was reopened")
-            return self.lastby.rows(a, b, lambda: colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes)))  # type: ignore[union-attr]
+            return lastby.rows(a, b, lambda: colfmt.read_rows(self.schema, None, a, b, self._fetch(sizes)))
 
         try:
-            return self.lastby.catch_up(rows, read, held)
+            return lastby.catch_up(rows, read, held)
         except Exception as e:  # noqa: BLE001
             with self.lock:
                 if self.epoch == epoch and not self.in_error and not self.closed:
                     self._fail(describe_failure("last-by update", e), e)
-                    self.lastby.pending.clear()  # the state will not take them; a reopen starts afresh
+                    lastby.pending.clear()  # the state will not take them; a reopen starts afresh
             return None
 
     def publish_snapshot(self) -> tuple[int, dict[str, int], int] | None:

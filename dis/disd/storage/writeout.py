@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from disd.storage import metrics
 from disd.storage.filehandles import FileIdentityError, identity_error, pwrite_files
-from disd.storage.fsio import errno_name
+from disd.storage.fsio import WriteStates, errno_name
 from disd.storage.writestate import is_compiled
 
 if TYPE_CHECKING:
@@ -99,7 +99,9 @@ def flush_many(locs: Sequence["Location"]) -> int:
 
 
 def _composed(loc: "Location", flush: bool) -> None:
-    cuts, writes = loc.state.take_io(flush)  # type: ignore[union-attr]
+    state = loc.state
+    assert state is not None  # write_out passes over a location without a write state
+    cuts, writes = state.take_io(flush)
     for i, size in cuts:
         loc.handles[i].truncate(size)
     if writes:
@@ -126,8 +128,12 @@ def _native(jobs: Sequence[tuple["Location", bool]], which: list[int], failures:
             made.append(j)
         if not calls:
             return
+        # an optional operation of a file system (not in the FileSystem protocol); write_out
+        # sends jobs here only when the locations' file system offers it
+        write_states: WriteStates | None = getattr(fs, "write_states", None)
+        assert write_states is not None
         with factory.transient_slot():
-            results, sizes, transient = fs.write_states(calls)
+            results, sizes, transient = write_states(calls)
     finally:
         factory.unpin(pinned)
     metrics.WRITE_SIZE.observe_counts(sizes[:-1], sizes[-1])

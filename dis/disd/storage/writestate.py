@@ -22,7 +22,7 @@ crosses a block boundary.
 from __future__ import annotations
 
 import os
-from typing import Protocol, Sequence, cast
+from typing import Protocol, Sequence, TypeGuard, cast
 
 from disd.schema import ColumnType, TableSchema
 from disd.storage.errors import StorageStateError, StorageValueError
@@ -102,7 +102,7 @@ def new_write_state(schema: TableSchema, block_size: int, compiled: bool | None 
     return PyWriteState(kinds, block_size)
 
 
-def is_compiled(state: object) -> bool:
+def is_compiled(state: object) -> TypeGuard[ingestcore.WriteState]:
     return ingestcore is not None and isinstance(state, ingestcore.WriteState)
 
 
