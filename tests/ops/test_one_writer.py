@@ -95,7 +95,9 @@ def test_bytes_appended_to_a_passed_file_are_reported_and_never_archived(tmp_pat
     file): the tailer warns, ``dis status`` shows the TAILER PROBLEM, the tailer's metric counts
     the bytes, and retention keeps the file while it archives the ones the checkpoint covers."""
     port, tailer_metrics = free_port(), free_port()
-    dis = start_dis_process(tmp_path, write_dis_config(tmp_path, port, checkpoint_ms=300))
+    # checkpoints 3 s apart: A must still be in the log directory (not covered, so not archived)
+    # when the test appends to it, right after its rows arrived
+    dis = start_dis_process(tmp_path, write_dis_config(tmp_path, port, checkpoint_ms=3000))
     logs, archive = tmp_path / "logs", tmp_path / "archive"
     logs.mkdir()
     a, b, c = (logs / log_name("ip1", hhmmss=t) for t in ("090000", "100000", "110000"))
@@ -124,7 +126,7 @@ def test_bytes_appended_to_a_passed_file_are_reported_and_never_archived(tmp_pat
         assert f"{grown} bytes were appended to {a.name}" in problem and f"at byte {size_a}" in problem, problem
         assert by_label(scrape(tailer_metrics), "dis_tailer_stranded_bytes") == {loc: grown}
         wait_for(lambda: (archive / b.name).exists(), 30, 0.1, f"{b.name} archived")
-        time.sleep(1.0)  # more retention passes and checkpoints
+        time.sleep(3.5)  # more retention passes and a checkpoint
         assert sorted(os.listdir(archive)) == [b.name]  # A, with its unsent rows, stays where it is
         assert a.stat().st_size == size_a + grown
         assert np.array_equal(_rows_by_partition(port)["ip1"], np.arange(25))  # nothing of A's new rows

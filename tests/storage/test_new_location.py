@@ -161,15 +161,19 @@ def test_a_busy_interpreter_does_not_hold_up_new_locations(tmp_path):
                 os.close(fd)
         return time.perf_counter() - t0
 
+    # the best of three interleaved rounds each: the disk's own time (fsyncs on a shared disk)
+    # varies from round to round, the waits for the interpreter's lock do not
+    composed, native = [], []
     t = threading.Thread(target=spin, daemon=True)
     t.start()
     try:
-        composed = make(Composed(), tmp_path / "composed")
-        native = make(fsio.OS, tmp_path / "c")
+        for r in range(3):
+            composed.append(make(Composed(), tmp_path / f"composed{r}"))
+            native.append(make(fsio.OS, tmp_path / f"c{r}"))
     finally:
         stop.set()
         t.join()
-    assert native < composed / 2, (native, composed)
+    assert min(native) < min(composed) / 2, (native, composed)
 
 
 _TRACED = "mkdir,openat,fsync,rename,pwrite64,close,newfstatat,fstat"
