@@ -12,8 +12,6 @@ status, the hint of the file the next stream opens with).
 from __future__ import annotations
 
 import asyncio
-import collections
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -21,18 +19,21 @@ import grpc
 
 from disd.binlog import CorruptLogError, LogHeader
 from disd.tailer.behind import file_stat, repaired
-from disd.tailer.config import TailerConfig
-from disd.tailer.problems import Problems
 from disd.tailer.protocol import LocationInError, NotADis, RefusedByDis, StreamBroken, StreamFlow, classify
 from disd.tailer.schemastep import header_of, previous_header, schema_of, schema_step_problem
-from disd.tailer.status import StreamStatus
 from disd.tailer.watch import LocationFiles, LogFile
 
 #: the first reconnect delay of a broken stream (doubling to ``max_backoff_ms``)
 INITIAL_BACKOFF_S = 0.1
 
 if TYPE_CHECKING:
+    import collections
+    import threading
+
+    from disd.tailer.config import TailerConfig
     from disd.tailer.core import Tailer
+    from disd.tailer.problems import Problems
+    from disd.tailer.status import StreamStatus
 
 
 class Stops:
