@@ -34,6 +34,7 @@ import os
 import socket
 import threading
 import time
+from wsgiref.simple_server import WSGIServer
 
 import structlog
 
@@ -85,7 +86,7 @@ class Tailer:
         self._no_mux: set[str] = set()  # addresses whose DIS does not know Multiplex
         self._not_dis: set[str] = set()  # addresses found serving no Ingest at all (a proxy?)
         self._started = False
-        self._metrics_server = None
+        self._metrics_server: WSGIServer | None = None
         self.metrics_port: int | None = None  # the endpoint's port once started (metrics_port 0: any)
         self.watcher = DirectoryWatcher(use_inotify)
         self._idle_poll_s = config.poll_interval_ms / 1000  # until the first rescan (``_watch``)
@@ -239,9 +240,9 @@ class Tailer:
             return
         files_changed, skipped_changed = changed
         for k in files_changed:
-            lf = found.locations.get(k)
+            listed = found.locations.get(k)
             for w in self._workers.get(k, ()):
-                if lf is None or w.needs_look(lf):
+                if listed is None or w.needs_look(listed):
                     w.wake()
         for k in skipped_changed:
             for w in self._workers.get(k, ()):
@@ -311,7 +312,7 @@ class Tailer:
         if self._started:
             return self
         if self.config.metrics_port is not None:
-            self._serve_metrics()
+            self._serve_metrics(self.config.metrics_host, self.config.metrics_port)
         self._started = True
         for d in self.config.log_dirs:
             if not os.path.isdir(d):
@@ -332,12 +333,11 @@ class Tailer:
                  retention=self.config.retention.mode if self.config.retention else None)
         return self
 
-    def _serve_metrics(self) -> None:
+    def _serve_metrics(self, host: str, port: int) -> None:
         from prometheus_client import start_http_server
 
         from disd.tailer.metrics import tailer_registry
 
-        host, port = self.config.metrics_host, self.config.metrics_port
         try:
             srv, _thread = start_http_server(port, addr=host, registry=tailer_registry(self))
         except OSError as e:

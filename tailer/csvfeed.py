@@ -93,7 +93,7 @@ def _timestamps(arr: pa.Array) -> pa.Array:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
         return out if target.tz else out.cast(pa.int64()).view(pa.timestamp("ns", tz="UTC"))
-    values = []
+    values: list[int | None] = []
     for v in arr.to_pylist():  # mixed forms: one value at a time
         if v is None:
             values.append(None)
@@ -114,7 +114,7 @@ def _one_timestamp(v: str) -> int:
 
 
 def _chars(arr: pa.Array) -> pa.Array:
-    out = []
+    out: list[int | None] = []
     for v in arr.to_pylist():
         if not v:
             out.append(None)
@@ -334,7 +334,8 @@ class CsvTranscoder:
         """Transcode the next complete lines of ``f``; the number of rows written."""
         if f.writer is None:
             self._open(f)
-        st = f.state
+        st, writer = f.state, f.writer
+        assert st is not None and writer is not None  # both set by ``_open``
         with open(f.path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if f.header_line is None:
@@ -368,7 +369,7 @@ class CsvTranscoder:
         if n:
             st.pending_csv_offset, st.pending_rows = st.csv_offset + consumed, n
             self._save(f)
-            end = f.writer.write_rows(normalize_columns(f.schema, table), np.full(n, RowFlag.SINGLE_ROW, np.uint8))
+            end = writer.write_rows(normalize_columns(f.schema, table), np.full(n, RowFlag.SINGLE_ROW, np.uint8))
             st.bin_offset = end
             st.rows += n
         st.csv_offset += consumed

@@ -252,11 +252,11 @@ class LocationStream(Stops):
         session = self._session = self.tailer.open_stream(replica.address, self._on_ack, self.wake)
         try:
             try:
-                resume = await session.open(request)  # type: ignore[attr-defined]
+                resume = await session.open(request)
             except MultiplexUnsupported:  # a DIS of an older release: a call of the stream's own
-                session.close()  # type: ignore[attr-defined]
+                session.close()
                 session = self._session = self.tailer.open_stream(replica.address, self._on_ack, self.wake)
-                resume = await session.open(request)  # type: ignore[attr-defined]
+                resume = await session.open(request)
             with self._lock:
                 self.reachable = True
                 self.problems.not_a_dis = None
@@ -268,7 +268,7 @@ class LocationStream(Stops):
         finally:
             self._session = None
             self._following = None
-            session.close()  # type: ignore[attr-defined]
+            session.close()
         return True
 
     def _opening_header(self, lf: LocationFiles) -> tuple[str, LogHeader] | None:

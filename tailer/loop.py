@@ -109,14 +109,15 @@ class EventLoop:
 
     def _open(self, address: str) -> grpc.aio.Channel:
         sec = self.security
-        if sec.tls:
+        if sec.ca is not None:  # ``sec.tls``
             with open(sec.ca, "rb") as f:
                 root = f.read()
             cert = key = None
-            if sec.cert:
+            if sec.cert:  # the configuration gives a key with a certificate (never one alone)
                 with open(sec.cert, "rb") as f:
                     cert = f.read()
-                with open(sec.key, "rb") as f:  # type: ignore[arg-type]
+            if sec.key:
+                with open(sec.key, "rb") as f:
                     key = f.read()
             options = list(self.options)
             if sec.server_name:
@@ -128,7 +129,7 @@ class EventLoop:
         self.closed = True
         channels, self._channels = list(self._channels.values()), {}
         for ch in channels:
-            await ch.close()
+            await ch.close(None)  # no grace: what is still open is cancelled
 
     # -- the end -----------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Callable
+from typing import Callable, cast
 
 import grpc
 import grpc.aio
@@ -34,7 +34,7 @@ from disd.rpc.v1 import dis_pb2
 from disd.tailer.deadline import AnswerDeadline
 from disd.tailer.frames import Piece
 from disd.tailer.loop import EventLoop
-from disd.tailer.protocol import (LOCALLY_CANCELLED, MultiplexUnsupported, OnAck, StreamBroken, StreamFlow,
+from disd.tailer.protocol import (EOF, LOCALLY_CANCELLED, MultiplexUnsupported, OnAck, StreamBroken, StreamFlow,
                                   classify, classify_status)
 
 #: A request carries the frames queued since the last write up to this many bytes (a larger
@@ -91,7 +91,7 @@ class Multiplexer:
         try:
             call = channel.stream_stream(
                 _METHOD, request_serializer=None,
-                response_deserializer=dis_pb2.MuxResponse.FromString)(metadata=self._metadata or None)
+                response_deserializer=dis_pb2.MuxResponse.FromString)(None, metadata=self._metadata or None)
             # The DIS answers a Multiplex call with its initial metadata at once; one that does
             # not know the method ends the call (UNIMPLEMENTED) instead.  Nothing is written
             # before that answer: a write racing with the call's end can turn its status into
@@ -103,10 +103,10 @@ class Multiplexer:
             writer = asyncio.ensure_future(self._write(call))
             while True:
                 response = await call.read()
-                if response is grpc.aio.EOF:
+                if response is EOF:
                     break
                 deadline.heard()
-                for reply in response.replies:
+                for reply in cast(dis_pb2.MuxResponse, response).replies:
                     self._reply(reply)
         except grpc.RpcError as e:
             self.unimplemented = e.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -160,7 +160,7 @@ class Problems:
             return ""
         with self._lock:
             parts = [self.corrupt_problem] if self.corrupt_problem else []
-            parts += [x[1] for x in (self.schema_stop, self.refused) if x is not None]  # type: ignore[index]
+            parts += [x[1] for x in (self.schema_stop, self.refused) if x is not None]
             if self.truncated is not None:
                 parts.append(self.truncated[3])
             parts += [x.describe() for x in self.stranded[:NAMED]]

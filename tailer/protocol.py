@@ -17,6 +17,7 @@ import collections
 from typing import Callable
 
 import grpc
+import grpc.aio
 
 from disd.errors import DisError
 from disd.rpc.ingeststatus import says_location_in_error
@@ -34,6 +35,8 @@ REFUSALS = frozenset({
 })
 #: what a stream cut on the tailer's side ends with, as gRPC words a locally cancelled call
 LOCALLY_CANCELLED = "CANCELLED: Locally cancelled by application!"
+#: what a call's ``read`` returns once the responses end
+EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # grpc-stubs do not declare grpc.aio.EOF
 
 
 class RefusedByDis(DisError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Callable
+from typing import Callable, cast
 
 import grpc
 import grpc.aio
@@ -19,7 +19,7 @@ from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.tailer.deadline import AnswerDeadline
 from disd.tailer.frames import Piece
 from disd.tailer.loop import EventLoop
-from disd.tailer.protocol import LOCALLY_CANCELLED, OnAck, StreamBroken, StreamFlow, classify
+from disd.tailer.protocol import EOF, LOCALLY_CANCELLED, OnAck, StreamBroken, StreamFlow, classify
 
 #: Most calls made for one stream's ``open`` when each ends with INTERNAL before the resume
 #: point.  A server that ends the call at once (no such method: a ``dis proxy``; a refused
@@ -88,10 +88,10 @@ class SingleStream(StreamFlow):
                         break
             while error is None:
                 r = await call.read()
-                if r is grpc.aio.EOF:
+                if r is EOF:
                     return
                 self._deadline.heard()
-                self._acked(r)
+                self._acked(cast(dis_pb2.IngestResponse, r))
         except grpc.RpcError as e:
             error = classify(e)
         except asyncio.CancelledError:
@@ -114,10 +114,11 @@ class SingleStream(StreamFlow):
     async def _read_resume(self, call: grpc.aio.StreamStreamCall) -> Exception | None:
         """Read the resume point (None), or say why the stream ended before it."""
         try:
-            first = await call.read()
+            read = await call.read()
             self._deadline.heard()
-            if first is grpc.aio.EOF:
+            if read is EOF:
                 raise StreamBroken("the DIS closed the stream before sending the resume point")
+            first = cast(dis_pb2.IngestResponse, read)  # the call's deserializer's
             if first.WhichOneof("body") != "resume":
                 raise StreamBroken(f"expected a resume point, got {first.WhichOneof('body')}")
             self._resume.set_result(first.resume)

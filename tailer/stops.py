@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import grpc
 
@@ -27,15 +27,43 @@ from disd.tailer.watch import LocationFiles, LogFile
 INITIAL_BACKOFF_S = 0.1
 
 if TYPE_CHECKING:
-    from disd.tailer.location import LocationStream
+    import collections
+    import threading
 
-    _Base = LocationStream
-else:
-    _Base = object
+    from disd.tailer.config import TailerConfig
+    from disd.tailer.core import Tailer
+    from disd.tailer.problems import Problems
+    from disd.tailer.status import StreamStatus
 
 
-class Stops(_Base):
+class Stops:
     """(mixin of ``LocationStream``)"""
+
+    # The state of ``LocationStream`` this mixin works on, set by its ``__init__`` (declared here,
+    # without values, for the type checker: the class is never used alone).
+    tailer: Tailer
+    cfg: TailerConfig
+    log: Any  # structlog's bound logger
+    problems: Problems
+    refusals: collections.Counter[str]
+    reachable: bool | None
+    reconnects: int
+    acked_bytes: int
+    _lock: threading.Lock
+    _status: StreamStatus
+    _hint: str | None
+    _corrupt: tuple[str, int, tuple] | None
+    _opened: bool
+    _opening_file: str | None
+    _just_reported: bool
+    _stop_said: tuple | None
+
+    if TYPE_CHECKING:  # ``LocationStream``'s methods this mixin calls
+        async def _stream(self) -> bool: ...
+        async def _idle_wait(self, seconds: float | None = None) -> None: ...
+        def _set(self, **kw: object) -> None: ...
+        def files(self) -> LocationFiles: ...
+        def problem(self) -> str: ...
 
     async def _run(self) -> None:
         backoff = INITIAL_BACKOFF_S
@@ -250,7 +278,7 @@ class Stops(_Base):
         problems = self.problems
         prev = previous_header(lf, cur.name)
         problem = None if prev is None else schema_step_problem(prev[0], prev[1].schema, cur.name, header.schema)
-        if problem is None:
+        if prev is None or problem is None:
             with self._lock:
                 if problems.schema_stop is not None and problems.schema_stop[0] == cur.name:
                     problems.schema_stop = None
@@ -258,7 +286,7 @@ class Stops(_Base):
         await s.drain()  # what went before the file is the DIS's
         with self._lock:
             problems.schema_stop = (cur.name, problem)
-        self._hint = prev[0]  # type: ignore[index]  # a reconnect comes back here with the schema before the file
+        self._hint = prev[0]  # a reconnect comes back here with the schema before the file
         self._sync_problem(s, accepts, told)
         self._set(state="refused", error=problem, in_flight_bytes=0)
         self._say_stop(("schema", problem), "schema change refused: this location stops before the file until it "

@@ -235,7 +235,7 @@ class DirectoryWatcher:
 
     def __init__(self, use_inotify: bool = True) -> None:
         self.fd = -1
-        self._libc = None
+        self._libc: ctypes.CDLL | None = None
         self._watched: dict[str, int] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -259,14 +259,15 @@ class DirectoryWatcher:
     def watch(self, dirs: Iterable[str]) -> None:
         """Watch the directories that exist and are not watched yet (call again after a rescan:
         a directory created later gets its watch then)."""
-        if self.fd < 0:
+        libc = self._libc
+        if self.fd < 0 or libc is None:  # no inotify (the two are set together)
             return
         mask = self.IN_MODIFY | self.IN_CLOSE_WRITE | self._STRUCTURAL
         with self._lock:
             for d in dirs:
                 if d in self._watched or not os.path.isdir(d):
                     continue
-                wd = self._libc.inotify_add_watch(self.fd, os.fsencode(d), mask)
+                wd = libc.inotify_add_watch(self.fd, os.fsencode(d), mask)
                 if wd >= 0:
                     self._watched[d] = wd
                 else:

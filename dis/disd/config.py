@@ -121,7 +121,7 @@ def declared_column(schema: "TableSchema", column: Any, source: str, key: str) -
     return column
 
 
-def _min(n: int) -> Callable[[Any], str | None]:
+def _min(n: float) -> Callable[[Any], str | None]:
     return lambda v: None if v >= n else f"must be >= {n}"
 
 

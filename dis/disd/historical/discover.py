@@ -83,6 +83,7 @@ def table_files(ns: NamespaceRoot, defn: TableDefinition, wanted: Wanted | None 
     pc = defn.partition_column
     out: list[ParquetFileInfo] = []
     if layout is Layout.NESTED:
+        assert pc is not None  # a nested table has a partition column (``TableDefinition`` checks)
         for loc in nested_locations(ns, defn.table, wanted):
             for f in parquet_files(loc.path):
                 out.append(ParquetFileInfo(str(f), _footer_rows(f), ((pc, loc.value),)))

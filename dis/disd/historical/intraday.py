@@ -68,7 +68,7 @@ class SourceSnapshot:
         sizes, and the merge settings.  Where the rows were read from is not part of it.  For a
         table of several schema versions, the presented version and each location's version
         (whose fingerprint pins its files' columns) are part of it too."""
-        body = {
+        body: dict[str, Any] = {
             "fingerprint": self.schema.fingerprint, "partition_column": self.schema.partition_column,
             "value": self.value,
             "locations": [[loc.internal_partition, loc.rows, sorted(loc.files.items())] for loc in self.locations],
@@ -84,7 +84,7 @@ class SourceSnapshot:
     def describe(self) -> dict[str, Any]:
         """The ``source`` of a location record (with each location's schema version and
         fingerprint when the table has several versions)."""
-        out = {"kind": self.kind, "from": self.where, "fingerprint": self.schema.fingerprint,
+        out: dict[str, Any] = {"kind": self.kind, "from": self.where, "fingerprint": self.schema.fingerprint,
                "locations": {loc.internal_partition: loc.rows for loc in self.locations}}
         if len(self.schema.versions) > 1:
             out["schema_version"] = self.schema.version

@@ -122,16 +122,18 @@ def _write_splayed(ns: NamespaceRoot, defn: TableDefinition, old: TableDefinitio
 def _write_partitioned(ns: NamespaceRoot, defn: TableDefinition, old: TableDefinition | None, rows: RowWriter,
                        mode: str, internal_partition: str) -> list[LocationRecord]:
     pc = defn.partition_column
-    values = rows.values(pc)
-    if not values:
+    assert pc is not None  # a partitioned table (``publish_user_table``)
+    given = rows.values(pc)
+    if not given:
         raise UserTableError(f"no rows to write to {defn.key}")
-    for v in values:
+    for v in given:
         if v is None:
             raise UserTableError(f"partition column {pc} has nulls; every row needs a partition value")
         try:
             validate_name(NameKind.COLUMN_PARTITION, v)
         except InvalidNameError as e:
             raise UserTableError(f"partition column {pc}: {e}") from None
+    values = [v for v in given if v is not None]  # every one: checked above
     existing = {loc.value: loc for loc in nested_locations(ns, defn.table, set(values).__contains__)}
     elsewhere = [f"{v} (in {loc.internal_partition})" for v, loc in existing.items() if loc.internal_partition != internal_partition]
     if elsewhere:
@@ -144,9 +146,9 @@ def _write_partitioned(ns: NamespaceRoot, defn: TableDefinition, old: TableDefin
     try:
         rows.write(staging, partition_by=[pc])
         by_value = {}
-        for e in os.scandir(staging):
-            if e.is_dir() and e.name.startswith(pc + "="):
-                by_value[unquote(e.name[len(pc) + 1:])] = e.path
+        for entry in os.scandir(staging):
+            if entry.is_dir() and entry.name.startswith(pc + "="):
+                by_value[unquote(entry.name[len(pc) + 1:])] = entry.path
         if sorted(by_value) != values:
             raise UserTableError(f"Spark wrote partitions {sorted(by_value)}, expected {values}")
         if old != defn:

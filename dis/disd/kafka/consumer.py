@@ -299,7 +299,7 @@ class SourceConsumer:
     def _discover(self, partitions: list[int] | None, error: str | None) -> None:
         """Assign every partition of the topic not yet known, each at its locations' offset."""
         if partitions is None:
-            self._client_error(error)
+            self._client_error(error or "the topic's partitions are unknown")  # the fetcher says why
             return
         new = [p for p in partitions if p not in self.partitions]
         for p in new:
@@ -493,7 +493,9 @@ class SourceConsumer:
             return {self.src.fixed_partition: None} if n else {}
         if not n:
             return {}
-        ts = cols[self.src.schema.column_names.index(self.src.partition_column)]
+        column = self.src.partition_column
+        assert column is not None  # a source has a partition column or a fixed partition
+        ts = cols[self.src.schema.column_names.index(column)]
         days = np.asarray(ts.cast(pa.int64()).to_numpy(zero_copy_only=False)) // NS_PER_DAY
         first, last = days.min(), days.max()
         if first == last:

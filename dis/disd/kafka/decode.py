@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -150,9 +150,9 @@ class Decoder:
 
     # -- binary-log values ---------------------------------------------------------------------
     def _binlog(self, batch: Batch) -> tuple[list[pa.Array], np.ndarray]:
-        values = batch.values
-        if any(not v for v in values):
+        if any(not v for v in batch.values):
             raise PoisonMessage("empty value: a binlog message holds whole frames of the table's rows")
+        values = cast("list[bytes]", batch.values)  # none null (nor empty): checked above
         lens = np.fromiter((len(v) for v in values), np.int64, len(values))
         starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
         buf = b"".join(values)
@@ -182,7 +182,7 @@ class Decoder:
                 buf = self._one_line(values[0])
             else:
                 try:
-                    buf = b"\n".join(values)
+                    buf = b"\n".join(cast("list[bytes]", values))  # a null value raises TypeError
                 except TypeError:  # a null value: decoded one by one to name it
                     raise PoisonMessage("a batch with a null value") from None
                 if buf.count(b"\n") != n - 1 or b"\r" in buf:  # line breaks inside values: JSON whitespace

@@ -109,7 +109,8 @@ class FetchProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()
         self.proc = self.conn = None
 
 
@@ -132,18 +133,14 @@ class FetchPool:
     def ready(self, timeout: float) -> list[FetchProcess]:
         """The running processes with a message to read, waiting up to ``timeout`` seconds for
         one; each is read with ``receive(0)``."""
-        by_conn = {f.conn: f for f in self.running()}
-        if not by_conn:
+        conns = [f.conn for f in self.procs if f.conn is not None]  # the running processes'
+        if not conns:
             return []
+        by_conn: dict[object, FetchProcess] = {f.conn: f for f in self.running()}
         try:
-            return [by_conn[c] for c in wait(list(by_conn), timeout)]
+            return [by_conn[c] for c in wait(conns, timeout)]
         except OSError:  # a socket closed under us: every process is looked at, the dead one raises
             return list(by_conn.values())
-
-    def kill(self) -> None:
-        """SIGKILL the process (hung: it would not read a ``stop``); ``close`` reaps it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
 
     def close(self, timeout: float = 10.0) -> None:
         for f in self.procs:

@@ -8,7 +8,7 @@ import contextlib
 import pathlib
 import threading
 import weakref
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -99,12 +99,13 @@ class IntradayLogger:
     def log(self, row: Mapping[str, Any] | None = None, /, **values: Any) -> None:
         """Log one row given as keyword arguments and/or a mapping; missing columns are null.
         Outside a transaction it is a SingleRow; inside, part of this thread's transaction."""
+        given: Mapping[str, Any] = values
         if row is not None:
-            values = {**row, **values} if values else row
-        if not self._name_set.issuperset(values):
-            unknown = sorted(set(values) - self._name_set)
+            given = {**row, **values} if values else row
+        if not self._name_set.issuperset(given):
+            unknown = sorted(set(given) - self._name_set)
             raise LoggerValueError(f"{self.schema.key} has no column {unknown[0]!r}")
-        get = values.get
+        get = given.get
         tup = tuple([norm(get(name)) for name, norm in self._norms])
         if self._sizes.string_columns:
             self._sizes.check_row(tup)
@@ -168,6 +169,8 @@ class IntradayLogger:
         txn = getattr(self._local, "txn", None)
         self._check_open()
         fn = self._partition_fn
+        labels: Sequence[str | None]
+        codes: np.ndarray | None
         if fn is None:
             labels, codes = [self._partition_value], None
         else:

@@ -146,6 +146,7 @@ class LogFiles:
 
     def _new_path(self, part: str, local: dt.datetime) -> pathlib.Path:
         if self.rollover is Rollover.FIXED:
+            assert self._fixed_stamp is not None  # given for a fixed rollover (``IntradayLogger``)
             stamp = self._fixed_stamp.astimezone(self._tz)
             stamp = stamp.replace(microsecond=stamp.microsecond // 1000 * 1000)
             return self.log_dir / self._file_name(part, stamp).format()

@@ -60,7 +60,7 @@ class LogWriter:
         """Write a list of queued items in order; True when the logger is to stop."""
         now = self._clock()
         group: list[Item] = []
-        group_part: str | None = None
+        group_part = ""  # the partition of ``group`` (set with its first item)
         group_rows = 0
         stop = False
         for it in items:
@@ -103,6 +103,7 @@ class LogWriter:
                 if pending_rows:
                     pieces.append(rows_to_columns(pending_rows, self._types))
                     pending_rows = []
+                assert it.cols is not None  # an item holds rows or columns
                 pieces.append(it.cols)
             if it.txn and it.n > 1:
                 txns.append((pos, it.n))

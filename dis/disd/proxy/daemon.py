@@ -10,6 +10,8 @@ subscriptions, exit 0.  The proxy holds nothing durable: a restart only empties 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 import structlog
@@ -35,6 +37,9 @@ from disd.server.daemon import (
     warn_of_exposure,
 )
 
+if TYPE_CHECKING:
+    from disd.server.blockhttp import BlockHttpServer
+
 log = structlog.get_logger(__name__)
 
 SERVICE_NAMES = (dis_pb2.DESCRIPTOR.services_by_name["TableData"].full_name,)
@@ -52,8 +57,8 @@ class ProxyServer:
         self.port: int | None = None
         self.http_port: int | None = None
         self.metrics_port: int | None = None
-        self._http_server = None
-        self._metrics_server = None
+        self._http_server: BlockHttpServer | None = None
+        self._metrics_server: WSGIServer | None = None
 
     def start(self) -> int:
         try:

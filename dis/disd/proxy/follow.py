@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Protocol, Self, TypeVar
 
 import grpc
 import structlog
@@ -35,6 +35,12 @@ log = structlog.get_logger(__name__)
 
 #: What a listener is given: the items a publish changed (snapshots, or locations' states).
 Item = TypeVar("Item")
+
+
+class Cancellable(Protocol):
+    """An open upstream call: a ``Subscription``, a gRPC response stream."""
+
+    def cancel(self) -> object: ...
 
 
 class FollowedStream(Generic[Item]):
@@ -60,7 +66,7 @@ class FollowedStream(Generic[Item]):
         self.primed = threading.Event()  # set once a DIS answered (or the feed was refused)
         self.connected_to: str | None = None  # the member whose stream is open, None between streams
         self.last_error = ""
-        self._call = None
+        self._call: Cancellable | None = None
         self._delay = RETRY_INITIAL_S
         self._thread = threading.Thread(target=self._run, name=f"{thread}-{self.name}", daemon=True)
 

@@ -24,7 +24,7 @@ NEW_TABLES_S = 5.0
 class _Request:
     """What a ``LastByRequest`` names: a location (``key``), or a table, a namespace, or all."""
 
-    def __init__(self, request: dis_pb2.LastByRequest, context) -> None:  # noqa: ANN001
+    def __init__(self, request: dis_pb2.LastByRequest, context: grpc.ServicerContext) -> None:
         self.key: LocationKey | None = None
         if request.HasField("location"):
             try:
@@ -40,7 +40,7 @@ class _Request:
             return key == self.key
         return (not self.namespace or key.namespace == self.namespace) and (not self.table or key.table == self.table)
 
-    def feeds(self, upstream: Upstream, context) -> list[LastByFeed]:  # noqa: ANN001
+    def feeds(self, upstream: Upstream, context: grpc.ServicerContext) -> list[LastByFeed]:
         """The last-by feeds of the tables asked for, each answered by a DIS.  A named table that
         no DIS serves is NOT_FOUND, one its DIS refuses is the DIS's refusal; asked for many
         tables, those without last-by states are left out, as a DIS leaves them out.  No DIS
@@ -65,7 +65,7 @@ class _Request:
                  if (not self.namespace or t.namespace == self.namespace) and (not self.table or t.table == self.table)]
         return [f for f in (upstream.lastby_feed(ns, t) for ns, t in names) if f.refused is None]
 
-    def locations(self, feeds: list[LastByFeed], context) -> list[LocationLastBy]:  # noqa: ANN001
+    def locations(self, feeds: list[LastByFeed], context: grpc.ServicerContext) -> list[LocationLastBy]:
         """The published locations asked for; NOT_FOUND, as a DIS says it, for a location the
         proxy has no state of."""
         out = [loc for f in feeds for loc in f.published() if self.wants(loc.key)]
@@ -92,11 +92,16 @@ def subscribe_last_by(upstream: Upstream, request: dis_pb2.LastByRequest,
     followed: list[LastByFeed] = []
     seen: dict[LocationKey, int] = {}
 
+    def push(locs: list[LocationLastBy]) -> None:
+        for loc in locs:
+            if asked.wants(loc.key):
+                updates.push(loc)
+
     def follow(feeds: list[LastByFeed]) -> list[LocationLastBy]:  # listen first, then take the states now
         out = []
         for f in feeds:
             if f.name not in unlisten:
-                unlisten[f.name] = f.listen(lambda locs: [updates.push(loc) for loc in locs if asked.wants(loc.key)])
+                unlisten[f.name] = f.listen(push)
                 followed.append(f)
                 out += [loc for loc in f.published() if asked.wants(loc.key)]
         return out

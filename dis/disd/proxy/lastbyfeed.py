@@ -105,6 +105,7 @@ class LocationLastBy:
         """The whole published state."""
         with self._lock:
             state, seq = self.state, self.seq
+        assert state is not None  # published as it is made (``LastByFeed.take``)
         return self._message(state, seq, True, state.ipc_bytes())
 
     def changes_since(self, seen: int) -> dis_pb2.LastByState | None:
@@ -115,10 +116,12 @@ class LocationLastBy:
             if seen == seq:
                 return None
             kept = [(t, b) for q, t, b in self._changes if seen < q <= seq]
+        assert state is not None  # published as it is made (``LastByFeed.take``)
         if seen > seq or len(kept) != seq - seen or any(t is None for t, _ in kept):
             return self._message(state, seq, True, state.ipc_bytes())
-        if len(kept) == 1:
-            return self._message(state, seq, False, kept[0][1])
+        ipc = kept[0][1]  # kept with its table (``publish``)
+        if len(kept) == 1 and ipc is not None:
+            return self._message(state, seq, False, ipc)
         return self._message(state, seq, False, to_ipc(last_by(pa.concat_tables([t for t, _ in kept]), state.keys)))
 
 
@@ -169,6 +172,7 @@ class LastByFeed(FollowedStream[LocationLastBy]):
         if key.namespace != self.namespace or key.table != self.table:
             return
         changes = None
+        base_rows = -1  # of the state the changes start from
         if m.full:
             state = State(from_ipc(m.arrow_ipc), m.rows, m.schema_version, tuple(m.keys), m.arrow_ipc)
             if streamed:
@@ -178,6 +182,7 @@ class LastByFeed(FollowedStream[LocationLastBy]):
             if base is None or key not in self._streamed:
                 raise LastByStreamError(f"the DIS sent changes of {key} before its whole state")
             changes = from_ipc(m.arrow_ipc)
+            base_rows = base.rows
             state = State(upsert(base.table, changes, m.keys), m.rows, m.schema_version, tuple(m.keys))
         self._received[key] = state
         with self._lock:
@@ -188,7 +193,7 @@ class LastByFeed(FollowedStream[LocationLastBy]):
             if old is not None and state.rows <= old.rows:
                 return  # a DIS behind what was published: held back until it is past it
             # the upstream changes are the published state's only when they start from it
-            follows = changes is not None and old is not None and base.rows == old.rows
+            follows = changes is not None and old is not None and base_rows == old.rows
             loc.publish(state, changes if follows else None, m.arrow_ipc if follows else None,
                         keep=bool(self._listeners))
             listeners = list(self._listeners)

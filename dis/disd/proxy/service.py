@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import grpc
 
@@ -70,7 +70,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         for snaps, listed in self._subscription(request, context):
             yield dis_pb2.LocationBatch(locations=[snapshot_info(s) for s in snaps], listed=listed)
 
-    def _subscription(self, request, context) -> Iterator[tuple[list[LocationSnapshot], bool]]:
+    def _subscription(self, request, context) -> Iterator[tuple[Sequence[LocationSnapshot], bool]]:
         """``(snapshots, listed)`` as a DIS's subscription gives them: every published snapshot of
         the matching tables now, in batches, the last (possibly empty) one ``listed``; then each
         set of changes.  Each location's size is given once, increasing."""
@@ -81,11 +81,15 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         sent: dict[LocationKey, int] = {}
         unlisten: dict[str, Callable[[], None]] = {}
 
+        def push(snaps: list[LocationSnapshot]) -> None:
+            for s in snaps:
+                updates.push(s)
+
         def follow(feeds):  # noqa: ANN202 - listen first, then take the current state
             out = []
             for f in feeds:
                 if f.name not in unlisten:
-                    unlisten[f.name] = f.listen(lambda snaps: [updates.push(s) for s in snaps])
+                    unlisten[f.name] = f.listen(push)
                     out += sorted_snaps(f)
             return out
 
@@ -138,7 +142,7 @@ class ProxyTableData(dis_pb2_grpc.TableDataServicer):
         return snap, self._file_size(snap, request.file, context)
 
     @staticmethod
-    def _file_size(snap: LocationSnapshot, file: str, context) -> int:
+    def _file_size(snap: LocationSnapshot, file: str, context: grpc.ServicerContext) -> int:
         size = file_size(snap, file)
         if isinstance(size, str):
             context.abort(grpc.StatusCode.NOT_FOUND, size)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import grpc
 import structlog
@@ -284,7 +284,7 @@ class Upstream:
     def close(self) -> None:
         self.closed.set()
         with self._lock:
-            feeds = [*self._feeds.values(), *self._lastby.values()]
+            feeds: list[FollowedStream[Any]] = [*self._feeds.values(), *self._lastby.values()]
         for f in feeds:
             f.stop()
         with self._pool_lock:
@@ -309,9 +309,10 @@ class _Borrowed:
         return self.blocks
 
     def __exit__(self, *exc) -> None:  # noqa: ANN002
-        u = self.upstream
+        u, blocks = self.upstream, self.blocks
+        assert blocks is not None  # taken by ``__enter__``
         with u._pool_lock:  # noqa: SLF001 - the lease of Upstream's channel pool, its companion
             if not u.closed.is_set():
-                u._pool.append(self.blocks)  # noqa: SLF001 - the lease of Upstream's channel pool, its companion
+                u._pool.append(blocks)  # noqa: SLF001 - the lease of Upstream's channel pool, its companion
                 return
-        self.blocks.close()
+        blocks.close()

@@ -51,7 +51,7 @@ def keepalive_options(interval_ms: int, timeout_ms: int) -> tuple[tuple[str, obj
 def channel_options(extra_options: tuple[tuple[str, object], ...] = ()) -> list[tuple[str, object]]:
     """``CHANNEL_OPTIONS`` with ``extra_options``, an extra option replacing the one of the same
     name (never both given: which of two gRPC keeps is not its documented behaviour)."""
-    merged = dict(CHANNEL_OPTIONS)
+    merged: dict[str, object] = dict(CHANNEL_OPTIONS)
     merged.update(extra_options)
     return list(merged.items())
 
@@ -108,7 +108,7 @@ def open_channel(address: str, security: ClientSecurity | None = None,
     channel's reconnect backoff, for one)."""
     security = security or ClientSecurity()
     options = channel_options(extra_options)
-    if security.tls:
+    if security.ca is not None:  # ``security.tls``
         root = pathlib.Path(security.ca).read_bytes()
         cert = pathlib.Path(security.cert).read_bytes() if security.cert else None
         key = pathlib.Path(security.key).read_bytes() if security.key else None

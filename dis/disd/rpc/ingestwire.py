@@ -127,7 +127,8 @@ def _mux_frames(raw: bytes) -> list[tuple[int, MuxBody]]:
         f_end = pos + size
         if f_end > end:
             raise _NotAChunk
-        number, body, seen = 0, INVALID, set()
+        body: MuxBody = INVALID
+        number, seen = 0, set()
         while pos < f_end:
             tag = raw[pos]
             if tag in seen:

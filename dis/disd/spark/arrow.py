@@ -152,6 +152,7 @@ def projection(table: TableSchema, schema: StructType) -> Projection:
     """Match the schema Spark gives the reader (the source's own or the user's) to the table."""
     names = table.column_names + [table.partition_column]
     out = []
+    natural: DataType
     for f in schema.fields:
         source = _lookup(names, f.name)
         if source is None:
@@ -203,6 +204,8 @@ def to_batch(proj: Projection, target: pa.Schema, table: pa.Table | None, n: int
         if col.is_partition:
             arr: pa.Array = pa.repeat(pa.scalar(partition_value, pa.string()), n)
         else:
+            # a data column: fetched (``table`` is None only when the partition column alone is read)
+            assert table is not None and col.kind is not None
             chunked = table.column(col.source)
             raw = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
             arr = _natural(col.kind, raw)

@@ -108,7 +108,7 @@ class LastByStreamReader(_LastByReaderBase, DataSourceStreamReader):
     def initialOffset(self) -> dict:  # noqa: N802
         return self._available() if self.opts.starting_offsets == "latest" else {}
 
-    def latestOffset(self) -> dict:  # noqa: N802
+    def latestOffset(self) -> dict:  # type: ignore[override]  # noqa: N802 - pyspark types only (start, limit); Spark calls this form too
         return self._available()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

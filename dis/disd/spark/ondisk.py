@@ -78,6 +78,7 @@ def _with_versions(o: SourceOptions, schema):  # noqa: ANN001, ANN202
 def _definition(o: SourceOptions, required: bool):  # noqa: ANN202
     from disd.historical.definitions import DefinitionError, find_definition
 
+    assert o.db_root is not None  # a read from the database root (``parse_options`` requires dbRoot)
     try:
         return find_definition(o.db_root, o.namespace, o.table)
     except DefinitionError as e:
@@ -210,7 +211,8 @@ class OnDiskReader(DataSourceReader):
             files = table_files(ns, defn, wanted)
         except (DefinitionError, OSError) as e:
             raise DisSourceError(str(e)) from None
-        merged = {f.value_of(defn.partition_column) for f in files} if defn.partitioned else set()
+        pc = defn.partition_column  # None: unpartitioned
+        merged = {v for f in files if (v := f.value_of(pc)) is not None} if pc is not None else set()
         spec = HistoricalSpec(self.projection, o.batch_rows)
         return plan_files(files, spec, o.rows_per_partition, o.min_partitions), merged
 

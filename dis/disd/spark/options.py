@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import pathlib
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, TypedDict, overload
 
 from disd.blocks import DEFAULT_RETRY_S
 from disd.security import ClientSecurity
@@ -93,9 +93,15 @@ class SourceOptions:
                 return load_routing(self.routing)
             except (ConfigError, OSError, ValueError) as e:
                 raise DisSourceError(f"option 'routing': cannot use {self.routing}: {e}") from None
+        if self.address is None:
+            raise DisSourceError("option 'address' or 'routing' is required to read from a DIS")
         return Routing.single(self.address)
 
 
+@overload
+def _int(opts: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int: ...
+@overload
+def _int(opts: Mapping[str, str], name: str, default: None, minimum: int = 1) -> int | None: ...
 def _int(opts: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
     raw = opts.get(name.lower())
     if raw is None or str(raw).strip() == "":
@@ -133,7 +139,24 @@ def _columns_and_partitions(opts: Mapping[str, str], unique: bool
             frozenset(partitions) if partitions is not None else None)
 
 
-def _sizes(opts: Mapping[str, str]) -> dict[str, int]:
+class _Sizes(TypedDict):
+    rows_per_partition: int
+    min_partitions: int
+    batch_rows: int
+
+
+class _ViaDis(TypedDict, total=False):
+    """The options of the DIS of a read from the database root (source ``all``)."""
+
+    address: str | None
+    routing: str | None
+    security: ClientSecurity
+    timeout_s: float
+    max_rows_per_trigger: int | None
+    starting_offsets: str
+
+
+def _sizes(opts: Mapping[str, str]) -> _Sizes:
     """How a scan is cut: options 'batchRows', 'rowsPerPartition', 'minPartitions'."""
     batch_rows = _int(opts, "batchRows", DEFAULT_BATCH_ROWS)
     return {"rows_per_partition": _int(opts, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION),
@@ -308,7 +331,7 @@ def _parse_storage(opts: Mapping[str, str], source: str) -> SourceOptions:
     if not namespace or not table:
         raise DisSourceError("options 'namespace' and 'table' are required (or table '<Namespace>.<Table>')")
     columns, partitions = _columns_and_partitions(opts, unique=False)
-    via_dis = {}
+    via_dis: _ViaDis = {}
     if dis is not None:
         via_dis = {"address": dis.address, "routing": dis.routing, "security": dis.security,
                    "timeout_s": dis.timeout_s, "max_rows_per_trigger": dis.max_rows_per_trigger,

@@ -142,16 +142,14 @@ def read_historical(part: HistoricalInputPartition) -> Iterator[pa.RecordBatch]:
                 wanted.append(c.source)
         sources = file_sources(pf, piece.path, table, wanted) if wanted else {}
         want = list(dict.fromkeys(s for s in sources.values() if s is not None))
+        counted: Iterator[tuple[pa.RecordBatch | None, int]]  # (the batch read, if any; its rows)
         if want:
             batches = pf.iter_batches(batch_size=spec.batch_rows, row_groups=list(piece.row_groups),
                                       columns=want, use_threads=False)
-            sizes = None
+            counted = ((b, b.num_rows) for b in batches)
         else:  # only path columns or columns this file predates: row counts from the footer
-            batches = None
-            sizes = [min(spec.batch_rows, piece.rows - a) for a in range(0, piece.rows, spec.batch_rows)]
-        for item in (batches if batches is not None else sizes):
-            batch = item if batches is not None else None
-            n = batch.num_rows if batch is not None else item
+            counted = ((None, min(spec.batch_rows, piece.rows - a)) for a in range(0, piece.rows, spec.batch_rows))
+        for batch, n in counted:
             arrays = []
             for c, field in zip(proj.columns, target):
                 if c.source in values or c.is_partition:
@@ -159,5 +157,6 @@ def read_historical(part: HistoricalInputPartition) -> Iterator[pa.RecordBatch]:
                 elif sources[c.source] is None:
                     arrays.append(pa.nulls(n, field.type))
                 else:
+                    assert batch is not None  # a column of the file: read (``want``)
                     arrays.append(_cast(batch.column(sources[c.source]), field.type, c.source, piece.path))
             yield pa.RecordBatch.from_arrays(arrays, schema=target)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import pathlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pyspark.sql.types import (
     BooleanType,
@@ -34,6 +34,9 @@ from disd.historical.index import LocationRecord
 from disd.historical.parquet import ParquetSettings, write_parquet
 from disd.schema import Column, ColumnType
 from disd.spark.errors import DisSourceError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 DB_ROOT_CONF = "spark.dis.dbRoot"
 MODES = usertables.MODES
@@ -71,7 +74,7 @@ def _db_root(df, db_root: str | None) -> str:  # noqa: ANN001
 class _DataFrameRows:
     """A DataFrame as the ``disd.historical.usertables.RowWriter`` of a user table."""
 
-    data: object  # pyspark.sql.DataFrame
+    data: DataFrame
     settings: ParquetSettings
 
     def values(self, column: str) -> list[str | None]:
