@@ -13,8 +13,8 @@ as an integer in both), and only the escaping of the help text differs.
 ``serve_metrics_http`` serves a registry (prometheus_client's encoders, content negotiation and
 ``name[]`` filter, as ``prometheus_client.start_http_server`` does) followed by the families of
 the ``RenderedFamilies`` collectors given, before OpenMetrics' ``# EOF``; gzip when asked, at
-zlib's default level (level 9, the ``gzip`` module's, took three times as long for a page a
-tenth smaller).
+level 1: on a page this repetitive, about a seventh bigger than at level 9 (the ``gzip``
+module's default) for a fifth of the time.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 OPENMETRICS_EOF = b"# EOF\n"
-GZIP_LEVEL = 6
+GZIP_LEVEL = 1
 
 #: a value of one series; None: the location has no sample in that family
 Value = int | float | None

@@ -13,6 +13,7 @@ endpoint reports its own state.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Iterable, Iterator
 
@@ -62,6 +63,20 @@ SERVER_SERIES = (
 )
 
 
+@dataclass(frozen=True)
+class LocationSeries:
+    """What a location's series need of its key: their label text (``{location=...,table=...}``),
+    its table key and its name (``str(key)``), made once for the location's life."""
+
+    labels: str
+    table: str
+    location: str
+
+    @classmethod
+    def of(cls, key: LocationKey) -> "LocationSeries":
+        return cls(label_text({"table": key.table_key, "location": str(key)}), key.table_key, str(key))
+
+
 class ServerCollector:
     """Gauges computed at scrape time from one server's engine and ingest sessions.
 
@@ -84,14 +99,15 @@ class ServerCollector:
         self.sessions = sessions
         self.db_root = db_root
         self.tabledata = tabledata
-        #: each location's label text and table key, made once (its key never changes)
-        self._labels: dict[LocationKey, tuple[str, str]] = {}
+        #: what each open location's series need of its key, made once (by Location object: its
+        #: key's own hash is computed in Python at each use)
+        self._series: dict[Location, LocationSeries] = {}
 
     def _server_gauges(self, locations: list[Location]) -> Iterator[Metric]:
         values = [
             ("dis_locations", "Locations open", len(locations)),
             ("dis_partitions_in_error", "Locations in error state (not accepting rows)",
-             sum(1 for loc in locations if loc.in_error)),
+             sum(map(attrgetter("in_error"), locations))),
             ("dis_open_file_handles", "Column-file descriptors currently open", self.engine.file_handles.open_count),
         ]
         if self.tabledata is not None:
@@ -119,32 +135,29 @@ class ServerCollector:
         yield free
         yield size
 
-    def _label_texts(self, locations: list[Location]) -> tuple[list[str], list[str]]:
-        """Each location's label text and table key, from the cache (kept to the locations open)."""
-        old = self._labels
-        made = {}
-        for loc in locations:
-            k = loc.key
-            made[k] = old.get(k) or (label_text({"table": k.table_key, "location": str(k)}), k.table_key)
-        self._labels = made
-        pairs = [made[loc.key] for loc in locations]
-        return [p[0] for p in pairs], [p[1] for p in pairs]
+    def series(self, locations: list[Location]) -> list[LocationSeries]:
+        """Each location's ``LocationSeries``, from the cache (which keeps to the locations given)."""
+        old = self._series
+        made = {loc: old.get(loc) or LocationSeries.of(loc.key) for loc in locations}
+        self._series = made
+        return list(made.values())
 
-    def columns(self, locations: list[Location], tables: list[str], now: float) -> list[GaugeColumn]:
-        """The per-location families over ``locations`` (of the table keys ``tables``), a value
-        per location each."""
-        keys = [loc.key for loc in locations]
-        with_tailer = {s.key for s in self.sessions.sessions()}
-        problems = self.sessions.problems()
+    def columns(self, locations: list[Location], series: list[LocationSeries], now: float) -> list[GaugeColumn]:
+        """The per-location families over ``locations`` (whose ``series`` they are), a value per
+        location each."""
+        names = list(map(attrgetter("location"), series))
+        tables = list(map(attrgetter("table"), series))
+        with_tailer = {str(s.key) for s in self.sessions.sessions()}
+        problems = {str(k) for k in self.sessions.problems()}
         intervals: dict[str, float] = {}
         for tk in set(tables):
             intervals[tk] = self.engine.import_config(tk).checkpoint_interval_ms / 1000.0
         checkpointed_at = map(attrgetter("last_checkpoint_time"), locations)
         cols = [
             GaugeColumn("dis_location_tailer_connected", "1 while a tailer holds the location's ingest stream, else 0",
-                        list(map(int, map(with_tailer.__contains__, keys)))),
+                        list(map(int, map(with_tailer.__contains__, names)))),
             GaugeColumn("dis_location_tailer_problem", "1 while the location's tailer reports a problem on its side "
-                        "(dis status shows it), else 0", list(map(int, map(problems.__contains__, keys)))),
+                        "(dis status shows it), else 0", list(map(int, map(problems.__contains__, names)))),
             GaugeColumn("dis_location_rows", "Published rows of the location",
                         list(map(attrgetter("published_rows"), locations))),
             GaugeColumn("dis_location_checkpointed_rows", "Rows of the location's last checkpoint",
@@ -158,7 +171,7 @@ class ServerCollector:
                         "(since it took rows no flush has published; with none, since the flusher's last cycle)",
                         self.engine.flush_ages(locations, now)),
             GaugeColumn("dis_checkpoint_age_seconds", "Seconds since the location's last checkpoint",
-                        [max(0.0, now - t) if t else None for t in checkpointed_at]),
+                        [(now - t if t < now else 0.0) if t else None for t in checkpointed_at]),
             GaugeColumn("dis_checkpoint_interval_seconds", "Configured checkpoint interval",
                         list(map(intervals.__getitem__, tables))),
         ]
@@ -168,8 +181,9 @@ class ServerCollector:
     def exposition(self, openmetrics: bool, names: frozenset[str] | None) -> str:
         """The per-location families as exposition text (``disd.server.exposition.RenderedFamilies``)."""
         locations = self.engine.open_locations()
-        labels, tables = self._label_texts(locations)
-        return render_gauges(labels, self.columns(locations, tables, time.time()), openmetrics, names)
+        series = self.series(locations)
+        labels = list(map(attrgetter("labels"), series))
+        return render_gauges(labels, self.columns(locations, series, time.time()), openmetrics, names)
 
 
 class _ProcessMetrics:

@@ -422,7 +422,7 @@ class StorageEngine:
         dirty = [loc.dirty_since for loc in locs]
         if self._threads:
             idle = max(0.0, now - self.flusher.last_cycle)
-            return [idle if d is None else max(0.0, now - d) for d in dirty]
+            return [idle if d is None else now - d if d < now else 0.0 for d in dirty]
         return [max(0.0, now - d) if d is not None
                 else None if loc.last_flush_time is None else max(0.0, now - loc.last_flush_time)
                 for d, loc in zip(dirty, locs)]
