@@ -75,8 +75,7 @@ def render_gauges(labels: Sequence[str], columns: Iterable[GaugeColumn], openmet
         if names is not None and col.name not in names:
             continue
         values = col.values
-        if len(values) != len(labels):
-            raise ValueError(f"{col.name}: {len(values)} values for {len(labels)} series")
+        assert len(values) == len(labels), f"{col.name}: {len(values)} values for {len(labels)} series"
         out.append(f"# HELP {col.name} {_help(col.help, openmetrics)}\n# TYPE {col.name} gauge\n")
         pairs: Iterable[tuple[str, Value]] = zip(labels, values)
         if None in values:
