@@ -9,12 +9,16 @@ with a Prometheus server's request headers (OpenMetrics, gzip), which gives the 
 (``time.thread_time``) and wall time; and a real HTTP GET of ``/metrics`` with the same headers
 (wall time only, what Prometheus's ``scrape_timeout`` bounds).  The median of each is reported.
 
+Baseline, same run and same figures: prometheus_client's own ``make_wsgi_app`` serving the
+server's registry plus the per-location families as its ``GaugeMetricFamily`` objects (built
+from the collector's columns), its CPU per scrape measured the same way (idle).
+
 Why: every location adds about ten series to the page, and Prometheus gives up on a scrape
 after ``scrape_timeout`` (10 s by default); a DIS whose scrape takes longer shows ``up == 0``
 when it is busiest.
 
-Output: human lines, then one JSON line (``bench/_common.emit``): ``value`` the median wall
-seconds of an HTTP scrape under ingestion, and ``locations``, ``idle_cpu_s``, ``idle_wall_s``,
+Output: human lines, then one JSON line (``bench/_common.emit``): ``value`` the median CPU
+seconds of a scrape (idle), ``baseline`` prometheus_client's, and ``locations``, ``idle_cpu_s``, ``idle_wall_s``,
 ``idle_http_s``, ``load_cpu_s``, ``load_wall_s``, ``load_http_s``, ``cpu_us_per_location``
 (idle), ``page_bytes``, ``loadavg``.
 
@@ -39,7 +43,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests")
 from _common import emit  # noqa: E402
 from support import Feeder, start_dis_server, trade_rows  # noqa: E402
 
+from prometheus_client import CollectorRegistry, make_wsgi_app  # noqa: E402
+from prometheus_client.core import GaugeMetricFamily  # noqa: E402
+
 from disd.binlog import LocationKey  # noqa: E402
+from disd.server.metrics import ServerCollector, server_registry  # noqa: E402
 
 #: what a Prometheus server sends (its default scrape_protocols, and gzip)
 PROMETHEUS_HEADERS = {
@@ -81,6 +89,34 @@ def http_once(port: int) -> tuple[float, int]:
     return time.perf_counter() - w0, len(body)
 
 
+class AsPrometheusClientObjects:
+    """The per-location families of ``collector`` as prometheus_client's metric objects."""
+
+    def __init__(self, collector: ServerCollector) -> None:
+        self.collector = collector
+
+    def collect(self):  # noqa: ANN201
+        locations = self.collector.engine.open_locations()
+        series = self.collector.series(locations)
+        for col in self.collector.columns(locations, series, time.time()):
+            fam = GaugeMetricFamily(col.name, col.help, labels=["table", "location"])
+            for s, v in zip(series, col.values):
+                if v is not None:
+                    fam.add_metric([s.table, s.location], v)
+            yield fam
+
+
+def baseline_cpu(srv, scrapes: int) -> float:  # noqa: ANN001
+    """Median CPU seconds of prometheus_client's own endpoint serving the same figures."""
+    collector = ServerCollector(srv.engine, srv.sessions, str(srv.config.db_root), srv.tabledata)
+    registry = server_registry(collector)
+    everything = CollectorRegistry(auto_describe=False)
+    everything.register(registry)
+    everything.register(AsPrometheusClientObjects(collector))
+    app = make_wsgi_app(everything)
+    return statistics.median(render_once(app)[0] for _ in range(scrapes))
+
+
 def measure(srv, scrapes: int) -> dict:  # noqa: ANN001
     app = srv._metrics_server.get_app()  # noqa: SLF001 - the endpoint's own application, run in this thread
     cpu, wall, http = [], [], []
@@ -107,6 +143,8 @@ def main() -> None:
         print(f"{args.locations} locations made in {time.perf_counter() - t0:.1f} s", flush=True)
         try:
             idle = measure(srv, args.scrapes)
+            base = baseline_cpu(srv, args.scrapes)
+            print(f"baseline, prometheus_client's endpoint over the same figures: cpu {base:.3f} s", flush=True)
             print(f"idle:  cpu {idle['cpu_s']:.3f} s, wall {idle['wall_s']:.3f} s, HTTP {idle['http_s']:.3f} s "
                   f"(max {idle['http_max_s']:.3f} s), {idle['page_bytes']} bytes gzipped", flush=True)
             stop = threading.Event()
@@ -135,7 +173,7 @@ def main() -> None:
                   f"load average {loadavg:.2f}", flush=True)
         finally:
             srv.stop(0.5)
-    emit("scrape", load["http_s"], "s", 0.0, locations=args.locations, idle_cpu_s=idle["cpu_s"],
+    emit("scrape", idle["cpu_s"], "s", base, locations=args.locations, idle_cpu_s=idle["cpu_s"],
          idle_wall_s=idle["wall_s"], idle_http_s=idle["http_s"], load_cpu_s=load["cpu_s"], load_wall_s=load["wall_s"],
          load_http_s=load["http_s"], cpu_us_per_location=idle["cpu_s"] / args.locations * 1e6,
          page_bytes=idle["page_bytes"], loadavg=loadavg)
