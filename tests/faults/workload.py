@@ -150,6 +150,6 @@ def mismatch(loc: Location, expected: np.ndarray) -> str | None:
 
 def drop(engine: StorageEngine) -> None:
     """Let an engine go as a crash would: no flush, no checkpoint; descriptors closed."""
-    for loc in engine._open_locations():  # noqa: SLF001 - the engine's open locations, which the workload checks
+    for loc in engine.open_locations():
         loc.close()
     engine.file_handles.close_all()

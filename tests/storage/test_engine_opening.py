@@ -113,7 +113,7 @@ def test_open_many_makes_new_locations_together_and_holds_up_nobody_else(held):
     assert t.is_alive()
     disk.release.set()
     t.join(10)
-    opened = {loc.key for loc in eng._open_locations()}  # noqa: SLF001 - the engine's open locations, which the test checks
+    opened = {loc.key for loc in eng.open_locations()}
     assert not t.is_alive() and {SLOW, FAST, *others} <= opened
     assert eng.location(SLOW).schema_version == eng.schemas.get("Market", "Trade").version
     assert not any(eng.location(k).in_error for k in [SLOW, *others])
@@ -124,7 +124,7 @@ def test_open_many_leaves_failures_to_the_caller(tmp_path):
     try:
         unknown = LocationKey("Market", "Nope", "x", "2026-11-22")
         eng.open_many([(unknown, None), (SLOW, None), (FAST, None)])  # no error raised here
-        assert {SLOW, FAST} <= {loc.key for loc in eng._open_locations()}  # noqa: SLF001 - the engine's open locations, which the test checks
+        assert {SLOW, FAST} <= {loc.key for loc in eng.open_locations()}
         with pytest.raises(LookupError, match="unknown table Market.Nope"):
             eng.location(unknown)
     finally:

@@ -319,19 +319,19 @@ def listen(server: grpc.Server, host: str, port: int, tls: TlsConfig | None) -> 
 def serve_metrics(host: str, port: int, collector: Collector, *more: Collector) -> WSGIServer:
     """The Prometheus endpoint of one server: process-wide metrics and ``collector``'s gauges
     (``disd.server.metrics.server_registry``), and those of ``more`` collectors (Kafka pull
-    mode's).  Returns the HTTP server (``server_address``)."""
-    from prometheus_client import start_http_server
-
+    mode's); the families a collector renders as text itself (``RenderedFamilies``) are served
+    after the registry's (``disd.server.exposition``).  Returns the HTTP server (``server_address``)."""
+    from disd.server.exposition import RenderedFamilies, serve_metrics_http
     from disd.server.metrics import server_registry
 
     registry = server_registry(collector)
     for c in more:
         registry.register(c)
+    rendered = [c for c in (collector, *more) if isinstance(c, RenderedFamilies)]
     try:
-        srv, _thread = start_http_server(port, addr=host, registry=registry)
+        return serve_metrics_http(host, port, registry, rendered)
     except OSError as e:
         raise OSError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
-    return srv
 
 
 def run_until_signalled(start: Callable[[], tuple[Any, str]],

@@ -13,14 +13,18 @@ endpoint reports its own state.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from disd.storage.lastby import metric_families as lastby_metric_families
+from disd.names import LocationKey
+from disd.storage.lastby import metric_columns as lastby_metric_columns
 
+from disd.server.exposition import GaugeColumn, label_text, render_gauges
 from disd.server.status import disk_usage
 
 if TYPE_CHECKING:
@@ -60,6 +64,20 @@ SERVER_SERIES = (
 )
 
 
+@dataclass(frozen=True)
+class LocationSeries:
+    """What a location's series need of its key: their label text (``{location=...,table=...}``),
+    its table key and its name (``str(key)``), made once for the location's life."""
+
+    labels: str
+    table: str
+    location: str
+
+    @classmethod
+    def of(cls, key: LocationKey) -> "LocationSeries":
+        return cls(label_text({"table": key.table_key, "location": str(key)}), key.table_key, str(key))
+
+
 class ServerCollector:
     """Gauges computed at scrape time from one server's engine and ingest sessions.
 
@@ -69,7 +87,12 @@ class ServerCollector:
     stale-checkpoint alert divides one by the other).  Per server: open ingest streams and the
     free and total bytes of the database root's filesystem; its locations, those in error, open
     column-file descriptors, block-cache bytes and open Subscribe streams.  A per-location gauge
-    at 0 (rather than an absent series) is what lets "tailer disconnected" fire for one location."""
+    at 0 (rather than an absent series) is what lets "tailer disconnected" fire for one location.
+
+    The per-server gauges come from ``collect`` (prometheus_client's metric objects); the
+    per-location ones, a dozen series per location, from ``exposition`` as text rendered in one
+    pass (``disd.server.exposition``): the locations open now (no walk of the disk), each one's
+    figures read from attributes its writers replace whole, without its lock."""
 
     def __init__(self, engine: "StorageEngine", sessions: "SessionRegistry", db_root: str,
                  tabledata: "TableDataService | None" = None) -> None:
@@ -77,12 +100,15 @@ class ServerCollector:
         self.sessions = sessions
         self.db_root = db_root
         self.tabledata = tabledata
+        #: what each open location's series need of its key, made once (by Location object: its
+        #: key's own hash is computed in Python at each use)
+        self._series: dict[Location, LocationSeries] = {}
 
     def _server_gauges(self, locations: list[Location]) -> Iterator[Metric]:
         values = [
             ("dis_locations", "Locations open", len(locations)),
             ("dis_partitions_in_error", "Locations in error state (not accepting rows)",
-             sum(1 for loc in locations if loc.in_error)),
+             sum(map(attrgetter("in_error"), locations))),
             ("dis_open_file_handles", "Column-file descriptors currently open", self.engine.file_handles.open_count),
         ]
         if self.tabledata is not None:
@@ -96,51 +122,10 @@ class ServerCollector:
             yield g
 
     def collect(self) -> Iterator[Metric]:
-        lbl = ["table", "location"]
-        connected = GaugeMetricFamily("dis_location_tailer_connected",
-                                      "1 while a tailer holds the location's ingest stream, else 0", labels=lbl)
-        problem = GaugeMetricFamily("dis_location_tailer_problem",
-                                    "1 while the location's tailer reports a problem on its side (dis status "
-                                    "shows it), else 0", labels=lbl)
-        rows = GaugeMetricFamily("dis_location_rows", "Published rows of the location", labels=lbl)
-        ckpt_rows = GaugeMetricFamily("dis_location_checkpointed_rows", "Rows of the location's last checkpoint",
-                                      labels=lbl)
-        in_error = GaugeMetricFamily("dis_location_in_error", "1 while the location is in error state, else 0",
-                                     labels=lbl)
-        version = GaugeMetricFamily("dis_location_schema_version",
-                                    "Schema version of the table the location is written in (0: unknown, in error)",
-                                    labels=lbl)
-        flush_age = GaugeMetricFamily("dis_flush_age_seconds",
-                                      "Seconds the location's published rows have been behind its rows (since it "
-                                      "took rows no flush has published; with none, since the flusher's last cycle)", labels=lbl)
-        age = GaugeMetricFamily("dis_checkpoint_age_seconds", "Seconds since the location's last checkpoint",
-                                labels=lbl)
-        interval = GaugeMetricFamily("dis_checkpoint_interval_seconds", "Configured checkpoint interval",
-                                     labels=lbl)
-        sessions = self.sessions.sessions()
-        with_tailer = {s.key for s in sessions}
-        problems = self.sessions.problems()
-        now = time.time()
-        locations = list(self.engine.locations())
-        yield from self._server_gauges(locations)
-        for loc in locations:
-            labels = [loc.key.table_key, str(loc.key)]
-            connected.add_metric(labels, 1.0 if loc.key in with_tailer else 0.0)
-            problem.add_metric(labels, 1.0 if loc.key in problems else 0.0)
-            rows.add_metric(labels, loc.published_rows)
-            ckpt_rows.add_metric(labels, loc.checkpointed_rows)
-            in_error.add_metric(labels, 1.0 if loc.in_error else 0.0)
-            version.add_metric(labels, loc.schema_version)
-            fa = self.engine.flush_age(loc, now)
-            if fa is not None:
-                flush_age.add_metric(labels, fa)
-            if loc.last_checkpoint_time:
-                age.add_metric(labels, max(0.0, now - loc.last_checkpoint_time))
-            interval.add_metric(labels, self.engine.import_config(loc.key.table_key).checkpoint_interval_ms / 1000.0)
+        yield from self._server_gauges(self.engine.open_locations())
         total = GaugeMetricFamily("dis_connected_tailers", "Ingest streams currently open")
-        total.add_metric([], len(sessions))
-        yield from (total, connected, problem, rows, ckpt_rows, in_error, version, flush_age, age, interval)
-        yield from lastby_metric_families(locations)
+        total.add_metric([], len(self.sessions.sessions()))
+        yield total
         avail, total_bytes = disk_usage(self.db_root)
         if not total_bytes:
             return
@@ -150,6 +135,56 @@ class ServerCollector:
         size.add_metric([], total_bytes)
         yield free
         yield size
+
+    def series(self, locations: list[Location]) -> list[LocationSeries]:
+        """Each location's ``LocationSeries``, from the cache (which keeps to the locations given)."""
+        old = self._series
+        made = {loc: old.get(loc) or LocationSeries.of(loc.key) for loc in locations}
+        self._series = made
+        return list(made.values())
+
+    def columns(self, locations: list[Location], series: list[LocationSeries], now: float) -> list[GaugeColumn]:
+        """The per-location families over ``locations`` (whose ``series`` they are), a value per
+        location each."""
+        names = list(map(attrgetter("location"), series))
+        tables = list(map(attrgetter("table"), series))
+        with_tailer = {str(s.key) for s in self.sessions.sessions()}
+        problems = {str(k) for k in self.sessions.problems()}
+        intervals: dict[str, float] = {}
+        for tk in set(tables):
+            intervals[tk] = self.engine.import_config(tk).checkpoint_interval_ms / 1000.0
+        checkpointed_at = map(attrgetter("last_checkpoint_time"), locations)
+        cols = [
+            GaugeColumn("dis_location_tailer_connected", "1 while a tailer holds the location's ingest stream, else 0",
+                        list(map(int, map(with_tailer.__contains__, names)))),
+            GaugeColumn("dis_location_tailer_problem", "1 while the location's tailer reports a problem on its side "
+                        "(dis status shows it), else 0", list(map(int, map(problems.__contains__, names)))),
+            GaugeColumn("dis_location_rows", "Published rows of the location",
+                        list(map(attrgetter("published_rows"), locations))),
+            GaugeColumn("dis_location_checkpointed_rows", "Rows of the location's last checkpoint",
+                        list(map(attrgetter("checkpointed_rows"), locations))),
+            GaugeColumn("dis_location_in_error", "1 while the location is in error state, else 0",
+                        list(map(int, map(attrgetter("in_error"), locations)))),
+            GaugeColumn("dis_location_schema_version",
+                        "Schema version of the table the location is written in (0: unknown, in error)",
+                        list(map(attrgetter("schema_version"), locations))),
+            GaugeColumn("dis_flush_age_seconds", "Seconds the location's published rows have been behind its rows "
+                        "(since it took rows no flush has published; with none, since the flusher's last cycle)",
+                        self.engine.flush_ages(locations, now)),
+            GaugeColumn("dis_checkpoint_age_seconds", "Seconds since the location's last checkpoint",
+                        [(now - t if t < now else 0.0) if t else None for t in checkpointed_at]),
+            GaugeColumn("dis_checkpoint_interval_seconds", "Configured checkpoint interval",
+                        list(map(intervals.__getitem__, tables))),
+        ]
+        cols += [GaugeColumn(name, doc, values) for name, doc, values in lastby_metric_columns(locations)]
+        return cols
+
+    def exposition(self, openmetrics: bool, names: frozenset[str] | None) -> str:
+        """The per-location families as exposition text (``disd.server.exposition.RenderedFamilies``)."""
+        locations = self.engine.open_locations()
+        series = self.series(locations)
+        labels = list(map(attrgetter("labels"), series))
+        return render_gauges(labels, self.columns(locations, series, time.time()), openmetrics, names)
 
 
 class _ProcessMetrics:

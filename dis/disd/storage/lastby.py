@@ -36,7 +36,7 @@ import contextlib
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -413,25 +413,17 @@ def remove_stale(directory: str, fs: FileSystem, keep: str | None) -> None:
                 pass
 
 
-def metric_families(locations: Iterable[Any]) -> Iterator[Any]:
-    """``dis_lastby_keys``, ``dis_lastby_state_bytes`` and ``dis_lastby_rows`` per location with
-    a last-by state (the rows: how far the state has caught up with ``dis_location_rows``)."""
-    from prometheus_client.core import GaugeMetricFamily
-
-    lbl = ["table", "location"]
-    keys = GaugeMetricFamily("dis_lastby_keys", "Keys in the location's last-by state", labels=lbl)
-    size = GaugeMetricFamily("dis_lastby_state_bytes", "Bytes of the location's last-by state in memory", labels=lbl)
-    rows = GaugeMetricFamily("dis_lastby_rows", "Published rows the location's last-by state is the last-by of",
-                             labels=lbl)
-    for loc in locations:
-        lb = getattr(loc, "lastby", None)
-        if lb is None:
-            continue
-        s = lb.snapshot()
-        labels = [loc.key.table_key, str(loc.key)]
-        keys.add_metric(labels, len(s.table))
-        size.add_metric(labels, s.nbytes)
-        rows.add_metric(labels, s.rows)
-    yield keys
-    yield size
-    yield rows
+def metric_columns(locations: Sequence[Any]) -> list[tuple[str, str, list[int | None]]]:
+    """``dis_lastby_keys``, ``dis_lastby_state_bytes`` and ``dis_lastby_rows`` as (name, help,
+    one value per location of ``locations``, None for a location without a last-by state): the
+    rows say how far the state has caught up with ``dis_location_rows``.  Columns, not metric
+    objects: the scrape renders every location's gauges in one pass (``disd.server.exposition``)."""
+    snaps = [None if lb is None else lb.snapshot() for lb in (getattr(loc, "lastby", None) for loc in locations)]
+    return [
+        ("dis_lastby_keys", "Keys in the location's last-by state",
+         [None if s is None else len(s.table) for s in snaps]),
+        ("dis_lastby_state_bytes", "Bytes of the location's last-by state in memory",
+         [None if s is None else s.nbytes for s in snaps]),
+        ("dis_lastby_rows", "Published rows the location's last-by state is the last-by of",
+         [None if s is None else s.rows for s in snaps]),
+    ]
