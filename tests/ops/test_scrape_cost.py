@@ -213,3 +213,24 @@ def test_a_scrape_never_waits_for_a_walk_of_the_disk(tmp_path, monkeypatch):
         assert len(srv.engine.locations()) == 1 and len(walks) == 1  # a listing still walks
     finally:
         srv.stop(0.5)
+
+
+def test_a_restarted_dis_reports_the_locations_on_disk_without_a_listing(tmp_path):
+    """A scrape reports the open locations only; a DIS that starts over a database still reports
+    every location it holds within seconds, with no tailer, reader or listing touching them
+    (its engine walks the disk on a thread of its own)."""
+    from support import running_dis, scrape, wait_for
+    from support.metrics import by_label
+
+    keys = [LocationKey("Market", "Trade", f"ip{i}", "2026-11-22") for i in range(3)]
+    with running_dis(tmp_path / "db") as srv:
+        feeder = Feeder(srv)
+        for i, k in enumerate(keys):
+            feeder.append(k, trade_rows(0, 5 + i))
+            srv.engine.location(k).checkpoint()
+    with running_dis(tmp_path / "db") as srv:
+        want = {f"{k.namespace}/{k.table}/{k.internal_partition}/{k.column_partition}": 5.0 + i
+                for i, k in enumerate(keys)}
+        got = wait_for(lambda: (lambda r: r if r == want else None)(
+            by_label(scrape(srv.metrics_port), "dis_location_rows")), 10, 0.2, "every location on disk scraped")
+        assert got == want
