@@ -54,11 +54,23 @@ class Machine:
 
     @staticmethod
     def _child_of(pid: int) -> int:
-        try:
-            children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            return 0
-        return int(children[0]) if children else 0
+        """The machine's PID 1 among ``pid``'s descendants: the process that is pid 1 in its own
+        pid namespace (``NSpid``'s last field).  Not merely nspawn's first child: nspawn forks an
+        outer child that forks PID 1 and exits, and a machine entered through that short-lived
+        process (seen first on a busy machine) never answers."""
+        todo = [pid]
+        while todo:
+            p = todo.pop()
+            try:
+                status = pathlib.Path(f"/proc/{p}/status").read_text()
+                children = pathlib.Path(f"/proc/{p}/task/{p}/children").read_text().split()
+            except OSError:
+                continue
+            nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+            if p != pid and len(nspid) > 1 and nspid[-1] == "1":
+                return p
+            todo.extend(int(c) for c in children)
+        return 0
 
     def run(self, argv: list[str], check: bool = True, timeout: float = 300, env: dict[str, str] | None = None,
             cwd: str = "/", **kw) -> subprocess.CompletedProcess:

@@ -80,12 +80,23 @@ class Host:
         return wait_for(restarted, timeout, 0.25, f"{unit} running again under a new main process")
 
 
+#: why the machine did not boot, once it did not: pytest sets a module's fixture up again for each
+#: test after it failed, and each boot waits up to its timeout
+_NOT_BOOTED: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def host(rootfs, wheelhouse):
+    if _NOT_BOOTED:
+        pytest.fail(f"the machine did not boot (the module's first test says why): {_NOT_BOOTED[0][:300]}")
     m = Machine(rootfs, f"dis-test-{os.getpid()}", BUILD / "nspawn-console.log",
                 binds_ro={ROOT / "config": "/src/config", wheelhouse: "/src/dist", SCRIPTS: "/src/scripts"})
     try:
-        m.boot()
+        try:
+            m.boot()
+        except AssertionError as e:
+            _NOT_BOOTED.append(str(e))
+            raise
         # The README's commands as written, on a host without an index (the machine has no network):
         # pip takes the wheel and its dependencies from dist/ (the wheelhouse), as the README says.
         r = m.run(["/bin/sh", "-exc", readme_block("### systemd on a host")], cwd="/src", timeout=600,
