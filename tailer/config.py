@@ -4,7 +4,7 @@
     log_dirs: [var/logs]
     # tls: {ca: ..., cert: ..., key: ..., server_name: ...}   token_file: ...
     # poll_interval_ms: 200  max_in_flight_bytes: 8388608  chunk_bytes: 4194304
-    # keepalive_ms: 2000  keepalive_timeout_ms: 3000  ack_timeout_ms: 15000   (a DIS that stopped answering)
+    # keepalive_ms: 2000  keepalive_timeout_ms: 3000  ack_timeout_ms: 60000   (a DIS that stopped answering)
     # csv_tables: [Market.Quote]  schemas: config/schemas  state_dir: var/tailer
     # retention: {mode: delete}   or   {mode: move, move_to: /archive/logs}   (interval_ms: 10000)
     # metrics_port: 9465  metrics_host: 127.0.0.1   (the Prometheus endpoint; none without a port)
@@ -78,7 +78,7 @@ class TailerConfig:
     keepalive_timeout_ms: int = 3000
     #: a stream whose open or chunks go unanswered this long, the DIS saying nothing meanwhile, is
     #: broken and reconnected (a DIS that answers pings but not the stream: stuck)
-    ack_timeout_ms: int = 15000
+    ack_timeout_ms: int = 60000
     #: how the Ingest streams run: "multiplexed" only (every location's stream to a DIS on one
     #: ``Multiplex`` call, on the tailer's event loop); kept as a key so that a file naming it
     #: still loads, and one naming a removed runtime says so

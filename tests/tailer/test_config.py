@@ -64,7 +64,7 @@ def test_defaults():
     assert cfg.metrics_port is None  # no endpoint unless asked for
     assert cfg.stream_runtime == "multiplexed"
     # a DIS that stops answering: left within keepalive_ms + keepalive_timeout_ms, or ack_timeout_ms
-    assert (cfg.keepalive_ms, cfg.keepalive_timeout_ms, cfg.ack_timeout_ms) == (2000, 3000, 15000)
+    assert (cfg.keepalive_ms, cfg.keepalive_timeout_ms, cfg.ack_timeout_ms) == (2000, 3000, 60000)
 
 
 @pytest.mark.parametrize("runtime", ["threads", "asyncio"])
