@@ -54,3 +54,9 @@ class AnswerDeadline:
             silent = now - max(since, self._heard)
             if silent > self.timeout_s + tick:
                 return silent
+
+
+def silence_problem(address: str, silent_s: float, ack_timeout_s: float, waiting: str) -> str:
+    """What a call given up by its deadline says: the DIS, how long it was silent, what waited."""
+    return (f"the DIS at {address} answered nothing for {silent_s:.1f} s while {waiting} waited for it "
+            f"(ack_timeout_ms {round(ack_timeout_s * 1000)}): stopped or stuck")

@@ -31,7 +31,7 @@ import grpc.aio
 
 from disd.rpc.ingestwire import ChunkOut, encode_mux_request
 from disd.rpc.v1 import dis_pb2
-from disd.tailer.deadline import AnswerDeadline
+from disd.tailer.deadline import AnswerDeadline, silence_problem
 from disd.tailer.frames import Piece
 from disd.tailer.loop import EventLoop
 from disd.tailer.protocol import (EOF, LOCALLY_CANCELLED, MultiplexUnsupported, OnAck, StreamBroken, StreamFlow,
@@ -133,9 +133,7 @@ class Multiplexer:
         """End the call once the DIS has been silent past the answer deadline with requests
         waiting (``disd.tailer.deadline``): its streams reconnect, the replica counts as down."""
         silent = await deadline.expired()
-        self._expired = StreamBroken(
-            f"the DIS at {self.address} answered nothing for {silent:.1f} s while requests waited for it "
-            f"(ack_timeout_ms {round(self.ack_timeout_s * 1000)}): stopped or stuck")
+        self._expired = StreamBroken(silence_problem(self.address, silent, self.ack_timeout_s, "requests"))
         self._task.cancel()
 
     async def _write(self, call: grpc.aio.StreamStreamCall) -> None:

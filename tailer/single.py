@@ -16,7 +16,7 @@ import grpc
 import grpc.aio
 
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
-from disd.tailer.deadline import AnswerDeadline
+from disd.tailer.deadline import AnswerDeadline, silence_problem
 from disd.tailer.frames import Piece
 from disd.tailer.loop import EventLoop
 from disd.tailer.protocol import EOF, LOCALLY_CANCELLED, OnAck, StreamBroken, StreamFlow, classify
@@ -135,9 +135,7 @@ class SingleStream(StreamFlow):
         """End the call once the DIS has been silent past the answer deadline with the stream
         waiting for it (``disd.tailer.deadline``)."""
         silent = await deadline.expired()
-        self._expired = StreamBroken(
-            f"the DIS at {self._address} answered nothing for {silent:.1f} s while the stream waited for it "
-            f"(ack_timeout_ms {round(self.ack_timeout_s * 1000)}): stopped or stuck")
+        self._expired = StreamBroken(silence_problem(self._address, silent, self.ack_timeout_s, "the stream"))
         self._task.cancel()
 
     async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
