@@ -136,7 +136,10 @@ class Client(GrpcBlocks):
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.CANCELLED and not restarting(e):
                     return  # cancelled by its consumer
-                if not restarting(e) or (self.retry_s <= 0 and len(addresses) == 1):
+                refusal = self._refusal(e, address)
+                if refusal is not None:
+                    raise refusal from None
+                if self.retry_s <= 0 and len(addresses) == 1:
                     raise explain(e, address) from None
                 self._mark_down(address)
             finally:

@@ -105,3 +105,32 @@ def test_client_reports_refusal_clearly(secure_dis, pki):
     with connect(f"127.0.0.1:{secure_dis.port}", security=sec) as c:
         with pytest.raises(DisClientError, match="refused the credentials"):
             c.tables()
+
+
+@pytest.mark.parametrize("case", ["wrong-client-cert", "no-client-cert"])
+def test_a_refused_client_certificate_is_said_at_once(secure_dis, pki, case):
+    """gRPC reports a DIS refusing the client's certificate as a closed socket, as if the DIS
+    were going away; a reader must say so at once, not wait out a restart for a minute."""
+    import time
+
+    cert = {"wrong-client-cert": "intruder", "no-client-cert": None}[case]
+    sec = ClientSecurity(ca=str(pki / "ca.pem"), cert=str(pki / f"{cert}.pem") if cert else None,
+                         key=str(pki / f"{cert}.key") if cert else None, token="s3cret-token",
+                         server_name="localhost")
+    t0 = time.monotonic()
+    with connect(f"127.0.0.1:{secure_dis.port}", security=sec, retry_s=60) as c:
+        with pytest.raises(DisClientError, match="refused this client's TLS set-up") as ei:
+            c.tables()
+    assert time.monotonic() - t0 < 15, ei.value
+    assert "certificate" in str(ei.value).lower()
+
+
+def test_a_dis_that_is_down_is_still_waited_for_over_tls(pki):
+    """The TLS probe does not turn an unreachable DIS into a refusal: the reader waits it out."""
+    from support.processes import free_port
+
+    sec = ClientSecurity(ca=str(pki / "ca.pem"), cert=str(pki / "client.pem"), key=str(pki / "client.key"),
+                         server_name="localhost")
+    with connect(f"127.0.0.1:{free_port()}", security=sec, retry_s=1) as c:
+        with pytest.raises(DisClientError, match=r"unreachable.*tried for 1 s"):
+            c.tables()

@@ -21,7 +21,7 @@ from disd.blocks.failover import DEFAULT_RETRY_S, DOWN_S, Backoff, explain, repl
 from disd.blocks.protocol import BlockSourceError, DisClientError, LocationSnapshot, Range, Wanted
 from disd.names import LocationKey
 from disd.routing import Instance, Routing
-from disd.rpc.channel import open_channel
+from disd.rpc.channel import open_channel, tls_refusal
 from disd.rpc.keys import key_from_proto
 from disd.rpc.v1 import dis_pb2, dis_pb2_grpc
 from disd.security import ClientSecurity
@@ -110,14 +110,32 @@ class GrpcBlocks:
         """``addresses`` in their order, those that failed lately last."""
         return sorted(addresses, key=self._is_down)
 
-    @staticmethod
-    def _replica_down(e: grpc.RpcError, others: bool) -> bool:
-        """Whether a failed call says its replica is down (ask another, or again later) rather
-        than refusing for a reason that stays.  A call that timed out counts when ``others``
-        (another replica can answer); a DIS of its own keeps answering DEADLINE_EXCEEDED at once."""
+    def _refusal(self, e: grpc.RpcError, address: str, others: bool = False) -> DisClientError | None:
+        """None where a failed call says its replica is down (ask another, or again later); else
+        the error to answer at once, for a reason that stays.  A call that timed out counts as
+        down when ``others`` (another replica can answer); a DIS of its own keeps answering
+        DEADLINE_EXCEEDED at once."""
         if restarting(e):
-            return True
-        return others and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            return self._refused_tls(e, address)
+        if others and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return None
+        return explain(e, address)
+
+    def _refused_tls(self, e: grpc.RpcError, address: str) -> DisClientError | None:
+        """The error of a DIS that refuses this client's TLS set-up (a certificate its client
+        CA did not sign, or none), which gRPC reports as a closed socket, like a DIS going away;
+        None where the failure is what it looks like.  Asked only of TLS channels whose call
+        failed that way, so a restart's retries cost no extra handshakes."""
+        if self.security is None or self.security.ca is None:
+            return None
+        details = (e.details() if hasattr(e, "details") else str(e)) or ""
+        if "socket closed" not in details.lower():
+            return None
+        why = tls_refusal(address, self.security, min(self.timeout_s, 3.0))
+        if why is None:
+            return None
+        return DisClientError(f"DIS at {address} refused this client's TLS set-up: {why} "
+                              "(is the client certificate one its client CA signed?)")
 
     def _retrying(self, address: str, attempt: Callable[[], T]) -> T:
         """``attempt()``, again while its DIS is unreachable or has not yet republished what it
@@ -127,8 +145,9 @@ class GrpcBlocks:
             try:
                 return attempt()
             except grpc.RpcError as e:
-                if not restarting(e):
-                    raise explain(e, address) from None
+                refusal = self._refusal(e, address)
+                if refusal is not None:
+                    raise refusal from None
                 failure: BlockSourceError = explain(e, address)
             except NotYetPublished as e:
                 failure = DisClientError(str(e))
@@ -150,8 +169,9 @@ class GrpcBlocks:
                 try:
                     return address, attempt(address)
                 except grpc.RpcError as e:
-                    if not self._replica_down(e, others):
-                        raise explain(e, address) from None
+                    refusal = self._refusal(e, address, others)
+                    if refusal is not None:
+                        raise refusal from None
                     failures.append(str(explain(e, address)))
                     self._mark_down(address)
             if backoff.expired():
@@ -181,8 +201,9 @@ class GrpcBlocks:
                     try:
                         answers[a] = fut.result()
                     except grpc.RpcError as e:
-                        if not self._replica_down(e, others):
-                            refused = refused or explain(e, a)
+                        refusal = self._refusal(e, a, others)
+                        if refusal is not None:
+                            refused = refused or refusal
                             continue
                         failures.append(str(explain(e, a)))
                         self._mark_down(a)
@@ -284,8 +305,9 @@ class GrpcBlocks:
                             continue
                     data = self.block_calls.read(address, snap, ranges)
                 except grpc.RpcError as e:
-                    if not self._replica_down(e, others):
-                        raise explain(e, address) from None
+                    refusal = self._refusal(e, address, others)
+                    if refusal is not None:
+                        raise refusal from None
                     failures.append(str(explain(e, address)))
                     self._mark_down(address)
                     continue

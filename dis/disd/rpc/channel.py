@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import pathlib
-
+import socket
+import ssl
 from typing import Any
 
 import grpc
@@ -122,3 +123,40 @@ def open_channel(address: str, security: ClientSecurity | None = None,
     if security.token:
         channel = grpc.intercept_channel(channel, _TokenInterceptor(security.token))
     return channel
+
+
+def tls_refusal(address: str, security: ClientSecurity | None, timeout_s: float = 3.0) -> str | None:
+    """Why the server at ``address`` refuses this client's TLS set-up (a client certificate it
+    does not trust, or none where it requires one), or None.
+
+    gRPC reports such a refusal as ``UNAVAILABLE: Socket closed``, which reads like a server
+    going away: with TLS 1.3 the server checks the client's certificate after the client's side
+    of the handshake is done, and then closes the connection (gRPC's server sends no alert).  One
+    handshake of our own, with the same CA, certificate and host name, tells: a server that
+    alerts, or closes before its first HTTP/2 frame (an HTTP/2 server speaks first, with its
+    SETTINGS), refused us.  So a reader refused for its certificate is told at once instead of
+    waiting out a restart that is not happening.  None where the server speaks, where
+    ``security`` is not TLS, or where the address cannot be reached or parsed (then the
+    caller's own error stands)."""
+    if security is None or security.ca is None:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:
+        return None
+    host = host.strip("[]")
+    try:
+        ctx = ssl.create_default_context(cafile=security.ca)
+        if security.cert:
+            ctx.load_cert_chain(security.cert, security.key)
+        ctx.set_alpn_protocols(["h2"])
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as raw, \
+                ctx.wrap_socket(raw, server_hostname=security.server_name or host) as tls:
+            first = tls.recv(1)  # a refusal comes with the first read, not with the handshake
+    except ssl.SSLError as e:
+        return e.reason or str(e)
+    except OSError:
+        return None
+    if first:
+        return None  # the server spoke (HTTP/2 begins with the server's SETTINGS): no refusal
+    return "it closed the connection once TLS was set up, before a word of HTTP/2, as a DIS does " \
+           "to a client certificate its client CA did not sign, or to none"
