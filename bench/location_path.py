@@ -46,7 +46,13 @@ write in a batch of every location's) and its ``batch_writes_per_core_s``;
 ``new_location_ms`` is per location of the batch opened together (``new_location_user_ms``: the
 interpreter's part).
 
-    .venv/bin/python bench/location_path.py [--locations 200] [--rounds 10] [--max-open-files 512]
+The work directory is made under ``BENCH_DIR`` (else the system's temporary directory), as
+``bench/load.py``'s: on this machine's ext4 (no journal) the kernel's cost of creating a file
+grows with the files deleted lately in the same block group, and a temporary directory every
+test on the machine churns costs several times what a quiet directory tree does
+(benchmarks-history.md, "new locations, the kernel's share").
+
+    [BENCH_DIR=DIR] .venv/bin/python bench/location_path.py [--locations 200] [--rounds 10] [--max-open-files 512]
 """
 
 from __future__ import annotations
@@ -247,7 +253,7 @@ def main() -> None:
             for i in range(args.locations // len(DATES)) for d in DATES]
     schema = load_schema(TRADE_SCHEMA)
     file_names, record = schema_file_names(schema), new_record(schema).to_bytes()
-    work = tempfile.mkdtemp(prefix="dis-locpath-")
+    work = tempfile.mkdtemp(prefix="dis-locpath-", dir=os.environ.get("BENCH_DIR"))
     log_file = os.path.join(work, "dis.log")
     try:
         os.mkdir(os.path.join(work, "logs"))
