@@ -29,9 +29,14 @@ the logs are built and read before timing.  The ingest path logs as ``dis serve`
 lines, here to a file).
 
 Baselines, same run, same disk, the file-system work alone with plain ``os`` calls: for a new
-location, its directories (each ``mkdir`` that creates one, then an fsync of its parent), a record written to
-a temporary file, fsynced, renamed over ``table.size`` and the directory fsynced, and five column
-files created; for a live write, the five column files' ``pwrite``s of the same sizes on open
+location, laid out as the database is (``location_path``, the same names and record size), its
+directories (each ``mkdir`` that creates one, then an fsync of its parent), a record written to
+a temporary file, fsynced, renamed over ``table.size`` and the directory fsynced, and its five
+column files created; made twice, in fresh directories made as the DIS's database is, right
+before and right after the DIS's phases (``new_location_bare_before_ms``,
+``new_location_bare_after_ms``; ``new_location_bare_ms`` their mean): the kernel's cost of
+creating a file drifts with the disk's recent deletions, so one made at another moment is not
+the same disk.  For a live write, the five column files' ``pwrite``s of the same sizes on open
 descriptors.  ``ratio`` = the live write's CPU over its baseline's.
 
 The last JSON line adds ``writes_per_core_s``: location writes one interpreter can make per
@@ -41,7 +46,13 @@ write in a batch of every location's) and its ``batch_writes_per_core_s``;
 ``new_location_ms`` is per location of the batch opened together (``new_location_user_ms``: the
 interpreter's part).
 
-    .venv/bin/python bench/location_path.py [--locations 200] [--rounds 10] [--max-open-files 512]
+The work directory is made under ``BENCH_DIR`` (else the system's temporary directory), as
+``bench/load.py``'s: on this machine's ext4 (no journal) the kernel's cost of creating a file
+grows with the files deleted lately in the same block group, and a temporary directory every
+test on the machine churns costs several times what a quiet directory tree does
+(benchmarks-history.md, "new locations, the kernel's share").
+
+    [BENCH_DIR=DIR] .venv/bin/python bench/location_path.py [--locations 200] [--rounds 10] [--max-open-files 512]
 """
 
 from __future__ import annotations
@@ -69,12 +80,13 @@ from disd.rpc.v1 import dis_pb2
 from disd.schema import SchemaRegistry, load_schema
 from disd.server.ingest import IngestService, ServedStream
 from disd.server.ingestsessions import SessionRegistry
-from disd.storage import StorageEngine
+from disd.storage import StorageEngine, location_path
+from disd.storage.columns import schema_file_names
+from disd.storage.location import new_record
 from disd.config import StorageConfig
 
 DATES = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
 FIRST_ROWS = 10
-COLUMN_FILES = 5
 
 
 def cpu_s() -> float:
@@ -175,40 +187,44 @@ def wait_published(engine: StorageEngine, rows: int, timeout_s: float = 10.0) ->
         time.sleep(0.002)
 
 
-def bare_new(root: str, keys: list[LocationKey]) -> float:
-    """CPU seconds of the file-system work of creating the locations, plain ``os`` calls."""
+def bare_new(root: str, keys: list[LocationKey], file_names: list[str], record: bytes) -> float:
+    """CPU seconds of the file-system work of creating the locations, plain ``os`` calls, one by
+    one, under ``root`` laid out as a database is (``location_path``: the same directories, the
+    same record's size, the same column file names)."""
     c0 = cpu_s()
     for k in keys:
-        parent = root
-        for part in (k.internal_partition, k.column_partition, k.table):
-            d = os.path.join(parent, part)
-            if not os.path.isdir(d):  # an internal partition's directory holds its five dates
-                os.mkdir(d)
-                fd = os.open(parent, os.O_RDONLY)
-                os.fsync(fd)
-                os.close(fd)
-            parent = d
-        tmp = os.path.join(parent, "table.size.tmp")
+        path = location_path(root, k)
+        missing = []
+        p = path
+        while not os.path.isdir(p):  # an internal partition's directory holds its five dates
+            missing.append(p)
+            p = os.path.dirname(p)
+        for d in reversed(missing):
+            os.mkdir(d)
+            fd = os.open(os.path.dirname(d), os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        tmp = os.path.join(path, "table.size.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(fd, b"\0" * 64)
+        os.write(fd, record)
         os.fsync(fd)
         os.close(fd)
-        os.rename(tmp, os.path.join(parent, "table.size"))
-        fd = os.open(parent, os.O_RDONLY)
+        os.rename(tmp, os.path.join(path, "table.size"))
+        fd = os.open(path, os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
-        for i in range(COLUMN_FILES):
-            fd = os.open(os.path.join(parent, f"c{i}"), os.O_RDWR | os.O_CREAT, 0o644)
+        for name in file_names:
+            fd = os.open(os.path.join(path, name), os.O_RDWR | os.O_CREAT, 0o644)
             os.fstat(fd)
             os.close(fd)
     return cpu_s() - c0
 
 
-def bare_live(root: str, keys: list[LocationKey], rounds: int, sizes: list[int]) -> list[float]:
-    """CPU seconds of each round's column writes (five ``pwrite``s a location), plain ``os``
+def bare_live(root: str, keys: list[LocationKey], file_names: list[str], rounds: int,
+              sizes: list[int]) -> list[float]:
+    """CPU seconds of each round's column writes (a ``pwrite`` a column file), plain ``os``
     calls on descriptors opened before timing."""
-    fds = [[os.open(os.path.join(root, k.internal_partition, k.column_partition, k.table, f"c{i}"), os.O_RDWR)
-            for i in range(COLUMN_FILES)] for k in keys]
+    fds = [[os.open(os.path.join(location_path(root, k), name), os.O_RDWR) for name in file_names] for k in keys]
     pieces = [b"\1" * n for n in sizes]
     out = []
     try:
@@ -235,11 +251,20 @@ def main() -> None:
         raise SystemExit(f"--locations must be a multiple of {len(DATES)}")
     keys = [LocationKey("Market", "Trade", f"feed{i:03d}", d)
             for i in range(args.locations // len(DATES)) for d in DATES]
-    work = tempfile.mkdtemp(prefix="dis-locpath-")
+    schema = load_schema(TRADE_SCHEMA)
+    file_names, record = schema_file_names(schema), new_record(schema).to_bytes()
+    work = tempfile.mkdtemp(prefix="dis-locpath-", dir=os.environ.get("BENCH_DIR"))
     log_file = os.path.join(work, "dis.log")
     try:
         os.mkdir(os.path.join(work, "logs"))
         logs = write_logs(os.path.join(work, "logs"), keys, args.rounds)
+        # the baseline's locations are made right before and right after the DIS's, each in a
+        # fresh directory made as the DIS's database is: the kernel's cost of creating files
+        # drifts with the disk's recent deletions (benchmarks-history.md, "recently deleted
+        # inodes"), and a baseline taken only after would see a different disk
+        bare_roots = [os.path.join(work, "bare-before"), os.path.join(work, "bare-after")]
+        os.mkdir(bare_roots[0])
+        base_before = bare_new(bare_roots[0], keys, file_names, record)
         with open(log_file, "w") as sink:
             stderr = os.dup(2)
             os.dup2(sink.fileno(), 2)  # the path's JSON log lines, as dis serve writes them
@@ -249,16 +274,17 @@ def main() -> None:
             finally:
                 os.dup2(stderr, 2)
                 os.close(stderr)
-        bare_root = os.path.join(work, "bare")
-        os.mkdir(bare_root)
-        base_new = bare_new(bare_root, keys)
-        # Market.Trade's five column files for one row: Timestamp 8, Sym's offset 8 and its bytes
+        os.mkdir(bare_roots[1])
+        base_after = bare_new(bare_roots[1], keys, file_names, record)
+        # Market.Trade's column files for one row: Timestamp 8, Sym's offset 8 and its bytes
         # (a few), Price 8, Size 4
-        base_live = bare_live(bare_root, keys, args.rounds, [8, 8, 4, 8, 4])
+        base_live = bare_live(bare_roots[1], keys, file_names, args.rounds, [8, 8, 4, 8, 4])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     n = len(keys)
-    new_ms, new_user_ms, base_new_ms = new_s * 1e3 / n, new_user_s * 1e3 / n, base_new * 1e3 / n
+    new_ms, new_user_ms = new_s * 1e3 / n, new_user_s * 1e3 / n
+    before_ms, after_ms = base_before * 1e3 / n, base_after * 1e3 / n
+    base_new_ms = (before_ms + after_ms) / 2
     live_us = statistics.median(live) * 1e6 / n
     batch_us = statistics.median(batched) * 1e6 / n
     base_live_us = statistics.median(base_live) * 1e6 / n
@@ -276,7 +302,8 @@ def main() -> None:
           f"{1e6 / batch_us:,.0f} in batches, however cheap the serving")
     emit("location_path", live_us, "us/location write", base_live_us, locations=n, rounds=args.rounds,
          max_open_files=args.max_open_files, live_write_us=live_us, live_write_bare_us=base_live_us,
-         new_location_ms=new_ms, new_location_user_ms=new_user_ms, new_location_bare_ms=base_new_ms, writes_per_core_s=per_core,
+         new_location_ms=new_ms, new_location_user_ms=new_user_ms, new_location_bare_ms=base_new_ms,
+         new_location_bare_before_ms=before_ms, new_location_bare_after_ms=after_ms, writes_per_core_s=per_core,
          live_batch_write_us=batch_us, batch_writes_per_core_s=1e6 / batch_us)
 
 
