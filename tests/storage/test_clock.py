@@ -174,3 +174,24 @@ def test_a_ticks_locations_are_flushed_together(tmp_path, monkeypatch):
         assert {k for k, rows in seen if rows == 3} == {loc.key for loc in locs}
     finally:
         eng.close()
+
+
+def test_locations_opened_together_have_their_first_checkpoints_spread_over_half_an_interval():
+    """A burst of new locations must not all be due for their checkpoint at the same instant
+    (thousands of fsyncs at once, every interval): each one's first turn falls between half an
+    interval and one interval after it opened, fixed by its key."""
+    from disd.storage.clock import CheckpointClock
+
+    class Loc:
+        def __init__(self, i: int) -> None:
+            self.key = LocationKey("Market", "Trade", f"feed{i}", "2026-11-22")
+
+    clock = CheckpointClock(lambda loc: None, lambda loc: 100.0, threading.Event())
+    t0 = time.monotonic()
+    for i in range(1000):
+        clock.add(Loc(i))
+    t1 = time.monotonic()
+    offsets = sorted(due - t0 for due, _, _ in clock._heap)  # noqa: SLF001 - the clock's due times
+    assert offsets[0] >= 50 and offsets[-1] <= 100 + (t1 - t0)
+    deciles = [offsets[k * 100] for k in range(10)]
+    assert all(b - a > 2 for a, b in zip(deciles, deciles[1:])), deciles  # spread, not bunched

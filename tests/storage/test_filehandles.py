@@ -420,3 +420,57 @@ def test_a_write_that_opens_a_replaced_file_alone_finds_it_replaced(tmp_path):
         assert victim.stat().st_size == 8  # the new file got nothing
     finally:
         eng.close()
+
+
+class CountingSync(OsFileSystem):
+    """The real file system, counting fsyncs by the file they reached."""
+
+    def __init__(self) -> None:
+        self.synced: list[str] = []
+
+    def fsync(self, fd: int) -> None:
+        self.synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        super().fsync(fd)
+
+
+def test_fsync_of_a_reclaimed_file_keeps_the_descriptors_of_files_being_written(tmp_path):
+    """A checkpoint syncs every column file once an interval; at capacity, reopening a reclaimed
+    one through the factory would close the descriptors of files being written (which then
+    reopen on their next write).  It is synced on a descriptor of its own, checked and closed."""
+    disk = CountingSync()
+    f = TrackedFileHandleFactory(10, disk)
+    paths = make_files(tmp_path, 12)
+    handles = [f.open(p) for p in paths]
+    for i, h in enumerate(handles):
+        h.pwrite(bytes([i]) * 8, 0)
+    f.cleanup()  # under 90% of capacity, as writes leave it (``pin_for_write`` reopens no further)
+    reclaimed = [h for h in handles if h.fd is None]
+    held = {id(h): h.fd for h in handles if h.fd is not None}
+    assert reclaimed and held
+    before = f.reclaimed_total
+    for h in reclaimed:
+        h.fsync()
+    assert {id(h): h.fd for h in handles if h.fd is not None} == held  # none pushed out
+    assert f.reclaimed_total == before and all(h.fd is None for h in reclaimed)
+    assert disk.synced == [h.path for h in reclaimed]  # each synced, on its own file
+    assert fds_under(tmp_path / "files") == f.open_count <= 10
+    assert f.transient_opens == len(reclaimed)
+    os.unlink(reclaimed[0].path)
+    with pytest.raises(FileIdentityError, match="deleted"):
+        reclaimed[0].fsync()
+    f.close_all()
+
+
+def test_writes_of_reclaimed_files_without_room_are_handed_the_files_spec(tmp_path):
+    """At capacity, a compiled write's pinning hands over the spec of a file whose descriptor
+    was reclaimed (the write opens it alone) and pins those that hold one."""
+    f = TrackedFileHandleFactory(10)
+    handles = [f.open(p) for p in make_files(tmp_path, 12)]
+    files, pinned = f.pin_for_write(handles)
+    try:
+        assert [x for x in files if isinstance(x, tuple)] == [h.spec for h in handles if h.fd is None]
+        assert [x for x in files if isinstance(x, int)] == [h.fd for h in pinned]
+        assert all(h.pins == 1 for h in pinned)
+    finally:
+        f.unpin(pinned)
+    f.close_all()

@@ -204,7 +204,16 @@ class TrackedFile:
                 raise
 
     def fsync(self) -> None:
-        """fsync without holding the handle's lock, so appends to the file go on meanwhile."""
+        """fsync without holding the handle's lock, so appends to the file go on meanwhile.
+
+        A handle whose descriptor was reclaimed is synced on a descriptor opened for the fsync
+        alone (its identity checked as a reopen checks it) and closed again, not reopened
+        through the factory: a checkpoint visits every column file once an interval, and
+        reopening each would push out, at capacity, the descriptors of files being written
+        (``TrackedFileHandleFactory.fsync_unheld``)."""
+        if self.fd is None and self.spec is not None and not self.closed:
+            if self.factory.fsync_unheld(self):
+                return
         fd = self._pin()
         try:
             self.fs.fsync(fd)
@@ -405,8 +414,16 @@ class TrackedFileHandleFactory:
         files: list[object] = []
         pinned: list[TrackedFile] = []
         target = int(self.capacity * TARGET_FRACTION)
+        full = len(self._handles) + self._opening >= target
         try:
             for h in handles:
+                spec = h.spec
+                if full and h.fd is None and spec is not None and not h.closed:
+                    # No room to reopen it: the write opens the file by its spec.  Read without
+                    # the handle's lock: a descriptor opened for it meanwhile (by a thread that
+                    # holds the lock) changes nothing, the write still opens its own.
+                    files.append(spec)
+                    continue
                 with h.lock:
                     if h.closed:
                         raise StorageValueError(f"{h.path}: handle is closed")
@@ -441,6 +458,25 @@ class TrackedFileHandleFactory:
         finally:
             with self._lock:
                 self._opening -= 1
+
+    def fsync_unheld(self, f: TrackedFile) -> bool:
+        """fsync ``f``'s file on a descriptor opened for it alone, when ``f`` holds none; False
+        (nothing done) when it holds one by now.  The descriptor counts against the limit while
+        it is open (as ``transient_slot``'s) and as a transient open for fast cycling."""
+        with f.lock:
+            if f.fd is not None or f.closed:
+                return False
+        with self.transient_slot():
+            fd = self._open_checked(f, create=False)
+            try:
+                self.fs.fsync(fd)
+            except OSError as e:
+                f._named(e)  # noqa: SLF001 - TrackedFile and its factory are companions
+                raise
+            finally:
+                _close_quietly(self.fs, fd)
+        self.note_transient(1)
+        return True
 
     def note_transient(self, n: int) -> None:
         """``n`` files were opened for their writes alone: descriptors the limit could not keep,
