@@ -9,6 +9,8 @@ under load").  A visibility time measured across such a wait says nothing about 
 ``SchedProbe`` starts a process in the bench's session that sleeps 1 ms at a time and notes each
 wake-up that came ``min_ms`` or more late; a bench matches its slow events against those waits
 (``overlapping``).  The process costs next to no CPU (a thousand wake-ups a second).
+``runqueue_wait_s`` reads the same from the kernel for a bench's own processes: how long their
+threads were woken and not run.
 
 Run as a script it is the probe itself: it sleeps until its standard input closes, then prints
 its late wake-ups as JSON, ``[[start, late_ms], ...]`` on the monotonic clock
@@ -18,6 +20,7 @@ its late wake-ups as JSON, ``[[start, late_ms], ...]`` on the monotonic clock
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -53,6 +56,24 @@ class SchedProbe:
         assert self._proc is not None, "start() first"
         out, _ = self._proc.communicate(timeout=30)
         return [Stall(s, late) for s, late in json.loads(out or "[]")]
+
+
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the threads of process ``pid`` have spent woken but waiting for a CPU, summed over
+    its live threads (the kernel's ``/proc/PID/task/TID/schedstat``, second field); 0 where the
+    kernel does not keep it."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
 
 
 def overlapping(stalls: list[Stall], start: float, end: float, min_ms: float) -> bool:

@@ -16,10 +16,13 @@ And the same run's CPU: a process of the bench's session that only sleeps 1 ms a
 such wait while the logger wrote; ``slow_batches`` counts the batches over ``SLOW_MS`` (after
 the warm-up) and ``slow_batches_in_sched_stall`` those during which the probe itself waited
 ``STALL_MS`` or more: a batch late because the machine gave the bench's processes no CPU.
+``runqueue_wait_s``: the time the threads of the DIS, the tailer and the bench's own process
+(the logger, the client) spent woken but waiting for a CPU while the logger wrote, from the
+kernel's ``schedstat``, summed over threads.
 
 Target (issue 40): p99 <= 12 ms and max <= 25 ms at 10 ms flushes while sustaining 1 M rows/s.
 Last line: JSON with ``flush_interval_ms``, ``rows_per_s``, ``p50_ms``, ``p99_ms``, ``max_ms``,
-``sched_stall_max_ms``, ``slow_batches``, ``slow_batches_in_sched_stall``.
+``sched_stall_max_ms``, ``slow_batches``, ``slow_batches_in_sched_stall``, ``runqueue_wait_s``.
 
     .venv/bin/python bench/latency.py [--flush-interval-ms 10] [--rate 1000000] [--seconds 10]
 """
@@ -41,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np
 
 from _common import TRADE_SCHEMA, emit, trade_table
-from _schedprobe import SchedProbe, overlapping
+from _schedprobe import SchedProbe, overlapping, runqueue_wait_s
 from disd.client import connect
 from disd.logger import IntradayLoggerBuilder
 from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
@@ -103,6 +106,8 @@ def main() -> None:
         batch = trade_table(args.batch, seed=5)
         period = args.batch / args.rate
         total = 0
+        pids = {"dis": procs[0].p.pid, "tailer": procs[1].p.pid, "bench": os.getpid()}
+        waited = {name: runqueue_wait_s(pid) for name, pid in pids.items()}
         t0 = time.perf_counter()
         n_batches = int(args.seconds / period)
         for i in range(n_batches):
@@ -116,6 +121,7 @@ def main() -> None:
             with lock:
                 written.append((total, t_write))
         wrote_s = time.perf_counter() - t0
+        waited = {name: runqueue_wait_s(pid) - waited[name] for name, pid in pids.items()}
         log.close()
         stop.set()
         deadline = time.perf_counter() + 60
@@ -145,11 +151,12 @@ def main() -> None:
           f"left out): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {mx:.1f} ms (target p99 <= {TARGET_P99_MS:.0f} ms "
           f"and max <= {SLOW_MS:.0f} ms at 10 ms flushes)")
     print(f"the same run's CPU: a sleeping probe process woke up to {stall_max:.1f} ms late; {len(slow)} batches "
-          f"over {SLOW_MS:.0f} ms, {in_stall} of them while the probe waited >= {STALL_MS:.0f} ms")
+          f"over {SLOW_MS:.0f} ms, {in_stall} of them while the probe waited >= {STALL_MS:.0f} ms; threads woken "
+          f"and not run while the logger wrote: " + ", ".join(f"{k} {v:.2f} s" for k, v in waited.items()))
     emit("latency", p99, "ms", float(args.flush_interval_ms), flush_interval_ms=args.flush_interval_ms,
          rows_per_s=rows_per_s, p50_ms=p50, p99_ms=p99, max_ms=mx, asked_rows_per_s=args.rate,
          batch_rows=args.batch, sched_stall_max_ms=stall_max, slow_batches=len(slow),
-         slow_batches_in_sched_stall=in_stall)
+         slow_batches_in_sched_stall=in_stall, runqueue_wait_s=sum(waited.values()))
 
 
 if __name__ == "__main__":
