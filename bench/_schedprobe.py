@@ -52,6 +52,11 @@ class SchedProbe:
                                       stdout=subprocess.PIPE, text=True)
         return self
 
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "start() first"
+        return self._proc.pid
+
     def stop(self) -> list[Stall]:
         assert self._proc is not None, "start() first"
         out, _ = self._proc.communicate(timeout=30)
