@@ -105,12 +105,39 @@ def visible(port: int) -> int:
         return sum(loc.rows for loc in c.status().locations)
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far, from /proc (0 if it is gone)."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of the DIS (``dis``) and each of its child processes (``child <pid>``)."""
+    out = {"dis": cpu_s(pid)}
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        out.update({f"child {k}": cpu_s(int(k)) for k in kids})
+    return out
+
+
 def dis_rate(tmp: pathlib.Path, bootstrap: str, n: int) -> float:
     port = free_port_pair()
     dis = start_dis_process(tmp, dis_config(tmp, port, bootstrap))
     try:
         with connect(f"127.0.0.1:{port}") as c:
             c.status()  # serving
+            # CPU per process over the timed window: from the first assignment (read off the log,
+            # the fetch processes are started and idle by then) to the last row visible
+            deadline = time.monotonic() + 60
+            while '"kafka partition assigned"' not in dis.log_text() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            cpu0 = process_cpu(dis.p.pid)
             # the moment of the last publish, from a subscription: polling Status every 20 ms
             # added up to 20 ms to a run of about 200 ms
             pub = Published(port)
@@ -121,6 +148,9 @@ def dis_rate(tmp: pathlib.Path, bootstrap: str, n: int) -> float:
                 now = time.time()
             finally:
                 pub.close()
+            cpu1 = process_cpu(dis.p.pid)
+            print("CPU ms from the first assignment to the last row visible: " + ", ".join(
+                f"{k} {1000 * (v - cpu0.get(k, 0.0)):.0f}" for k, v in cpu1.items()))
             rows = sum(loc.rows for loc in c.status().locations)
         if rows != n or pub.error is not None:
             raise SystemExit(f"the DIS shows {rows} rows, {n} produced ({pub.error or 'subscription followed'})")

@@ -60,7 +60,7 @@ def test_defaults_map_every_column_from_its_value_field():
     [s] = cfg.sources
     assert [(c.column, c.part, c.name) for c in s.columns] == [(c.name, "value", c.name) for c in s.schema.columns]
     assert s.on_poison == "stop" and s.internal_partition(2) == "trades-2"
-    assert s.fetch_processes == 2 and parse(fetch_processes=3).sources[0].fetch_processes == 3
+    assert s.fetch_processes is None and parse(fetch_processes=3).sources[0].fetch_processes == 3
     assert cfg.client_properties()["enable.auto.commit"] is False
 
 

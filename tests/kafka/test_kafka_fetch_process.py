@@ -15,6 +15,8 @@ import time
 import numpy as np
 import yaml
 
+from disd.kafka.config import MAX_FETCH_PROCESSES
+from disd.kafka.link import default_fetch_processes, usable_cores
 from support import free_port_pair, start_dis_process, wait_for
 
 from .test_kafka_exactly_once import produce, read_sizes, write_config
@@ -175,7 +177,7 @@ def test_a_hung_fetch_process_is_killed_and_replaced(tmp_path, mock_kafka):
 
 def test_no_fetch_process_outlives_the_dis(tmp_path, mock_kafka):
     port = free_port_pair()
-    cfg = write_config(tmp_path, port, mock_kafka.bootstrap)  # fetch_processes: 2 (the default)
+    cfg = write_config(tmp_path, port, mock_kafka.bootstrap, fetch_processes=2)
     assert produce(mock_kafka.bootstrap, "trades", 300, 3, 300, 0).wait(30) == 0
     dis = start_dis_process(tmp_path, cfg)
     try:
@@ -193,3 +195,38 @@ def test_no_fetch_process_outlives_the_dis(tmp_path, mock_kafka):
         if dis.alive():
             assert dis.terminate() == 0
     assert not any(map(alive, pids))
+
+
+def test_default_fetch_processes_one_per_partition(tmp_path, mock_kafka):
+    """Without ``fetch_processes`` the DIS reads the topic's partitions before starting its
+    fetch processes and starts one a partition (up to twice the cores): over 3 partitions every
+    process has an equal share (with ``p % 2`` one process had two of the three and bounded the
+    source), over 1 partition a second process would only idle."""
+    cases = (("trades", default_fetch_processes(3, usable_cores())), ("one", 1))
+    for topic, want in cases:
+        tmp = tmp_path / topic
+        tmp.mkdir()
+        port = free_port_pair()
+        dis = start_dis_process(tmp, write_config(tmp, port, mock_kafka.bootstrap, topic=topic))
+        try:
+            assert len(fetch_processes(dis.p.pid, want)) == want
+            started = log_events(dis, "kafka source started")[0]
+            assert (started["fetch_processes"], started["partitions"]) == (want, 3 if topic == "trades" else 1)
+            wait_for(lambda: len(log_events(dis, "kafka partition assigned")) == (3 if topic == "trades" else 1),
+                     20, 0.1, "the first assignments")
+            owners = {e["partition"]: e["fetch_process"] for e in log_events(dis, "kafka partition assigned")}
+            assert owners == {p: p % want for p in owners}
+        finally:
+            dis.terminate()
+        assert "Traceback" not in dis.log_text()
+
+
+def test_default_fetch_processes_rule():
+    """One a partition, at most twice the usable cores and ``MAX_FETCH_PROCESSES``; 2 when the
+    partitions could not be read at start."""
+    assert default_fetch_processes(3, 2) == 3
+    assert default_fetch_processes(1, 2) == 1
+    assert default_fetch_processes(12, 2) == 4
+    assert default_fetch_processes(1000, 64) == MAX_FETCH_PROCESSES
+    assert default_fetch_processes(None, 8) == 2
+    assert default_fetch_processes(0, 8) == 2

@@ -28,8 +28,12 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-#: decoded batches waiting for the socket; bounds the memory to this many times ``batch_size``
-QUEUE_BATCHES = 4
+#: batches consumed and waiting to be decoded and written; bounds the memory to this many times
+#: ``batch_size``.  Small, because ``consume`` holds the GIL while it makes a batch's ``Message``
+#: objects: with more room the consuming thread read most of its partitions before the first
+#: batch was decoded, which the DIS then waited for, and the DIS's appends no longer overlapped
+#: the fetching (docs/kafka.md, "Fetch processes")
+QUEUE_BATCHES = 2
 _PR_SET_PDEATHSIG = 1
 
 

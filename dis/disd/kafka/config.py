@@ -51,8 +51,9 @@ class SourceConfig:
     on_poison: str = "stop"
     batch_size: int = 10000
     start: str = "earliest"  # where a partition without a checkpointed offset starts: earliest|latest
-    #: processes consuming the topic, partition p in process p % fetch_processes (docs/kafka.md)
-    fetch_processes: int = 2
+    #: processes consuming the topic, partition p in process p % fetch_processes (docs/kafka.md);
+    #: None: derived when the source starts, from its partitions and the cores (``disd.kafka.link``)
+    fetch_processes: int | None = None
 
     def internal_partition(self, partition: int) -> str:
         """The location's internal partition for a Kafka partition of the topic: the topic with
@@ -152,7 +153,7 @@ def _source(r: ConfigReader, name: str, schemas: SchemaRegistry, routed,  # noqa
     batch = r.get("batch_size", int, 10000, lambda v: None if 1 <= v <= 1_000_000 else "must be 1..1000000")
     start = r.get("start", str, "earliest", lambda v: None if v in ("earliest", "latest") else
                   "must be earliest or latest")
-    procs = r.get("fetch_processes", int, 2, lambda v: None if 1 <= v <= MAX_FETCH_PROCESSES else
+    procs = r.get("fetch_processes", int, None, lambda v: None if 1 <= v <= MAX_FETCH_PROCESSES else
                   f"must be an integer 1..{MAX_FETCH_PROCESSES}")
     columns = _columns(r, schema, fmt)
     part_col, fixed = _column_partition(r, schema)

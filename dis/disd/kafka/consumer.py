@@ -35,7 +35,7 @@ import structlog
 
 from disd.kafka.config import KafkaConfig, SourceConfig
 from disd.kafka.fetcher import OFFSET_COLUMN
-from disd.kafka.link import FetchPool, FetchProcess, FetchProcessGone
+from disd.kafka.link import FetchPool, FetchProcess, FetchProcessGone, default_fetch_processes, topic_partitions, usable_cores
 from disd.kafka.watch import FetchWatch
 from disd.names import LocationKey
 from disd.schema import SchemaValueError
@@ -98,15 +98,21 @@ class SourceConsumer:
         self.last_client_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._fetch = FetchPool(kafka, src, src.fetch_processes)
-        self._watch = FetchWatch(src.fetch_processes, kafka.stall_timeout_ms / 1000.0)
-        #: per fetch process: when it was last started; when it is to be started again (it is gone)
-        self._last_start = [0.0] * src.fetch_processes
+        #: the topic's partitions when the source started (read only when ``fetch_processes`` is
+        #: derived from them), and the pool; a derived count is known once ``_run`` has read them
+        self.partitions_at_start: int | None = None
+        self._pool(src.fetch_processes or 0)
         self._restart_at: dict[int, float] = {}
         self._ready: set[int] = set()  # fetch processes that said they are ready (clients started)
         self._first_metadata = 0.0  # the first metadata waits until then for every process to be ready
         self._unpublished: set = set()  # locations written since the last caught-up flush
         self._next_housekeeping = self._next_metadata = self._next_commit = 0.0
+
+    def _pool(self, n: int) -> None:
+        self._fetch = FetchPool(self.kafka, self.src, n)
+        self._watch = FetchWatch(n, self.kafka.stall_timeout_ms / 1000.0)
+        #: per fetch process: when it was last started; when it is to be started again (it is gone)
+        self._last_start = [0.0] * n
 
     @property
     def fetch_pids(self) -> list[int | None]:
@@ -125,11 +131,14 @@ class SourceConsumer:
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        if self.src.fetch_processes is None:  # one a partition, up to twice the cores (disd.kafka.link)
+            self.partitions_at_start = topic_partitions(self.kafka, self.src.topic)
+            self._pool(default_fetch_processes(self.partitions_at_start, usable_cores()))
         for f in self._fetch.procs:  # all at once: each takes about a second to start (imports, connecting)
             self._start_fetch(f)
         self._first_metadata = time.monotonic() + READY_WAIT_S
         log.info("kafka source started", source=self.src.name, topic=self.src.topic, table=self.src.schema.key,
-                 fetch_pids=self._fetch.pids)
+                 fetch_processes=len(self._fetch.procs), partitions=self.partitions_at_start, fetch_pids=self._fetch.pids)
         try:
             while not self._stop.is_set():
                 try:

@@ -9,6 +9,12 @@ the DIS and the process it started itself), a batch's header followed by its row
 IPC stream, read without a copy into a ``RecordBatch``.  The process holds nothing the DIS
 cannot give it again, so when it is gone (``FetchProcessGone``) the consumer starts a new one
 and assigns its partitions again from its own state.
+
+Without a configured ``fetch_processes`` the count is derived when the source starts, from the
+topic's partitions (``topic_partitions``, asked of the broker by a short-lived client before any
+process starts) and the cores (``default_fetch_processes``): ``p % N`` gives every process an
+equal share only when N divides the partitions, and the process with the largest share bounds
+the source (over 3 partitions, ``N = 2`` gave one process two thirds of the messages).
 """
 
 from __future__ import annotations
@@ -24,6 +30,57 @@ from typing import Any
 import pyarrow as pa
 
 from disd.errors import DisError
+from disd.kafka.config import MAX_FETCH_PROCESSES
+
+
+#: without partitions read at start, the default count (two cores' worth of consuming)
+FALLBACK_FETCH_PROCESSES = 2
+#: how long the start of a source waits for its topic's partitions
+PARTITIONS_TIMEOUT_S = 5.0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container or taskset narrows)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_fetch_processes(partitions: int | None, cores: int) -> int:
+    """One fetch process a partition, so that each has an equal share, but at most twice the
+    cores (beyond, a process's share is at most ``1/(2 cores) + 1/partitions`` of the messages
+    and so never bounds the source more than the cores do) and ``MAX_FETCH_PROCESSES``;
+    ``FALLBACK_FETCH_PROCESSES`` when the partitions are not known."""
+    if not partitions or partitions < 1:
+        return FALLBACK_FETCH_PROCESSES
+    return max(1, min(partitions, 2 * cores, MAX_FETCH_PROCESSES))
+
+
+def topic_partitions(kafka: Any, topic: str, timeout: float = PARTITIONS_TIMEOUT_S) -> int | None:
+    """How many partitions ``topic`` has, by a client of the source's properties made for this
+    one question; None when the broker did not say within ``timeout`` seconds."""
+    from confluent_kafka import Consumer, KafkaException
+
+    try:
+        consumer = Consumer(kafka.client_properties(), logger=_Quiet())
+    except KafkaException:
+        return None
+    try:
+        t = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        return len(t.partitions) if t is not None and t.error is None and t.partitions else None
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+
+
+class _Quiet:
+    """librdkafka's log lines of ``topic_partitions``'s client: the fetch processes' clients
+    say the same about the same broker."""
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        pass
 
 
 class FetchProcessGone(DisError):
