@@ -150,7 +150,11 @@ def test_last_by_states_from_the_compiled_path_equal_the_reference(tmp_path_fact
             else:
                 for ip, new_frames, *_ in op[1]:  # each send's location logs rows first
                     for _ in range(new_frames):
-                        cols, flags = data.draw(frame_rows(schema))
+                        cols, _ = data.draw(frame_rows(schema))
+                        # (transactions more often than frame_rows draws them: left open at a
+                        # chunk's end, then abandoned or ended by the next call)
+                        flags = data.draw(st.lists(st.sampled_from([0, 0, 1, 1, 2, 3]), min_size=len(cols[0]),
+                                                   max_size=len(cols[0])))
                         logs[ip].data += _frame(schema, cols, flags)
                         logs[ip].ends.append(len(logs[ip].data))
                 batch = _chunks(schema, logs, [(ip, *rest) for ip, _, *rest in op[1]])
