@@ -18,11 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from disd.config import ImportConfig
-from disd.schema import TableSchema
+from disd.schema import ColumnType, TableSchema
 from disd.storage import StorageEngine, ingest, ingestcore
+from disd.storage import columns as colfmt
 from disd.storage.ingest import LocationIngest, ingest_chunks
-from disd.storage.lastby import last_by
-from support.rows import TRADE
+from disd.storage.lastby import last_by, stored
+from disd.storage.lastbyfeed import tail_columns
+from disd.storage.writestate import is_compiled, new_write_state
+from support.rows import ALL_TYPES, TRADE
 
 from .test_ingest_differential import (IPS, REGISTRY, TABLES, Chunk, Log, _answer, _counts, _frame, _location,
                                        _reseal, _stream, _trade_rows, frame_rows)
@@ -270,3 +273,56 @@ def test_rows_a_c_call_rolls_back_leave_the_state_as_the_reference_does(tmp_path
             e.close()
     assert states["c"].equals(states["py"])
     assert states["c"].column("Sym").to_pylist() == ["a", "b", "c", "x", "e", "h", "j", "m"]
+
+
+def _append(state, schema: TableSchema, cols: list[pa.Array]) -> None:
+    """Rows appended to a write state as the reference path appends them (``decodedrows``)."""
+    parts, i = [], 0
+    for c, arr in zip(schema.columns, cols):
+        if c.type is ColumnType.STRING:
+            ends, _, data = colfmt.encode_string(arr, state.size(i + 1))
+            parts += [ends, data]
+            i += 2
+        else:
+            parts.append(colfmt.encode_fixed(c, arr))
+            i += 1
+    state.append(parts, len(cols[0]))
+
+
+def _all_types_rows(start: int) -> list[pa.Array]:
+    values = {ColumnType.BOOL: [True, None, False], ColumnType.BYTE: [1, -128, None],
+              ColumnType.SHORT: [None, 2, -3], ColumnType.INT: [4, None, 5], ColumnType.LONG: [None, 6, -(2**63)],
+              ColumnType.FLOAT: [1.5, float("nan"), None], ColumnType.DOUBLE: [None, -0.0, 2.5],
+              ColumnType.CHAR: [65, None, 0xFFFF], ColumnType.STRING: [f"s{start}", None, "日本"],
+              ColumnType.TIMESTAMP: [None, start, 7]}
+    return [pa.array(values[c.type] if c.name != "Other" else ["", f"o{start}", None],
+                     pa.int64() if c.type is ColumnType.TIMESTAMP else c.type.arrow_type).cast(c.type.arrow_type)
+            for c in ALL_TYPES.columns]
+
+
+@pytest.mark.skipif(ingestcore is None, reason="the compiled path is not built")
+def test_the_rows_past_the_mark_read_as_the_files_read_them():
+    """``WriteState.take_tail``: the rows appended since the mark, every column type (nulls,
+    sentinels, NaN, UTF-8), as the files read them once made ``stored``; the mark moves down with
+    a rollback below it; None once the rows' bytes were written out of the buffers."""
+    state = new_write_state(ALL_TYPES, 64)
+    assert is_compiled(state)
+    state.mark()
+    rows = _all_types_rows(0)
+    _append(state, ALL_TYPES, rows)
+    first, n, parts = state.take_tail()
+    assert (first, n) == (0, 3)
+    got = tail_columns(ALL_TYPES, n, parts)
+    for c, want, arr in zip(ALL_TYPES.columns, rows, got):
+        assert bits(pa.table({"v": stored(c, arr)})).equals(bits(pa.table({"v": stored(c, want)}))), c.name
+    state.commit(3, state.sizes())
+    _append(state, ALL_TYPES, _all_types_rows(3))  # not committed, handed over
+    assert state.take_tail()[:2] == (3, 3)
+    state.rollback()  # below the mark: the next rows start at the committed ones
+    _append(state, ALL_TYPES, _all_types_rows(6))
+    first, n, parts = state.take_tail()
+    assert (first, n) == (3, 3)
+    assert tail_columns(ALL_TYPES, n, parts)[ALL_TYPES.column_names.index("String")].to_pylist() == ["s6", None, "日本"]
+    _append(state, ALL_TYPES, _all_types_rows(9))
+    state.take_io(False)  # whole 64-byte blocks written out: the rows' bytes are no longer all buffered
+    assert state.take_tail() is None

@@ -374,8 +374,11 @@ def _feed_lastby(loc: Location) -> None:
     files nor decodes the chunk again."""
     lastby, state = loc.lastby, loc.state
     assert lastby is not None and state is not None and is_compiled(state)
-    tail = state.take_tail()
-    if tail is None:  # (not all in the buffers: the update reads the files instead)
+    try:
+        tail = state.take_tail()
+    except MemoryError:  # (the rows are taken all the same: the update reads them from the files)
+        tail = None
+    if tail is None:  # (not all in the buffers, or no memory for their copy: the files are read instead)
         lastby.pending.clear()
         return
     first, n, parts = tail
