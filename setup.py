@@ -93,7 +93,7 @@ setup(
                  Extension("disd.storage.batchwrite", ["dis/disd/storage/batchwrite.c"], optional=optional_c),
                  Extension("disd.storage.ingestcore",
                            ["dis/disd/storage/ingestcore.c", "dis/disd/storage/ingestscan.c",
-                            "dis/disd/storage/ingestwrite.c"],
+                            "dis/disd/storage/ingestwrite.c", "dis/disd/storage/ingesttail.c"],
                            depends=["dis/disd/storage/ingestcore.h", "dis/disd/storage/ingeststate.h"],
                            optional=optional_c),
                  Extension("disd.storage.lastbyindex", ["dis/disd/storage/lastbyindex.c"], optional=optional_c),

@@ -8,9 +8,11 @@ published; the answer is its ack or why it was refused.  ``ingest_chunks`` takes
 many locations together (a ``Multiplex`` request's): the byte work of all of them runs in one C
 call with the interpreter's lock given up (``storage.ingestcore``), their writes in another
 (``storage.writeout``), and the bookkeeping (metrics, the flush clock, subscribers) is counted
-once a batch.  Locations whose write state is the Python reference, or whose table keeps last-by
-state (it takes the decoded Arrow rows), and every chunk the compiled path does not take as it
-is, go the reference path: ``binlog.format``'s scan and decode, then ``storage.decodedrows``.
+once a batch.  A location whose table keeps last-by state takes the compiled path too: after
+the call, the rows it appended go to the state's ``Pending`` as Arrow arrays of their column
+bytes (``_feed_lastby``).  Locations whose write state is the Python reference, and every chunk
+the compiled path does not take as it is, go the reference path: ``binlog.format``'s scan and
+decode, then ``storage.decodedrows``.
 Refusals carry the message the reference gives (docs/grpc-contract.md, "Ingest").
 
 The protocol and session rules (who owns a location, opens, takeovers, ends) are the Ingest
@@ -38,6 +40,7 @@ from disd.names import LocationKey
 from disd.schema import TableSchema, column_differences
 from disd.storage import decodedrows, metrics
 from disd.storage.checkpoint import SourcePosition
+from disd.storage.lastbyfeed import tail_columns
 from disd.storage.location import Location, LocationError
 from disd.storage.writeout import write_out
 from disd.storage.writestate import ingestcore, is_compiled
@@ -313,6 +316,7 @@ def _run(batch: _Batch) -> None:
     todo = [i for i in range(len(items)) if batch.checked[i] is not None]
     while todo:
         native, native_at, later = [], [], []
+        fed: list[Location] = []  # last-by locations with chunks in this round's C call
         compiled_locs: set[int] = set()  # locations with a chunk in this round's C call
         deferred: set[int] = set()  # locations whose chunks wait for the next round
         for i in todo:
@@ -328,7 +332,10 @@ def _run(batch: _Batch) -> None:
             start = checked[0]
             veto = veto or _usable(cur)
             state = loc.state
-            if veto is None and is_compiled(state) and loc.lastby is None:
+            if veto is None and is_compiled(state):
+                if loc.lastby is not None and id(loc) not in compiled_locs:
+                    state.mark()  # the rows the call appends past here go to its last-by state
+                    fed.append(loc)
                 native.append((state, ch.data, ch.offset, start, ch.file_name, ch.file_name == state.source[0]))
                 native_at.append(i)
                 compiled_locs.add(id(loc))
@@ -338,7 +345,10 @@ def _run(batch: _Batch) -> None:
             else:
                 _by_reference(batch, i, start, veto)
         if native:
-            for i, out in zip(native_at, ingestcore.ingest_batch(native)):
+            outs = ingestcore.ingest_batch(native)
+            for loc in fed:  # before any chunk of theirs goes the reference path below
+                _feed_lastby(loc)
+            for i, out in zip(native_at, outs):
                 status = out[0]
                 if status == ingestcore.OK or status == ingestcore.NO_FRAMES:
                     _compiled(batch, i, out)
@@ -355,6 +365,24 @@ def _run(batch: _Batch) -> None:
                         log.error("the compiled ingest path refused a chunk the reference takes",
                                   location=str(cur.key), file=ch.file_name, offset=ch.offset)
         todo = sorted(later)
+
+
+def _feed_lastby(loc: Location) -> None:
+    """Under the location's lock, after a C call: the rows it appended (their column bytes,
+    still in the write state's buffers) to the last-by state's ``Pending``, which first drops
+    what a rollback in the call cut; so a publish's update neither reads them back from the
+    files nor decodes the chunk again."""
+    lastby, state = loc.lastby, loc.state
+    assert lastby is not None and state is not None and is_compiled(state)
+    try:
+        tail = state.take_tail()
+    except MemoryError:  # (the rows are taken all the same: the update reads them from the files)
+        tail = None
+    if tail is None:  # (not all in the buffers, or no memory for their copy: the files are read instead)
+        lastby.pending.clear()
+        return
+    first, n, parts = tail
+    lastby.pending.put(first, tail_columns(loc.schema, n, parts))
 
 
 def _by_reference(batch: _Batch, i: int, start: int, veto: Refused | None) -> Refused | None:

@@ -21,6 +21,7 @@
  *                                 None or (file, op, errno, kind); write_sizes: counts per bucket
  *                                 of dis_write_size_bytes, then their sum
  *
+ * WriteState.mark(), take_tail()   the rows a call appended, for a last-by state (ingesttail.c)
  * The caller holds each location's lock across both calls: no other thread touches a state
  * while its chunks are worked on (a state in a call refuses its own methods meanwhile). */
 #include "ingeststate.h"
@@ -147,11 +148,11 @@ static PyObject *State_reset(State *s, PyObject *args) {
         return NULL;
     for (int i = 0; i < s->core.nfiles; i++) {
         dis_file *f = &s->core.files[i];
-        f->disk = f->committed = v[i];
+        f->disk = f->committed = f->mark = v[i];
         f->len = 0;
         f->truncate = -1;
     }
-    s->core.written = s->core.committed = rows;
+    s->core.written = s->core.committed = s->core.mark_rows = rows;
     s->core.txn_open = 0;
     Py_RETURN_NONE;
 }
@@ -441,6 +442,8 @@ static PyMethodDef State_methods[] = {
     {"append", (PyCFunction)State_append, METH_VARARGS, "append(parts, rows)"},
     {"commit", (PyCFunction)State_commit, METH_VARARGS, "commit(rows, sizes)"},
     {"rollback", (PyCFunction)State_rollback, METH_NOARGS, "rollback() -> rows cut"},
+    {"mark", dis_state_mark, METH_NOARGS, "mark(): the rows written so far are handed over (ingesttail.c)"},
+    {"take_tail", dis_state_take_tail, METH_NOARGS, "take_tail() -> (first_row, rows, columns) or None (ingesttail.c)"},
     {"size", (PyCFunction)State_size, METH_O, "size(file) -> its size, buffered bytes included"},
     {"sizes", (PyCFunction)State_sizes, METH_NOARGS, "sizes() -> every file's size"},
     {"committed_sizes", (PyCFunction)State_committed_sizes, METH_NOARGS, "every file's size at the committed rows"},

@@ -38,6 +38,7 @@ typedef struct {
     int64_t len, cap;
     int64_t truncate;  /* a cut still to make before the next write (a rollback below disk), or -1 */
     int64_t committed; /* the file's size at the committed rows */
+    int64_t mark;      /* the file's size at the core's mark_rows (ingesttail.c) */
 } dis_file;
 
 typedef struct {
@@ -49,6 +50,8 @@ typedef struct {
     int txn_open;
     int64_t src_offset, src_skip;    /* the resume point in the source file (its name is the Python side's) */
     int stopped;                     /* in a batch: a chunk of it was not taken, the later ones wait */
+    int64_t mark_rows;               /* the rows before those a last-by state takes next (ingesttail.c);
+                                      * a rollback below it moves it down to the committed rows */
 } dis_core;
 
 /* what became of a chunk */

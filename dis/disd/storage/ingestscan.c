@@ -155,8 +155,13 @@ int dis_reserve(dis_file *f, int64_t extra) {
 void dis_rollback(dis_core *c, int64_t *rolled) {
     if (rolled)
         *rolled += c->written - c->committed;
+    int below_mark = c->committed < c->mark_rows; /* rows taken since the mark are cut: so is the mark */
+    if (below_mark)
+        c->mark_rows = c->committed;
     for (int i = 0; i < c->nfiles; i++) {
         dis_file *f = &c->files[i];
+        if (below_mark)
+            f->mark = f->committed;
         if (f->committed >= f->disk) {
             f->len = f->committed - f->disk;
         } else {

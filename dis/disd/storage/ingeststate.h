@@ -31,4 +31,8 @@ void dis_consumed(dis_file *f, int64_t n);
 
 PyObject *dis_write_out(PyObject *self, PyObject *arg);
 
+/* ingesttail.c: the write state's mark() and take_tail(), the rows past the mark for a last-by state */
+PyObject *dis_state_mark(PyObject *self, PyObject *unused);
+PyObject *dis_state_take_tail(PyObject *self, PyObject *unused);
+
 #endif

@@ -2,15 +2,20 @@
 a publish's update takes them from memory instead of reading the column files back.
 
 Split from ``disd.storage.lastby`` (the state itself): this is the location's side of the
-hand-over, called under the location's lock as rows are appended and rolled back.
+hand-over, called under the location's lock as rows are appended and rolled back.  The rows
+come as Arrow arrays from either ingest path: the reference's decoded batches
+(``storage.decodedrows``), or the compiled path's appended column bytes (``tail_columns``).
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+from typing import Sequence
 
 import pyarrow as pa
+
+from disd.schema import ColumnType, TableSchema
 
 
 class Pending:
@@ -46,6 +51,13 @@ class Pending:
                 self._pieces.append((row, cols if (a, b) == (0, n) else [c.slice(a, b - a) for c in cols]))
                 row += b - a
         self._end = row
+
+    def put(self, first_row: int, cols: list[pa.Array]) -> None:
+        """Rows ``[first_row, ...)`` are ``cols`` (the compiled path's appended rows): whatever is
+        held from ``first_row`` on was rolled back."""
+        with self._lock:
+            self._truncate(first_row)
+            self._add(first_row, cols, [(0, len(cols[0]) if cols else 0)])
 
     def truncate(self, rows: int) -> None:
         """The rows from ``rows`` on are gone (rolled back)."""
@@ -100,4 +112,21 @@ def join(parts: list[list[pa.Array]]) -> list[pa.Array | pa.ChunkedArray] | None
         if any(a.type != pieces[0].type for a in pieces):
             return None
         out.append(pa.chunked_array(pieces, pieces[0].type))
+    return out
+
+
+def tail_columns(schema: TableSchema, n: int,
+                 parts: Sequence[tuple[bytes | None, int, bytes, bytes | None]]) -> list[pa.Array]:
+    """The ``n`` rows the compiled path appended (``WriteState.take_tail``'s columns: validity,
+    null count, values or offsets, string data) as Arrow arrays of the columns' types, wrapping
+    the copied bytes.  A fixed-width null stays its sentinel value, as in the column file (the
+    update makes it null, ``lastbykeys.stored``)."""
+    out = []
+    for c, (validity, nulls, values, data) in zip(schema.columns, parts):
+        valid = None if validity is None else pa.py_buffer(validity)
+        if c.type is ColumnType.STRING:
+            out.append(pa.Array.from_buffers(pa.string(), n, [valid, pa.py_buffer(values), pa.py_buffer(data or b"")],
+                                             nulls))
+        else:
+            out.append(pa.Array.from_buffers(c.type.arrow_type, n, [valid, pa.py_buffer(values)], nulls))
     return out
