@@ -127,7 +127,8 @@ class Tailer:
                 mux = None
                 del self._muxes[address]
             if mux is None and address not in self._no_mux:
-                mux = self._muxes[address] = Multiplexer(self.loop, address, self.config.ack_timeout_ms / 1000)
+                mux = self._muxes[address] = Multiplexer(self.loop, address, self.config.ack_timeout_ms / 1000,
+                                                         self.config.max_in_flight_bytes)
             if mux is not None:
                 return MuxStream(mux, self.config.max_in_flight_bytes, on_ack, on_end)
         return SingleStream(self.loop, address, self.config.max_in_flight_bytes, on_ack, on_end,

@@ -5,10 +5,15 @@ and ``MuxStream`` (one location's stream on it).  Both live on the tailer's even
 Why: a call per location costs the DIS a thread and a call per location; one call per tailer and
 DIS costs it one reading thread, and the requests of many locations written at once travel
 together: the writer here takes every frame queued since its last write into one ``MuxRequest``
-(at most ``MAX_REQUEST_BYTES``, or one larger chunk alone), built by
+(at most half a stream's window, ``max_in_flight_bytes``, and ``MAX_REQUEST_BYTES``, or one
+larger chunk alone), built by
 ``disd.rpc.ingestwire.encode_mux_request`` so a chunk's bytes are joined once.  A tick that
 appends to thousands of locations wakes their coroutines one after the other on the loop, each
 queues its chunk, and the writer, which runs after them, sends them in one or a few requests.
+Why half a window: the DIS acknowledges a request's chunks once it has taken them all, so a
+request holding a whole window of one stream (two full chunks) would make that stream wait for
+every ack before it reads and sends again, and the DIS wait for it meanwhile; in two requests, the
+second is on its way while the DIS takes the first.
 
 A stream's protocol is ``Stream``'s (docs/grpc-contract.md): the first frame is the ``open``,
 the first reply the resume point, then an ack per chunk; a ``StreamEnd`` reply ends it with the
@@ -37,21 +42,28 @@ from disd.tailer.loop import EventLoop
 from disd.tailer.protocol import (EOF, LOCALLY_CANCELLED, MultiplexUnsupported, OnAck, StreamBroken, StreamFlow,
                                   classify, classify_status)
 
-#: A request carries the frames queued since the last write up to this many bytes (a larger
-#: chunk goes alone).
+#: A request carries the frames queued since the last write up to this many bytes, and half a
+#: stream's window (``request_limit``); a larger chunk goes alone.
 MAX_REQUEST_BYTES = 8 << 20
 _METHOD = "/disd.rpc.v1.Ingest/Multiplex"
 #: gRPC status codes by number (a ``StreamEnd`` carries the number)
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
+def request_limit(max_in_flight: int) -> int:
+    """The most bytes of frames a request carries: half a stream's window, so a stream whose
+    window is full has two requests in flight (see the module doc), at most ``MAX_REQUEST_BYTES``."""
+    return max(1, min(MAX_REQUEST_BYTES, max_in_flight // 2))
+
+
 class Multiplexer:
     """One ``Multiplex`` call to one DIS address: numbers its streams, writes their frames,
     hands each reply to its stream.  Created and used on the loop."""
 
-    def __init__(self, loop: EventLoop, address: str, ack_timeout_s: float) -> None:
+    def __init__(self, loop: EventLoop, address: str, ack_timeout_s: float, max_in_flight: int) -> None:
         self.address = address
         self.ack_timeout_s = ack_timeout_s
+        self.request_bytes = request_limit(max_in_flight)
         self._expired: StreamBroken | None = None  # why the answer deadline ended the call
         self._frames: collections.deque = collections.deque()  # (number, ChunkOut | bytes | None)
         self._sessions: dict[int, MuxStream] = {}
@@ -158,7 +170,7 @@ class Multiplexer:
         while frames:
             number, body = frames[0]
             n = len(body.data) if isinstance(body, ChunkOut) else len(body or b"")
-            if batch and size + n > MAX_REQUEST_BYTES:
+            if batch and size + n > self.request_bytes:
                 break
             frames.popleft()
             batch.append((number, body))

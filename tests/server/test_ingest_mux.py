@@ -3,18 +3,24 @@ one call, each with ``Stream``'s protocol and statuses."""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import queue
+import threading
+import time
 
 import grpc
 import pytest
 
 from disd.binlog import LocationKey
 from disd.client import connect
-from disd.rpc.ingestwire import ChunkOut, encode_mux_request
+from disd.rpc.ingestwire import ChunkOut, encode_mux_request, parse_mux_request
 from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2
-from support import TRADE, trade_rows, wait_for, write_log
+from disd.server import ingestmux
+from disd.storage.fsio import OsFileSystem
+from faults.disk import engines_on
+from support import TRADE, append_rows, running_dis, trade_rows, wait_for, write_log
 
 from .conftest import FILE1, KEY, IngestStream, frames_of
 
@@ -224,3 +230,78 @@ def test_a_call_that_sends_nothing_is_cancelled_and_an_idle_stream_ended(tmp_pat
         m.send((2, open_frame(KEY)))
         assert m.reply().response.resume.file_name == ""
         m.close()
+
+
+class HeldDisk(OsFileSystem):
+    """The real disk, whose writes made by a ``Multiplex`` call's reader (a chunk's blocks,
+    written as the chunk is taken) wait, once ``held``, until the test lets them go."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.writing = threading.Event()  # a held write has started
+        self.go = threading.Event()
+
+    def pwrite(self, fd: int, data, offset: int) -> int:
+        if self.held and threading.current_thread().name == "ingest-mux-reader":
+            self.writing.set()
+            self.go.wait(30)
+        return super().pwrite(fd, data, offset)
+
+
+@pytest.fixture
+def held_dis(tmp_path, monkeypatch):
+    """A DIS whose engine writes on a ``HeldDisk`` in 4 KiB blocks (a chunk of a thousand rows
+    fills blocks, so taking it writes), and the requests of its ``Multiplex`` calls as parsed,
+    in the order gRPC handed them over (``parsed``)."""
+    disk = HeldDisk()
+    engines_on(monkeypatch, disk)
+    parsed: list[list] = []
+
+    def parse(raw: bytes):
+        frames = parse_mux_request(raw)
+        parsed.append(frames)
+        return frames
+
+    monkeypatch.setattr(ingestmux, "parse_mux_request", parse)
+    with running_dis(tmp_path / "db", storage={"block_size_bytes": 4096}) as srv:
+        try:
+            yield srv, disk, parsed
+        finally:
+            disk.go.set()  # a failed test leaves no write waiting
+
+
+def test_the_next_request_is_received_while_a_chunk_is_written_and_acked_only_after(held_dis, tmp_path):
+    srv, disk, parsed = held_dis
+    path = tmp_path / FILE1
+    append_rows(path, 0, 3000, frames=3)
+    a, b, c = chunks(path)
+    m = MuxCall(srv.port)
+    m.send((1, open_frame(KEY)))
+    assert m.reply().response.resume.file_name == ""
+    replies: queue.Queue = queue.Queue()
+
+    def collect() -> None:
+        with contextlib.suppress(grpc.RpcError):  # the call closed at the end
+            for r in m.responses:
+                replies.put(r)
+
+    threading.Thread(target=collect, daemon=True).start()
+    disk.held = True
+    m.send((1, a))
+    assert disk.writing.wait(10), "taking the chunk wrote nothing"
+    m.send((1, b))
+    m.send((1, c))
+    # while the first chunk is being written, the next request has been received and parsed ...
+    wait_for(lambda: len(parsed) == 3, timeout=5, what="the request after the one being written, received")
+    # ... but no more (the read-ahead is one request), and nothing is acknowledged before its write
+    time.sleep(0.3)
+    assert len(parsed) == 3
+    assert replies.empty(), replies.get()
+    disk.go.set()
+    acks = []
+    while len(acks) < 3:
+        acks.extend(r.response.ack for r in replies.get(timeout=10).replies)
+    assert [x.offset for x in acks] == [x.offset + len(x.data) for x in (a, b, c)]
+    assert acks[-1].committed_rows == 3000
+    assert sizes(srv.port, 3000) == list(range(3000))
+    m.close()

@@ -9,8 +9,15 @@ inline (``ServedStream``, the same code as ``Stream``'s), and the answers of a w
 back as one response.  A tailer that has many locations writing at once puts their chunks in one
 request, so a message, and a wake-up, carries many locations' writes.
 
-Threads: the reader (started here) owns the call's streams: it opens, feeds and ends them.  The
-call's own thread only writes responses.  Another thread (the idle reaper, a stream of another
+Threads: the reader (started here) owns the call's streams: it opens, feeds and ends them.  It
+does not wait on the network itself: a receiver thread takes the call's requests from gRPC one
+ahead (``READ_AHEAD``), so the next request is received and parsed while the reader decodes and
+writes this one (the two are in C, without the interpreter's lock), instead of the two taking
+turns; the receiver asks gRPC for a request only while fewer than ``READ_AHEAD`` wait for the
+reader, so the read-ahead, and the memory it holds, is one request however fast the tailer sends
+(the tailer's own bound, ``max_in_flight_bytes``, stays the flow control).  Requests are handled
+in the order they arrived, by the reader alone, and an ack still leaves only once its chunk is
+taken.  The call's own thread only writes responses.  Another thread (the idle reaper, a stream of another
 call taking a location over) ends a stream through ``_end_async``: its ``StreamEnd`` is queued at
 once and the stream is closed by the writer thread before that reply leaves, never on the
 caller's thread (which may hold the location's owner lock that closing takes).  Frames that
@@ -40,6 +47,8 @@ log = structlog.get_logger(__name__)
 MAX_COALESCED = 64
 #: a request that takes longer than this to handle sends the answers so far before going on
 REPLY_EVERY_S = 0.005
+#: requests received and parsed ahead of the one the reader handles (``MuxCall.read``)
+READ_AHEAD = 1
 
 
 class _Done(enum.Enum):
@@ -49,6 +58,18 @@ class _Done(enum.Enum):
 
 
 _DONE = _Done.DONE
+
+
+class _Received(enum.Enum):
+    """The end of a call's requests, queued by the receiver after the last of them."""
+
+    END = enum.auto()
+
+
+_END = _Received.END
+
+#: what the receiver hands the reader: a request's frames, or the end of them
+Received = list[tuple[int, MuxBody]] | _Received
 
 
 def _end_reply(stream: int, code: grpc.StatusCode, details: str) -> dis_pb2.MuxReply:
@@ -71,12 +92,19 @@ class MuxCall:
     # -- the reader --------------------------------------------------------------------------
 
     def read(self, requests: Iterator[list[tuple[int, MuxBody]]]) -> None:
-        waiting: UnopenedCall | None = self.service.sessions.wait_open(self.peer, self._cancel)
+        """Handle the call's requests in order as the receiver (``_receive``, started here) hands
+        them over, then close the call's streams and end its replies."""
+        received: queue.SimpleQueue[Received] = queue.SimpleQueue()
+        room = threading.Semaphore(READ_AHEAD)  # requests the receiver may take ahead
+        stop = threading.Event()
+        threading.Thread(target=self._receive, args=(requests, received, room, stop),
+                         name="ingest-mux-receiver", daemon=True).start()
         try:
-            for frames in requests:
-                if waiting is not None:
-                    self.service.sessions.opened(waiting)
-                    waiting = None
+            while True:
+                frames = received.get()
+                room.release()  # the receiver asks gRPC for the next one while this one is handled
+                if isinstance(frames, _Received):
+                    break
                 self._open_ahead(frames)
                 self._request(frames)
         except grpc.RpcError:
@@ -85,13 +113,40 @@ class MuxCall:
             log.exception("ingest multiplex call failed", peer=self.peer)
             self.context.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves RpcContext.cancel unannotated
         finally:
-            if waiting is not None:
-                self.service.sessions.opened(waiting)
+            stop.set()
+            room.release()  # a receiver waiting for room sees the stop
             with self.lock:
                 streams, self.streams = list(self.streams.values()), {}
             for s in streams:
                 s.close()
             self.out.put(_DONE)
+
+    def _receive(self, requests: Iterator[list[tuple[int, MuxBody]]], received: queue.SimpleQueue[Received],
+                 room: threading.Semaphore, stop: threading.Event) -> None:
+        """The receiver: each request from gRPC (received and parsed on gRPC's side once asked
+        for) to the reader, at most ``READ_AHEAD`` waiting; then the end."""
+        waiting: UnopenedCall | None = self.service.sessions.wait_open(self.peer, self._cancel)
+        try:
+            while True:
+                room.acquire()
+                if stop.is_set():
+                    break  # the reader gave up the call
+                frames = next(requests, None)
+                if frames is None:
+                    break
+                if waiting is not None:
+                    self.service.sessions.opened(waiting)
+                    waiting = None
+                received.put(frames)
+        except grpc.RpcError:
+            pass  # the call ended (cancelled by the tailer, or the server stopping)
+        except Exception:  # a bug must not leave the call's streams open: the reader closes them
+            log.exception("ingest multiplex call failed receiving", peer=self.peer)
+            self.context.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves RpcContext.cancel unannotated
+        finally:
+            if waiting is not None:
+                self.service.sessions.opened(waiting)
+            received.put(_END)
 
     def _request(self, frames: list[tuple[int, MuxBody]]) -> None:
         """A request's frames, in order per stream: the chunks of open streams gathered and
