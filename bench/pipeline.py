@@ -3,7 +3,8 @@
 1. Throughput: N rows of Market.Trade in log files.  ``rows_per_s``: a fresh DIS and a running
    tailer watching an empty directory; the files are hard-linked into it and timed from their
    arrival until every row is published (how a long-running pipeline takes a burst; the bare
-   stream below has no process to start either).  ``rows_per_s_from_start``: the files already
+   stream below has no process to start either); best of ``BENCH_REPEAT`` (3) such bursts, each
+   with a DIS and a tailer of its own, as the bare stream is the best of its runs.  ``rows_per_s_from_start``: the files already
    in the directory, timed from the tailer's process start (its Python start-up and imports, about
    half a second, included).  Targets: at least 2 million rows/s; issue 20: 8 million.
 2. Visibility latency: the logger writes 200-row batches every 10 ms while a subscriber watches;
@@ -22,6 +23,7 @@ bare-stream (with its writes) rows/s.
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import sys
 import tempfile
@@ -40,6 +42,9 @@ from disd.logger import IntradayLoggerBuilder
 from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
 
 N = int(os.environ.get("BENCH_ROWS", 4_000_000))
+#: Bursts into a running tailer, each with a fresh DIS and tailer; the figure is the best, as the
+#: bare stream's is the best of its runs (single runs on a shared machine swing twofold).
+REPEAT = int(os.environ.get("BENCH_REPEAT", 3))
 TARGET_ROWS = 2_000_000
 TARGET_P99_MS = 200.0
 
@@ -47,6 +52,32 @@ TARGET_P99_MS = 200.0
 def published(port: int) -> int:
     with connect(f"127.0.0.1:{port}") as c:
         return sum(loc.rows for loc in c.locations("Market", "Trade"))
+
+
+def burst_into_running_tailer(run_dir: pathlib.Path, logs: str, procs: list) -> float:
+    """Seconds from the logs' arrival in the directory of a running tailer until a fresh DIS has
+    published every row: each run with a DIS and a tailer of its own (a fresh database and no
+    acknowledged offsets), so every run does the same work, the locations' opening included."""
+    run_dir.mkdir()
+    run_port = free_port()
+    dis = start_dis(run_dir, write_dis_config(run_dir, run_port, **{"import": {
+        "default": {"flush_interval_ms": 100, "checkpoint_interval_ms": 30000}}}))
+    procs.append(dis)
+    watched = run_dir / "logs"
+    watched.mkdir()
+    tailer_metrics = free_port()
+    tailer = start_tailer(run_dir, write_tailer_config(run_dir, run_port, watched, metrics_port=tailer_metrics))
+    procs.append(tailer)
+    wait_serving(tailer_metrics, tailer)
+    time.sleep(0.3)
+    # counted from a subscription: a new client and a listing every 5 ms loaded the DIS it timed
+    pub = Published(run_port)
+    try:
+        return time_arrival(logs, watched, lambda: pub.total()[0] >= N)
+    finally:
+        pub.close()
+        for p in (tailer, dis):
+            p.terminate()
 
 
 def main() -> None:
@@ -61,8 +92,6 @@ def main() -> None:
             log.log_batch(table.slice(i, 100_000))
         log.close()
         log_bytes = sum(os.path.getsize(os.path.join(logs, f)) for f in os.listdir(logs))
-
-        import pathlib
 
         tmp = pathlib.Path(work)
         port = free_port()
@@ -80,25 +109,9 @@ def main() -> None:
         el = time.perf_counter() - t0
         rows_per_s = N / el
 
-        # -- throughput into a running tailer ----------------------------------------------------
-        run_dir = tmp / "running"
-        run_dir.mkdir()
-        run_port = free_port()
-        procs.append(start_dis(run_dir, write_dis_config(run_dir, run_port, **{"import": {
-            "default": {"flush_interval_ms": 100, "checkpoint_interval_ms": 30000}}})))
-        watched = run_dir / "logs"
-        watched.mkdir()
-        tailer_metrics = free_port()
-        procs.append(start_tailer(run_dir, write_tailer_config(run_dir, run_port, watched,
-                                                               metrics_port=tailer_metrics)))
-        wait_serving(tailer_metrics, procs[-1])
-        time.sleep(0.3)
-        # counted from a subscription: a new client and a listing every 5 ms loaded the DIS it timed
-        pub = Published(run_port)
-        try:
-            run_el = time_arrival(logs, watched, lambda: pub.total()[0] >= N)
-        finally:
-            pub.close()
+        # -- throughput into a running tailer, best of REPEAT (as the baseline is best of its runs) --
+        run_els = [burst_into_running_tailer(tmp / f"running-{i}", logs, procs) for i in range(REPEAT)]
+        run_el = min(run_els)
         run_rows_per_s = N / run_el
 
         # -- visibility latency ----------------------------------------------------------------
@@ -165,8 +178,8 @@ def main() -> None:
     grpc_rows = N / grpc_s
     disk_rows = N / disk_s
     print(f"rows={N} log bytes={log_bytes}")
-    print(f"pipeline, into a running tailer: {run_el:.2f} s  {run_rows_per_s / 1e6:.2f} M rows/s "
-          f"(target {TARGET_ROWS / 1e6:.0f} M; issue 20: 8 M)")
+    print(f"pipeline, into a running tailer, best of {len(run_els)}: {run_el:.2f} s  {run_rows_per_s / 1e6:.2f} M rows/s "
+          f"(target {TARGET_ROWS / 1e6:.0f} M; issue 20: 8 M) (runs {', '.join(f'{t:.3f}' for t in run_els)} s)")
     print(f"pipeline, from the tailer's start: {el:.2f} s  {rows_per_s / 1e6:.2f} M rows/s")
     print(f"visibility: {len(lat_ms)} batches  p50 {p50:.1f} ms  p99 {p99:.1f} ms (target <= {TARGET_P99_MS:.0f} ms)")
     print(f"bare stream of the same requests ({bare['requests']} Multiplex requests, {bare['bytes']} bytes, "
