@@ -8,8 +8,9 @@ the answer without scanning the day's rows, and the DIS already sees every row a
 The state is an Arrow table in the location's columns, one row per key, keys in the order they
 first appeared, plus the key of each row (``_keys``) that the next batch is matched against.  It
 is never mutated: each publish builds a new one (the slot of each of the batch's keys from the
-state's key index, ``disd.storage.lastbykeys``, then a ``pyarrow`` take over the old state and
-the batch's last row per key, no per-row Python), so a reader holds a consistent snapshot
+state's key index, ``disd.storage.lastbykeys``, then one ``pyarrow`` take per column over the old
+state's rows followed by the batch's, each slot's old row or its key's last row in the batch,
+no per-row Python), so a reader holds a consistent snapshot
 without a lock.  Invariant: ``state.rows`` is
 the location's published row count and the state is exactly the last-by of rows ``[0, rows)``.
 
