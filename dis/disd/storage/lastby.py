@@ -8,8 +8,9 @@ the answer without scanning the day's rows, and the DIS already sees every row a
 The state is an Arrow table in the location's columns, one row per key, keys in the order they
 first appeared, plus the key of each row (``_keys``) that the next batch is matched against.  It
 is never mutated: each publish builds a new one (the slot of each of the batch's keys from the
-state's key index, ``disd.storage.lastbykeys``, then a ``pyarrow`` take over the old state and
-the batch's last row per key, no per-row Python), so a reader holds a consistent snapshot
+state's key index, ``disd.storage.lastbykeys``, then one ``pyarrow`` take per column over the old
+state's rows followed by the batch's, each slot's old row or its key's last row in the batch,
+no per-row Python), so a reader holds a consistent snapshot
 without a lock.  Invariant: ``state.rows`` is
 the location's published row count and the state is exactly the last-by of rows ``[0, rows)``.
 
@@ -89,39 +90,14 @@ def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
     return joined_keys([table.column(k) for k in keys])
 
 
-def _aligned(cols: list[pa.Array | pa.ChunkedArray]) -> list[pa.Array | pa.ChunkedArray]:
-    """The batch's columns with their chunks cut at the same rows (a publish's pieces already
-    are; anything else is cut with ``Table.to_batches``, slices)."""
-    def layout(c: pa.Array | pa.ChunkedArray) -> tuple[int, ...]:
-        return tuple(len(x) for x in c.chunks) if isinstance(c, pa.ChunkedArray) else (len(c),)
-    if all(layout(c) == layout(cols[0]) for c in cols):
-        return cols
-    batches = pa.Table.from_arrays(cols, names=[str(i) for i in range(len(cols))]).to_batches()
-    return [pa.chunked_array([b.column(i) for b in batches], c.type) for i, c in enumerate(cols)]
-
-
-def _by_chunk(column: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
-    """``rows`` of a batch held as ``column``'s chunks, grouped by chunk: the order that groups
-    them (stable) and, per chunk, its number and the rows in it (relative to it)."""
-    if not isinstance(column, pa.ChunkedArray) or column.num_chunks == 1:
-        return np.arange(len(rows)), [(0, rows)]
-    starts = np.cumsum([0, *(len(c) for c in column.chunks)])
-    which = np.searchsorted(starts[1:], rows, side="right")
-    order = np.argsort(which, kind="stable")
-    grouped, ids = rows[order], which[order]
-    cuts = np.searchsorted(ids, np.arange(column.num_chunks + 1))
-    return order, [(j, grouped[cuts[j]:cuts[j + 1]] - starts[j]) for j in range(column.num_chunks)
-                   if cuts[j + 1] > cuts[j]]
-
-
-def _take_chunks(arr: pa.Array | pa.ChunkedArray, picked: list[tuple[int, np.ndarray]]) -> pa.Array:
-    """The rows ``_by_chunk`` grouped, taken from each chunk in place and joined (only them)."""
-    if not isinstance(arr, pa.ChunkedArray):
-        return pc.take(arr, _indices(picked[0][1]), memory_pool=POOL)
-    parts = [pc.take(arr.chunk(j), _indices(r), memory_pool=POOL) for j, r in picked]
-    if not parts:
-        return pa.nulls(0, arr.type)
-    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts, memory_pool=POOL)
+def _joined(state: pa.Array | pa.ChunkedArray, batch: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One column of the state followed by the batch's rows, as one array (a copy of the batch's
+    pieces, a memcpy each: cheaper than grouping the picked rows by piece and taking from each)."""
+    chunks = [*(state.chunks if isinstance(state, pa.ChunkedArray) else [state]),
+              *(batch.chunks if isinstance(batch, pa.ChunkedArray) else [batch])]
+    if batch.type != state.type:
+        chunks = [c if c.type == state.type else c.cast(state.type) for c in chunks]
+    return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks, memory_pool=POOL)
 
 
 def _last_indices(key: pa.Array) -> np.ndarray:
@@ -276,18 +252,17 @@ class LastBy:
             raise LastByLimitError(
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
-        # Only the batch's last row of each key is taken (and made ``stored``), from each of the
-        # batch's pieces in place (Arrow's take over chunks would join them first: a copy of the
-        # whole batch), then the new state is one take over the old state and those rows:
-        # O(keys), not O(batch), columns.
-        cols = _aligned(cols)
-        order, picked = _by_chunk(cols[0], rows)
-        delta = pa.Table.from_arrays([stored(c, _take_chunks(arr, picked)) for c, arr in zip(self.schema.columns, cols)],
-                                     schema=self.arrow_schema)
+        # The new state is one take per column from the old state's rows followed by the batch's
+        # (each slot its old row, or its key's last row in the batch), then made ``stored``:
+        # O(keys), not O(batch), columns.  ``stored`` over the whole new state is what it over
+        # the batch's rows alone would give: the state's rows already are (stored is idempotent).
         idx = np.arange(total, dtype=np.int64)
-        idx[changed[order]] = k + np.arange(len(changed), dtype=np.int64)
-        both = pa.concat_tables([s.table, delta], memory_pool=POOL).combine_chunks(memory_pool=POOL)
-        table = pc.take(both, _indices(idx), memory_pool=POOL)
+        idx[changed] = k + rows
+        take = _indices(idx)
+        table = pa.Table.from_arrays(
+            [stored(c, pc.take(_joined(s.table.column(i), arr), take, memory_pool=POOL))
+             for i, (c, arr) in enumerate(zip(self.schema.columns, cols))],
+            schema=self.arrow_schema)
         delta = pc.take(table, _indices(changed), memory_pool=POOL) if self.subscribers else None
         with self._lock:
             if generation is not None and generation != self._generation:
