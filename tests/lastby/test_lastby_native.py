@@ -24,6 +24,7 @@ from disd.schema import TableSchema
 from disd.storage import lastbykeys
 from disd.storage.fsio import OS
 from disd.storage.lastby import LastBy, LastByLimitError, last_by, stored, to_ipc
+from support.rows import bits
 
 SCHEMA = TableSchema.from_dict({
     "namespace": "Test", "table": "Keys", "partition_column": "Date",
@@ -69,16 +70,6 @@ def rows(n: int, seed: int, start: int, keys: tuple[str, ...], narrow: int) -> l
             cols.append(pa.array(values, t))
     return cols
 
-
-def bits(t: pa.Table) -> pa.Table:
-    """``t`` with its floats as their bit patterns: equal tables then compare equal (a NaN too)."""
-    out = {}
-    for name, col in zip(t.column_names, t.columns):
-        arr = pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type)
-        if pa.types.is_floating(arr.type):
-            arr = arr.view(pa.int64() if arr.type == pa.float64() else pa.int32())
-        out[name] = arr
-    return pa.table(out)
 
 
 def as_read(cols: list[pa.Array]) -> pa.Table:

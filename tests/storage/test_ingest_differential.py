@@ -155,6 +155,23 @@ def _answer(r: ChunkResult | None):
     return (r.file_name, r.offset, r.committed_rows, refused, r.took)
 
 
+def _send_to_both(schema: TableSchema, engines, locs, streams, logs: dict[str, Log],
+                  batch: list[tuple[str, Chunk]]) -> None:
+    """``batch`` to both engines' streams, which must answer alike; then each log's sent offset
+    moves on, or, where the stream ended, both engines' streams open again at the resume point."""
+    answers = {kind: [_answer(r) for r in ingest_chunks([(streams[kind][ip], ch, None) for ip, ch in batch])]
+               for kind in engines}
+    assert answers["c"] == answers["py"], batch
+    for (ip, ch), r in zip(batch, answers["c"]):
+        if r is not None and r[3] is None:
+            logs[ip].sent = ch.offset + len(ch.data)
+        elif r is not None:  # the stream ended: a new one resumes
+            for kind in engines:
+                streams[kind][ip] = _stream(locs[kind][ip], schema)
+            rp = locs["c"][ip].resume_point
+            logs[ip].resume(rp.file_name, rp.offset)
+
+
 def _counts(loc):
     return (loc.written_rows, loc.committed_rows, loc.txn_open, loc.source, dict(loc.import_state),
             loc.committed_sizes)
@@ -206,19 +223,7 @@ def test_the_compiled_path_makes_what_the_reference_makes(tmp_path_factory, data
                 batch = _chunks(schema, logs, op[1])
                 if not batch:
                     continue
-                answers = {}
-                for kind in engines:
-                    results = ingest_chunks([(streams[kind][ip], ch, None) for ip, ch in batch])
-                    answers[kind] = [_answer(r) for r in results]
-                assert answers["c"] == answers["py"], batch
-                for (ip, ch), r in zip(batch, answers["c"]):
-                    if r is not None and r[3] is None:
-                        logs[ip].sent = ch.offset + len(ch.data)
-                    elif r is not None:  # the stream ended: a new one resumes
-                        for kind in engines:
-                            streams[kind][ip] = _stream(locs[kind][ip], schema)
-                        rp = locs["c"][ip].resume_point
-                        logs[ip].resume(rp.file_name, rp.offset)
+                _send_to_both(schema, engines, locs, streams, logs, batch)
             for ip in IPS:
                 assert _counts(locs["c"][ip]) == _counts(locs["py"][ip]), (op, ip)
         for kind in engines:

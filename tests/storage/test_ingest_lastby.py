@@ -25,10 +25,10 @@ from disd.storage.ingest import LocationIngest, ingest_chunks
 from disd.storage.lastby import last_by, stored
 from disd.storage.lastbyfeed import tail_columns
 from disd.storage.writestate import is_compiled, new_write_state
-from support.rows import ALL_TYPES, TRADE
+from support.rows import ALL_TYPES, TRADE, bits
 
-from .test_ingest_differential import (IPS, REGISTRY, TABLES, Chunk, Log, _answer, _counts, _frame, _location,
-                                       _reseal, _stream, _trade_rows, frame_rows)
+from .test_ingest_differential import (IPS, REGISTRY, TABLES, Chunk, Log, _counts, _frame, _location,
+                                       _reseal, _send_to_both, _stream, _trade_rows, frame_rows)
 
 #: key columns per table: one column of each kind, and keys of several columns
 KEYS = {
@@ -43,16 +43,6 @@ def _engine(root, schema: TableSchema, keys: tuple[str, ...], compiled: bool) ->
     return StorageEngine(str(root), REGISTRY, compiled=compiled,
                          import_tables={schema.key: ImportConfig(last_by=keys, lastby_max_keys=1 << 20)})
 
-
-def bits(t: pa.Table) -> pa.Table:
-    """``t`` with its floats as their bit patterns, so that equal tables compare equal (NaNs too)."""
-    out = {}
-    for name, col in zip(t.column_names, t.columns):
-        arr = pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type)
-        if pa.types.is_floating(arr.type):
-            arr = arr.view(pa.int64() if arr.type == pa.float64() else pa.int32())
-        out[name] = arr
-    return pa.table(out)
 
 
 def _chunks(schema: TableSchema, logs: dict[str, Log], sends) -> list[tuple[str, Chunk]]:
@@ -163,17 +153,7 @@ def test_last_by_states_from_the_compiled_path_equal_the_reference(tmp_path_fact
                 batch = _chunks(schema, logs, [(ip, *rest) for ip, _, *rest in op[1]])
                 if not batch:
                     continue
-                answers = {kind: [_answer(r) for r in ingest_chunks([(streams[kind][ip], ch, None) for ip, ch in batch])]
-                           for kind in engines}
-                assert answers["c"] == answers["py"], batch
-                for (ip, ch), r in zip(batch, answers["c"]):
-                    if r is not None and r[3] is None:
-                        logs[ip].sent = ch.offset + len(ch.data)
-                    elif r is not None:  # the stream ended: a new one resumes
-                        for kind in engines:
-                            streams[kind][ip] = _stream(locs[kind][ip], schema)
-                        rp = locs["c"][ip].resume_point
-                        logs[ip].resume(rp.file_name, rp.offset)
+                _send_to_both(schema, engines, locs, streams, logs, batch)
             for ip in IPS:
                 assert _counts(locs["c"][ip]) == _counts(locs["py"][ip]), (op, ip)
         for ip in IPS:

@@ -91,3 +91,14 @@ def append_rows(path, start: int, n: int, frames: int = 1) -> int:
                 cols = normalize_columns(TRADE, trade_rows(int(part[0]), len(part)))
                 w.write_rows(cols, np.full(len(part), RowFlag.SINGLE_ROW, np.uint8))
         return w.offset
+
+
+def bits(t: pa.Table) -> pa.Table:
+    """``t`` with its floats as their bit patterns, so that equal tables compare equal (NaNs too)."""
+    out = {}
+    for name, col in zip(t.column_names, t.columns):
+        arr = pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type)
+        if pa.types.is_floating(arr.type):
+            arr = arr.view(pa.int64() if arr.type == pa.float64() else pa.int32())
+        out[name] = arr
+    return pa.table(out)
