@@ -48,7 +48,7 @@ lint: $(STAMP)
 # tailer's source (tailer/) installs as `disd.tailer`: a link makes it so for mypy too.  stubtest
 # holds the C modules' stubs (the .pyi beside their sources) to the modules as built.
 C_MODULES := disd.storage.ingestcore disd.storage.newlocation disd.storage.batchwrite \
-             disd.storage.lastbyindex disd.binlog.rowencode
+             disd.storage.lastbyindex disd.binlog.rowencode disd.kafka.rdbatch
 typecheck: $(STAMP)
 	mkdir -p build/typecheck/disd
 	ln -sfn ../../../tailer build/typecheck/disd/tailer

@@ -16,6 +16,10 @@
   ``pwrite_all``, ``disd.storage.lastbykeys.ArrowKeys``, ``disd.binlog.format``'s
   ``encode_rows_numpy``), which the tests check against them; with
   ``DIS_REQUIRE_C_MODULES=1`` (``make dist``, the Dockerfile) a failed compile fails the build.
+* ``disd.kafka.rdbatch`` (C) takes a batch of Kafka messages out of the librdkafka that
+  confluent-kafka loaded, into flat buffers; optional the same way: without it (or with a
+  confluent-kafka it was not checked against) ``disd.kafka.batchread`` falls back to the client's
+  ``consume``.
 * ``disd.storage.ingestcore`` (C) is a location's write state and the byte work of a batch of
   locations' chunks (frame scan and CRC32C, row checks, transactions, column bytes, writes)
   outside the interpreter's lock; optional the same way: without it the Python reference path
@@ -97,5 +101,7 @@ setup(
                            depends=["dis/disd/storage/ingestcore.h", "dis/disd/storage/ingeststate.h"],
                            optional=optional_c),
                  Extension("disd.storage.lastbyindex", ["dis/disd/storage/lastbyindex.c"], optional=optional_c),
-                 Extension("disd.binlog.rowencode", ["dis/disd/binlog/rowencode.c"], optional=optional_c)],
+                 Extension("disd.binlog.rowencode", ["dis/disd/binlog/rowencode.c"], optional=optional_c),
+                 Extension("disd.kafka.rdbatch", ["dis/disd/kafka/rdbatch.c"], optional=optional_c,
+                           libraries=["dl"])],
 )
