@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from disd.kafka.decode import Packed
+
 try:  # built by setup.py when a C compiler is there; without it, Consumer.consume
     from disd.kafka import rdbatch
 except ImportError:  # pragma: no cover - exercised only by a build without a C compiler
@@ -33,35 +35,6 @@ except ImportError:  # pragma: no cover - exercised only by a build without a C 
 #: header, then three callbacks, ``initiated`` and the callbacks' thread-state key; the callbacks'
 #: ``CallState``) rdbatch.c was checked against
 CHECKED_VERSIONS = ("2.16.1",)
-
-
-@dataclass(frozen=True)
-class Packed:
-    """The values of one partition's messages side by side in one buffer: value ``i`` is
-    ``data[starts[i]:ends[i]]``, each followed by ``sep`` (a line break for JSON values: the
-    buffer from the first start to the last end is the batch's JSON lines).  ``flags``: 1 a
-    null value, 2 a value holding a line break."""
-
-    data: memoryview
-    starts: np.ndarray  # int64
-    ends: np.ndarray  # int64
-    flags: np.ndarray  # uint8
-
-    def values(self) -> list[bytes | None]:
-        """One ``bytes`` a value (None when null): the slow paths (a poison message, a take)."""
-        data = self.data
-        return [None if f & 1 else bytes(data[s:e])
-                for s, e, f in zip(self.starts.tolist(), self.ends.tolist(), self.flags.tolist())]
-
-    def joined(self) -> memoryview:
-        """The values with their separators, the last one's left off."""
-        return self.data[int(self.starts[0]):int(self.ends[-1])]
-
-    def nbytes(self) -> int:
-        return int((self.ends - self.starts).sum())
-
-    def slice(self, a: int, b: int) -> "Packed":
-        return Packed(self.data, self.starts[a:b], self.ends[a:b], self.flags[a:b])
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,15 @@ joined and decoded by the binary log's vectorized decoder.  Only when a batch fa
 message by message, to find the poison messages (bad JSON, a wrong type, a value out of range, a
 torn frame) and say what is wrong with each; the good messages around them are kept.
 
-Kafka parts other than the value (key, headers, timestamp, partition, offset) come from the
-``Message`` objects, which the client hands over one by one anyway.
+A batch comes either as confluent-kafka ``Message`` objects (``Batch.of``) or packed: the values
+side by side in one buffer, keys as an Arrow array, offsets and timestamps as arrays, taken out of
+librdkafka with no Python object a message (``disd.kafka.batchread``).  A packed batch's JSON
+lines or binary-log frames are read from its buffer as they are; only the slow paths (a poison
+message, a value holding a line break, a null value) make ``bytes`` of each value.
 """
 
 from __future__ import annotations
 
-import io
 import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence, cast
@@ -55,14 +57,47 @@ class Decoded:
 
 
 @dataclass(frozen=True)
-class Batch:
-    """The parts of a batch of messages of one partition, in offset order."""
+class Packed:
+    """The values of one partition's messages side by side in one buffer: value ``i`` is
+    ``data[starts[i]:ends[i]]``, each followed by ``sep`` (a line break for JSON values: the
+    buffer from the first start to the last end is the batch's JSON lines).  ``flags``: 1 a
+    null value, 2 a value holding a line break."""
 
-    values: list[bytes | None]
+    data: memoryview
+    starts: np.ndarray  # int64
+    ends: np.ndarray  # int64
+    flags: np.ndarray  # uint8
+
+    def __len__(self) -> int:
+        return len(self.flags)
+
+    def values(self) -> list[bytes | None]:
+        """One ``bytes`` a value (None when null): the slow paths (a poison message, a take)."""
+        data = self.data
+        return [None if f & 1 else bytes(data[s:e])
+                for s, e, f in zip(self.starts.tolist(), self.ends.tolist(), self.flags.tolist())]
+
+    def joined(self) -> memoryview:
+        """The values with their separators, the last one's left off."""
+        return self.data[int(self.starts[0]):int(self.ends[-1])]
+
+    def nbytes(self) -> int:
+        return int((self.ends - self.starts).sum())
+
+    def slice(self, a: int, b: int) -> "Packed":
+        return Packed(self.data, self.starts[a:b], self.ends[a:b], self.flags[a:b])
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The parts of a batch of messages of one partition, in offset order.  ``values`` and
+    ``keys`` are one object a message, or packed (``Packed``, an Arrow binary array)."""
+
+    values: list[bytes | None] | Packed
     offsets: np.ndarray  # int64
     timestamps_ms: np.ndarray  # int64; -1 when the message has none
     partition: int
-    keys: list[bytes | None] | None = None
+    keys: list[bytes | None] | pa.Array | None = None
     headers: list[Any] | None = None
 
     @classmethod
@@ -90,9 +125,21 @@ class Batch:
 
     def take(self, idx: np.ndarray) -> "Batch":
         pick = idx.tolist()
-        return Batch([self.values[i] for i in pick], self.offsets[idx], self.timestamps_ms[idx], self.partition,
-                     None if self.keys is None else [self.keys[i] for i in pick],
+        values = self.value_list()
+        keys = (self.keys.take(pa.array(idx, pa.int64())) if isinstance(self.keys, pa.Array)
+                else None if self.keys is None else [self.keys[i] for i in pick])
+        return Batch([values[i] for i in pick], self.offsets[idx], self.timestamps_ms[idx], self.partition, keys,
                      None if self.headers is None else [self.headers[i] for i in pick])
+
+    def value_list(self) -> list[bytes | None]:
+        """One ``bytes`` a value (None: null); a packed batch's are made here, on a slow path."""
+        return self.values.values() if isinstance(self.values, Packed) else self.values
+
+    def value_bytes(self) -> int:
+        """The values' bytes, all together."""
+        if isinstance(self.values, Packed):
+            return self.values.nbytes()
+        return sum(map(len, filter(None, self.values)))
 
     def __len__(self) -> int:
         return len(self.values)
@@ -150,12 +197,19 @@ class Decoder:
 
     # -- binary-log values ---------------------------------------------------------------------
     def _binlog(self, batch: Batch) -> tuple[list[pa.Array], np.ndarray]:
-        if any(not v for v in batch.values):
-            raise PoisonMessage("empty value: a binlog message holds whole frames of the table's rows")
-        values = cast("list[bytes]", batch.values)  # none null (nor empty): checked above
-        lens = np.fromiter((len(v) for v in values), np.int64, len(values))
+        buf: bytes | memoryview
+        if isinstance(batch.values, Packed):  # side by side already (no separator)
+            lens = batch.values.ends - batch.values.starts
+            if not lens.all():
+                raise PoisonMessage("empty value: a binlog message holds whole frames of the table's rows")
+            buf = batch.values.joined()
+        else:
+            if any(not v for v in batch.values):
+                raise PoisonMessage("empty value: a binlog message holds whole frames of the table's rows")
+            values = cast("list[bytes]", batch.values)  # none null (nor empty): checked above
+            lens = np.fromiter((len(v) for v in values), np.int64, len(values))
+            buf = b"".join(values)
         starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
-        buf = b"".join(values)
         try:
             run = scan_frames(buf, 0, self.schema, path=f"partition {batch.partition}")
             if run.end_offset != len(buf) or run.torn:
@@ -169,7 +223,7 @@ class Decoder:
             raise PoisonMessage(f"not frames of {self.schema.key}: {e}") from None
         msg_of_frame = np.searchsorted(starts, frame_starts, side="right") - 1
         rows_per = np.bincount(msg_of_frame, weights=np.asarray(run.row_counts, np.int64),
-                               minlength=len(values)).astype(np.int64)
+                               minlength=len(batch)).astype(np.int64)
         return self._check_partition_column(list(rows.columns)), rows_per
 
     # -- JSON values ---------------------------------------------------------------------------
@@ -177,10 +231,14 @@ class Decoder:
         n = len(batch)
         data: dict[str, Any] = {}
         if self._fields:
-            values = batch.values
-            if n == 1:
-                buf = self._one_line(values[0])
+            buf: bytes | memoryview
+            packed = batch.values if isinstance(batch.values, Packed) else None
+            if packed is not None and not packed.flags.any():  # JSON lines already: no null, no line break
+                buf = packed.joined()
+            elif n == 1:
+                buf = self._one_line(batch.value_list()[0])
             else:
+                values = batch.value_list()
                 try:
                     buf = b"\n".join(cast("list[bytes]", values))  # a null value raises TypeError
                 except TypeError:  # a null value: decoded one by one to name it
@@ -189,7 +247,7 @@ class Decoder:
                     buf = b"\n".join(map(self._one_line, values))
             try:
                 table = pajson.read_json(
-                    io.BytesIO(buf),
+                    pa.BufferReader(pa.py_buffer(buf)),
                     read_options=pajson.ReadOptions(use_threads=False, block_size=max(1 << 20, len(buf) + 1)),
                     parse_options=pajson.ParseOptions(explicit_schema=self._json_schema,
                                                       unexpected_field_behavior="ignore"))
@@ -251,7 +309,8 @@ class Decoder:
             return pa.array(ts * 1_000_000, pa.timestamp("ns"), mask=ts < 0)
         raw = batch.keys if c.part == "key" else [_header(h, c.name) for h in batch.headers or ()]
         try:
-            return pa.array(raw, pa.binary()).cast(pa.string())  # checks UTF-8, in C
+            arr = raw if isinstance(raw, pa.Array) else pa.array(raw, pa.binary())
+            return arr.cast(pa.string())  # checks UTF-8, in C
         except (pa.ArrowInvalid, TypeError) as e:
             raise PoisonMessage(f"column {c.column}: the {c.part} is not UTF-8 text ({_short(e)})") from None
 

@@ -16,6 +16,11 @@ state.  Commands and ``consume`` run in one thread, one after the other: a batch
 is exactly the assignment its messages were consumed under (librdkafka delivers only messages
 from the new position after a (re)assignment), and no client call waits for a concurrent
 ``consume`` (an asynchronous ``commit`` was seen to wait indefinitely for one).
+
+How the messages leave the client is chosen once, at the first ``fetch_once``
+(``disd.kafka.batchread``): packed by the compiled reader, no Python object a message; or, when
+it cannot be used (said once in the log), ``Consumer.consume``'s ``Message`` objects.  Both are
+cut alike: error events first, then each assigned partition's messages in offset order.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from disd.errors import DisError
+from disd.kafka import batchread
 from disd.kafka.config import SourceConfig
 from disd.kafka.decode import Batch, Decoder
 
@@ -68,6 +74,10 @@ class Fetcher:
         #: sent); messages below are already in the DIS and dropped (a broker may deliver them again)
         self.expect: dict[int, int] = {}
         self._told_drained = True  # the DIS knows the client's queue was empty (or nothing came yet)
+        #: the compiled reader of ``consumer`` (``batchread``), chosen at the first ``fetch_once``;
+        #: None: ``Consumer.consume``
+        self.reader: batchread.BatchReader | None = None
+        self._chosen = False
 
     # -- commands of the DIS ---------------------------------------------------------------------
     def handle(self, cmd: tuple) -> None:
@@ -119,6 +129,10 @@ class Fetcher:
         """One ``consume`` into decoded batches sent to the DIS; False: nothing is assigned."""
         if not self.gens:
             return False
+        if not self._chosen:
+            self._choose_reader()
+        if self.reader is not None:
+            return self._fetch_packed(self.reader, timeout)
         # after a full batch, a look without waiting: the DIS hears at once that the client's
         # queue is empty (and publishes), not after a ``consume`` that waited ``timeout`` for more.
         # Else a wait for the first message, then what else comes within ``LINGER_S``: a
@@ -147,6 +161,54 @@ class Fetcher:
         self._told_drained = drained
         return True
 
+    def _choose_reader(self) -> None:
+        self._chosen = True
+        d = self.decoder
+        self.reader, why = batchread.reader(self.consumer, self.src.format, d.need_keys, d.need_headers,
+                                            d.need_timestamps)
+        if self.reader is None:
+            self.send(("log", "info", "kafka fetch: messages read through confluent-kafka's consume, not the "
+                                      "compiled reader", {"reason": why}), b"")
+
+    def _fetch_packed(self, reader: batchread.BatchReader, timeout: float) -> bool:
+        """``fetch_once`` by the compiled reader: the same waits, the same cut."""
+        got = reader.consume(self.src.batch_size, timeout, LINGER_S, wait_first=self._told_drained)
+        if not got.count:
+            if not self._told_drained:
+                self.send(("drained",), b"")
+                self._told_drained = True
+            return True
+        drained = got.count < self.src.batch_size
+        try:
+            out = self.cut_packed(got, drained)
+        except Exception as e:  # noqa: BLE001 - the messages are out of the client: have them read again
+            self.send(*self.lost(e))
+            self.send(("lost",), b"")
+            return True
+        for header, body in out:
+            self.send(header, body)
+        self._told_drained = drained
+        return True
+
+    def cut_packed(self, got: batchread.Consumed, drained: bool) -> list[tuple[tuple, Any]]:
+        """``cut`` of a packed ``consume``: error events (as ``KafkaError``s of the same code and
+        string as the client's ``Message.error()``), then each partition's batch, slices of the
+        packed buffers."""
+        from confluent_kafka import KafkaError
+
+        out: list[tuple[tuple, Any]] = []
+        for topic, p, _offset, code, text in got.errors:
+            err = KafkaError(code, text)
+            out.append((("error", topic, p, err.code(), err.str(), str(err)), b""))
+        n = len(got.offsets)
+        ts = got.timestamps if got.timestamps is not None else np.full(n, -1, np.int64)
+        for p, a, b in got.groups():
+            if p not in self.gens:
+                continue  # not assigned (any more): the DIS would drop it
+            keys = None if got.keys is None else got.keys.slice(a, b - a)
+            self._tag(out, p, Batch(got.packed.slice(a, b), got.offsets[a:b], ts[a:b], p, keys))
+        return self._drained(out, drained)
+
     def cut(self, msgs: list, drained: bool) -> list[tuple[tuple, Any]]:
         """Error events, then each partition's messages as a ``Batch`` to decode (header
         ``("decode", partition, generation, drained)``: ``encode`` makes it a batch for the DIS),
@@ -158,17 +220,25 @@ class Fetcher:
             err = m.error()
             out.append((("error", m.topic(), m.partition(), err.code(), err.str(), str(err)), b""))
         for p, group in groups.items():
-            gen = self.gens.get(p)
-            if gen is None:
+            if p not in self.gens:
                 continue  # not assigned (any more): the DIS would drop it
-            batch = Batch.of(group, *self.parts)
-            low = self.expect.get(p)
-            if low is not None and batch.offsets[0] < low:  # already in the DIS
-                batch = batch.take(np.flatnonzero(batch.offsets >= low))
-                if not len(batch):
-                    continue
-            self.expect[p] = int(batch.offsets[-1]) + 1
-            out.append((("decode", p, gen, False), batch))
+            self._tag(out, p, Batch.of(group, *self.parts))
+        return self._drained(out, drained)
+
+    def _tag(self, out: list[tuple[tuple, Any]], p: int, batch: Batch) -> None:
+        """Partition ``p``'s batch to ``out``, less the messages the DIS already has, with its
+        generation."""
+        low = self.expect.get(p)
+        if low is not None and batch.offsets[0] < low:  # already in the DIS
+            batch = batch.take(np.flatnonzero(batch.offsets >= low))
+            if not len(batch):
+                return
+        self.expect[p] = int(batch.offsets[-1]) + 1
+        out.append((("decode", p, self.gens[p], False), batch))
+
+    @staticmethod
+    def _drained(out: list[tuple[tuple, Any]], drained: bool) -> list[tuple[tuple, Any]]:
+        """The last batch says ``drained``, or a ``("drained",)`` follows."""
         if drained:
             if out and out[-1][0][0] == "decode":
                 out[-1] = ((*out[-1][0][:-1], True), out[-1][1])
@@ -184,7 +254,7 @@ class Fetcher:
         without the GIL while the next ``consume`` runs."""
         _, p, gen, drained = header
         dec = self.decoder.decode(batch)
-        nbytes = sum(map(len, filter(None, batch.values)))
+        nbytes = batch.value_bytes()
         end = int(batch.offsets[-1]) + 1
         poison = [(int(batch.offsets[i]), why) for i, why in dec.poison]
         names = [*self.src.schema.column_names, OFFSET_COLUMN]

@@ -16,7 +16,7 @@ def check(consumer: Any, /) -> None: ...
 #  key data, key offsets (int32, one more than messages), key validity bitmap: an Arrow binary
 #  array's buffers, or None;
 #  error events: (topic or None, partition, offset, error code, error string) each)
-def consume(consumer: Any, max: int, timeout_ms: int, linger_ms: int, wait_first: bool, sep: bytes,
+def consume(consumer: Any, max_messages: int, timeout_ms: int, linger_ms: int, wait_first: bool, sep: bytes,
             keys: bool, timestamps: bool, /) -> tuple[int, bytes, bytes, bytes, bytes, bytes, bytes, bytes | None,
                                                       bytes | None, bytes | None, bytes | None,
                                                       list[tuple[str | None, int, int, int, str]]]: ...
