@@ -137,21 +137,24 @@ def test_client_callbacks_run_during_a_compiled_consume(mock_kafka):
     logger = Log("t")
     src = parse(columns={"Size": "value.size", "Timestamp": {"from": "value.ts", "unit": "ms"}}).sources[0]
     c = Consumer({"bootstrap.servers": mock_kafka.bootstrap, "group.id": "t", "enable.auto.commit": False,
-                  "debug": "fetch"}, logger=logger)
+                  "debug": "all"}, logger=logger)
     sent: list = []
     f = Fetcher(src, c, lambda h, b: sent.append((h, b)))
     try:
         c.list_topics("trades", timeout=5)
         f.handle(("assign", 0, 0, 1))
+        before = len(lines)
         t0 = time.monotonic()
         while sum(len(b) for h, b in sent if h[0] == "decode") < 10 and time.monotonic() - t0 < 20:
             f.fetch_once(0.1)
-        assert f.reader is not None and lines
+        assert f.reader is not None and len(lines) > before
         logger.fail = True
+        f.handle(("assign", 1, 0, 1))  # more of the client's log lines
         with pytest.raises(RuntimeError, match="logger failed"):
             for _ in range(200):
                 f.fetch_once(0.05)
     finally:
+        logger.fail = False  # the client's close logs too
         c.close()
 
 
