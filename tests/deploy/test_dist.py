@@ -42,7 +42,8 @@ def test_make_dist_builds_an_sdist_and_a_wheel_with_the_jar_and_the_c_modules(di
     with zipfile.ZipFile(dist.wheel) as z:
         names = set(z.namelist())
         jar = z.read("disd/spark/jars/dis-spark.jar")
-    for module in ("storage/newlocation", "storage/batchwrite", "storage/lastbyindex", "binlog/rowencode"):
+    for module in ("storage/newlocation", "storage/batchwrite", "storage/lastbyindex", "binlog/rowencode",
+                   "kafka/rdbatch"):
         assert any(re.fullmatch(rf"disd/{module}\.cpython-311-.*\.so", n) for n in names), module
     assert "disd/rpc/v1/dis_pb2.py" in names and "disd/tailer/cli.py" in names
     # the jar was compiled against this environment's PySpark: its manifest says which Spark and Scala
@@ -95,17 +96,18 @@ def venv(dist, tmp_path_factory):
 def test_the_wheel_without_compilers_has_the_c_modules_and_the_jar(venv):
     venv, env, _ = venv
     code = ("import json, disd; from disd.storage import fsio, lastbykeys; from disd.spark import jvm; "
+            "from disd.kafka import batchread; "
             "from disd.binlog import format as binlog_format; "
             "print(json.dumps({'disd': disd.__file__, 'newlocation': fsio.newlocation is not None, "
             "'batchwrite': fsio.batchwrite is not None, 'lastbyindex': lastbykeys.lastbyindex is not None, "
-            "'rowencode': binlog_format.rowencode is not None, "
+            "'rowencode': binlog_format.rowencode is not None, 'rdbatch': batchread.rdbatch is not None, "
             "'jar': str(jvm.jar_status()[0]), 'why': jvm.jar_status()[1]}))")
     r = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120,
                        env=env, cwd=venv)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert pathlib.Path(out["disd"]).is_relative_to(venv), out  # the installed wheel, not this checkout
-    assert out["newlocation"] and out["batchwrite"] and out["lastbyindex"] and out["rowencode"], out
+    assert out["newlocation"] and out["batchwrite"] and out["lastbyindex"] and out["rowencode"] and out["rdbatch"], out
     assert out["jar"] != "None" and pathlib.Path(out["jar"]).is_relative_to(venv), out
 
 
