@@ -10,9 +10,13 @@ import json
 import logging
 import time
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer
+
+from disd.binlog import normalize_columns
+from disd.binlog.format import encode_frame, encode_rows
 
 from disd.kafka import batchread
 from disd.kafka.decode import Packed
@@ -49,9 +53,31 @@ def produce_mixed(bootstrap: str, n: int) -> list[tuple[int, bytes | None, bytes
     return sent
 
 
+def produce_frames(bootstrap: str, n: int) -> None:
+    """``n`` messages of binary-log frames of Market.Trade (one or two frames a message) over
+    the 3 partitions, with an empty value and a torn frame among them."""
+    from .test_kafka_config import SCHEMA_REG
+
+    trade = SCHEMA_REG.get("Market", "Trade")
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(n):
+        rows = {"Timestamp": np.arange(3, dtype=np.int64) + DAY_MS * 1_000_000 + i, "Sym": ["a", "bc", f"s{i}"],
+                "Price": np.arange(3) * 1.5 + i, "Size": np.arange(3, dtype=np.int32) + i}
+        cols = normalize_columns(trade, rows)
+        frames = b""
+        for a, b in ((0, 1), (1, 3)) if i % 2 else ((0, 3),):
+            payload, k = encode_rows(trade, [c.slice(a, b - a) for c in cols], np.full(b - a, 3, np.uint8))
+            frames += encode_frame(payload, k)
+        value = b"" if i == 20 else frames[:-3] if i == 31 else frames
+        p.produce("trades", value=value, partition=i % PARTS)
+    assert p.flush(30) == 0
+
+
 def fetcher(bootstrap: str, compiled: bool, sent: list, **props) -> Fetcher:
-    src = parse(columns={"Sym": "key", "Size": "value.size", "Timestamp": {"from": "value.ts", "unit": "ms"}},
-                on_poison="skip", batch_size=64).sources[0]
+    columns = {"Sym": "key", "Size": "value.size", "Timestamp": {"from": "value.ts", "unit": "ms"}}
+    binlog = props.pop("binlog", False)
+    src = parse(**({"format": "binlog"} if binlog else {"columns": columns}), on_poison="skip",
+                batch_size=64).sources[0]
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False,
                   "enable.partition.eof": True, **props})
     f = Fetcher(src, c, lambda h, b: sent.append((h, b)))
@@ -118,6 +144,20 @@ def test_compiled_reader_yields_what_consume_yields(mock_kafka, start):
     by_offset = {p: dict(zip(r[OFFSET_COLUMN], zip(r["Sym"], r["Size"]))) for p, r in got["rows"].items()}
     assert by_offset[120 % PARTS][120 // PARTS] == (None, 120)
     assert by_offset[95 % PARTS][95 // PARTS] == ("S0", 95)
+
+
+def test_compiled_reader_yields_what_consume_yields_of_binlog_values(mock_kafka):
+    """The same with binary-log values (frames side by side, no separator): the same rows, and
+    the empty value and the torn frame are the same poison messages."""
+    produce_frames(mock_kafka.bootstrap, 60)
+    sent_py: list = []
+    ref = run(fetcher(mock_kafka.bootstrap, False, sent_py, binlog=True), sent_py, 0, 60)
+    sent_c: list = []
+    got = run(fetcher(mock_kafka.bootstrap, True, sent_c, binlog=True), sent_c, 0, 60)
+    assert got["packed"] and all(got["packed"]) and not any(ref["packed"])
+    assert got["rows"] == ref["rows"] and got["poison"] == ref["poison"] and got["errors"] == ref["errors"]
+    assert {o * PARTS + p for p, ps in got["poison"].items() for o, _ in ps} == {20, 31}
+    assert sum(len(r[OFFSET_COLUMN]) for r in got["rows"].values()) == 58 * 3
 
 
 def test_client_callbacks_run_during_a_compiled_consume(mock_kafka):
