@@ -278,12 +278,16 @@ static PyObject *consume(PyObject *self, PyObject *args) {
     HandlePrefix *h = handle_of(consumer);
     if (h == NULL)
         return NULL;
+    rd_kafka_queue_t *q = queue_get_consumer(h->rk);
+    if (q == NULL) /* a client without a consumer group has no consumer queue */
+        return PyErr_Format(PyExc_RuntimeError, "the consumer has no consumer queue (no group.id?)");
     rd_kafka_message_t **msgs = PyMem_Malloc(sizeof(rd_kafka_message_t *) * (size_t)max);
-    if (msgs == NULL)
+    if (msgs == NULL) {
+        queue_destroy(q);
         return PyErr_NoMemory();
+    }
 
     /* as confluent-kafka's Consumer.consume: the lock given up, a CallState for the callbacks */
-    rd_kafka_queue_t *q = queue_get_consumer(h->rk);
     CallState cs = {NULL, 0, NULL};
     cs.thread_state = PyEval_SaveThread();
     PyThread_tss_set(&h->tlskey, &cs);
