@@ -167,7 +167,7 @@ class Fetcher:
         self.reader, why = batchread.reader(self.consumer, self.src.format, d.need_keys, d.need_headers,
                                             d.need_timestamps)
         if self.reader is None:
-            self.send(("log", "info", "kafka fetch: messages read through confluent-kafka's consume, not the "
+            self.send(("log", "warning", "kafka fetch: messages read through confluent-kafka's consume, not the "
                                       "compiled reader", {"reason": why}), b"")
 
     def _fetch_packed(self, reader: batchread.BatchReader, timeout: float) -> bool:
