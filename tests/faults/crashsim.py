@@ -14,7 +14,7 @@ The model, per file (an inode, whatever names it has):
   page (or a truncate through it) dirties it again.
 
 Per directory: its *durable* entries are those at its last fsync; the entry changes since
-(create, rename, exchange, unlink, mkdir) persisted as a prefix of their order, of random length
+(create, rename, unlink, mkdir) persisted as a prefix of their order, of random length
 (``CrashPolicy.dirs``): file systems journal a directory's metadata in order, but promise
 nothing before the directory's fsync.  A directory's content counts only if its own entry in its
 parent survived.
@@ -139,7 +139,7 @@ Node = Union[FileNode, "DirNode"]
 class DirNode:
     durable: dict[str, Node] = field(default_factory=dict)
     current: dict[str, Node] = field(default_factory=dict)
-    pending: list[tuple] = field(default_factory=list)  # ("link", name, node) | ("unlink", name) | ("rename" or "exchange", a, b)
+    pending: list[tuple] = field(default_factory=list)  # ("link", name, node) | ("unlink", name) | ("rename", a, b)
 
     def change(self, op: tuple) -> None:
         _apply_entry(self.current, op)
@@ -155,9 +155,7 @@ def _apply_entry(entries: dict[str, Node], op: tuple) -> None:
         entries[op[1]] = op[2]
     elif op[0] == "unlink":
         entries.pop(op[1], None)
-    elif op[0] == "exchange" and op[1] in entries and op[2] in entries:
-        entries[op[1]], entries[op[2]] = entries[op[2]], entries[op[1]]
-    else:  # a rename (or an exchange with a name missing, as the kernel would refuse it: a rename)
+    else:
         node = entries.pop(op[1], None)
         if node is not None:
             entries[op[2]] = node
@@ -217,11 +215,11 @@ class DiskModel:
             self.fds[op.fd].sync()
         elif k == "fsync_failed":
             self.fds[op.fd].sync_failed()
-        elif k in ("rename", "exchange"):
+        elif k == "rename":
             d, a = self._parent(op.path)
             d2, b = self._parent(op.dst)
             assert d is d2, "renames across directories are not modelled"
-            d.change((k, a, b))
+            d.change(("rename", a, b))
         elif k == "unlink":
             d, name = self._parent(op.path)
             d.change(("unlink", name))

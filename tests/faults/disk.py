@@ -4,7 +4,7 @@
 in production) and, around it:
 
 * records every operation that changes what a crash could leave (open, write, truncate, fsync,
-  rename, exchange, unlink, mkdir, directory fsync, close) in ``trace``, in call order, with the written
+  rename, unlink, mkdir, directory fsync, close) in ``trace``, in call order, with the written
   bytes copied, plus the test's own ``mark``s (the engine's row counts between steps), so
   ``crashsim.DiskModel`` can replay it and cut the power after any operation;
 * injects faults: an operation whose rule matches raises ``OSError(errno)`` instead of running
@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disd.server import daemon
-from disd.storage import fsio
 from disd.storage.fsio import OsFileSystem
 
 
@@ -33,7 +32,7 @@ from disd.storage.fsio import OsFileSystem
 class Op:
     """One recorded operation.  ``path`` is absolute; ``fd`` the descriptor it acted on."""
 
-    kind: str  # open close pwrite ftruncate fsync fsync_failed rename exchange unlink mkdir fsync_dir mark
+    kind: str  # open close pwrite ftruncate fsync fsync_failed rename unlink mkdir fsync_dir mark
     path: str | None = None
     fd: int | None = None
     flags: int = 0
@@ -182,19 +181,6 @@ class FaultyDisk(OsFileSystem):
         with self._lock:
             os.rename(src, dst)
             self._rec(Op("rename", path=src, dst=dst))
-
-    def exchange(self, src: str, dst: str) -> None:
-        """The checkpoint record's swap (``OsFileSystem.exchange``), so the engine runs the path
-        it runs on the real file system; recorded as ``exchange``, or as ``rename`` where there
-        was no ``dst`` to swap with.  A fault rule on ``rename`` matches it: it is the record's
-        rename."""
-        f = self._fault("rename", dst)
-        if f:
-            self._raise(f, dst)
-        with self._lock:
-            swap = os.path.lexists(dst)
-            fsio.OS.exchange(src, dst)  # type: ignore[misc]  # (offered on every Linux the tests run on)
-            self._rec(Op("exchange" if swap else "rename", path=src, dst=dst))
 
     def unlink(self, path: str) -> None:
         f = self._fault("unlink", path)

@@ -51,7 +51,6 @@ def test_the_model_sees_every_durable_operation(tmp_path, seed):
     rec = record(tmp_path, logs, seed)
     assert rec.loc.committed_rows == len(logs.expected), f"seed {seed}"
     trace = rec.disk.trace
-    assert any(op.kind == "exchange" for op in trace), "checkpoints swap the record as on the real disk"
     (_, model), = replay(trace, rec.db, [len(trace)])
     assert model.current() == read_tree(rec.db), f"seed {seed}: the model and the real files differ"
     rec.engine.close()
@@ -114,23 +113,6 @@ def _record_without_temp_fsync(directory, record, fs):
     fs.fsync_dir(str(directory))
 
 
-def _swap_without_temp_fsync(directory, record, fs):
-    """The swap's path (the temp file rewritten in place) without the temp file's fsync."""
-    tmp = os.path.join(str(directory), TEMP_NAME)
-    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
-    fs.pwrite(fd, record.to_bytes(), 0)
-    fs.ftruncate(fd, len(record.to_bytes()))
-    fs.close(fd)
-    fs.exchange(tmp, os.path.join(str(directory), FILE_NAME))
-    fs.fsync_dir(str(directory))
-
-
-def _swap_without_directory_fsync(directory, record, fs):
-    tmp = os.path.join(str(directory), TEMP_NAME)
-    fsio.rewrite_file(fs, tmp, record.to_bytes())
-    fs.exchange(tmp, os.path.join(str(directory), FILE_NAME))
-
-
 def _mkdir_without_parent_fsync(fs, path):
     missing = []
     p = os.path.abspath(path)
@@ -146,8 +128,6 @@ BREAKS = {
     "no_directory_fsync_after_rename": (location_mod, "write_record", _record_without_directory_fsync),
     "no_fsync_of_the_temp_record": (location_mod, "write_record", _record_without_temp_fsync),
     "no_fsync_of_new_directories": (fsio, "make_dirs", _mkdir_without_parent_fsync),
-    "no_fsync_of_the_rewritten_temp_record": (location_mod, "write_record", _swap_without_temp_fsync),
-    "no_directory_fsync_after_the_swap": (location_mod, "write_record", _swap_without_directory_fsync),
 }
 
 

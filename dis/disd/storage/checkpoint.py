@@ -14,22 +14,9 @@ restarts) and the time.  Line 3 is the
 CRC32C of line 2 in 8 hex digits, so a torn or damaged record is detected rather than trusted.
 
 Writing follows the order that makes a crash at any point safe: the column files were fsynced
-before this is called; the record goes to ``table.size.tmp``, which is fsynced, put in the place
-of ``table.size`` atomically, and the directory fsynced so the new name itself is durable.  A
-crash leaves either the old record or the new one, never a mixture; a stale ``table.size.tmp`` is
-ignored and removed.
-
-The real file system swaps the two names (``renameat2(RENAME_EXCHANGE)``, ``fsio.OsFileSystem.
-exchange``) instead of renaming the temp file over the record: ``table.size.tmp`` then holds the
-record before, and the next checkpoint writes over it in place.  Why: creating a file a
-checkpoint is what a checkpoint's CPU went to (a new inode and block each time, and ext4's fsync
-of a new file syncs its directory too: about 0.3 ms of kernel CPU of a 0.7 ms checkpoint here,
-docs/benchmarks-history.md, "Checkpoints at 10,000 locations"), and a DIS of 10,000 locations
-checkpoints 333 a second.  The old record is never written over while it is ``table.size``:
-only once the swap has made it the temp file, one checkpoint later.  A reader that opened
-``table.size`` just before a swap and reads it after the next checkpoint began rewriting it
-would read a torn record (the CRC catches it): ``read_record`` reads again.  Any other file
-system (the tests' recording and failing disks) renames as before.
+before this is called; the record goes to ``table.size.tmp``, which is fsynced, renamed over
+``table.size``, and the directory fsynced so the rename itself is durable.  A crash leaves either
+the old record or the new one, never a mixture; a stale ``table.size.tmp`` is ignored and removed.
 """
 
 from __future__ import annotations
@@ -42,7 +29,7 @@ from typing import Any
 
 from disd.errors import DisError
 from disd.records import RecordFormat
-from disd.storage.fsio import OS, FileSystem, read_file, rewrite_file, write_file
+from disd.storage.fsio import OS, FileSystem, read_file, write_file
 
 FILE_NAME = "table.size"
 TEMP_NAME = "table.size.tmp"
@@ -50,9 +37,6 @@ MAGIC_WORD = "DISCKPT"
 VERSION = 1
 MAGIC = f"{MAGIC_WORD} {VERSION}"
 MAX_RECORD_BYTES = 1 << 20
-#: reads of a record that fails its check before it counts as damaged: a read racing two
-#: checkpoints may see the file the first swapped away being rewritten by the second
-READ_ATTEMPTS = 3
 
 
 class CheckpointError(DisError):
@@ -140,41 +124,27 @@ class CheckpointRecord:
 def read_record(directory: str | os.PathLike[str], fs: FileSystem = OS) -> CheckpointRecord | None:
     """The location's checkpoint; None when there is no ``table.size``."""
     path = os.path.join(directory, FILE_NAME)
-    for attempt in range(READ_ATTEMPTS):
-        data = read_file(fs, path, MAX_RECORD_BYTES + 1)
-        if data is None:
-            return None
-        try:
-            if len(data) > MAX_RECORD_BYTES:
-                raise CheckpointError(f"{path}: larger than {MAX_RECORD_BYTES} bytes, not a checkpoint record")
-            return CheckpointRecord.from_bytes(data, path)
-        except CheckpointError:
-            if attempt == READ_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    data = read_file(fs, path, MAX_RECORD_BYTES + 1)
+    if data is None:
+        return None
+    if len(data) > MAX_RECORD_BYTES:
+        raise CheckpointError(f"{path}: larger than {MAX_RECORD_BYTES} bytes, not a checkpoint record")
+    return CheckpointRecord.from_bytes(data, path)
 
 
 def write_record(directory: str | os.PathLike[str], record: CheckpointRecord, fs: FileSystem = OS) -> None:
-    """Atomically replace ``table.size``: write temp, fsync, swap it with the record (or rename
-    it over the record on a file system that offers no ``exchange``), fsync the directory.  The
+    """Atomically replace ``table.size``: write temp, fsync, rename, fsync the directory.  The
     caller has fsynced the column files first."""
     directory = str(directory)
     tmp = os.path.join(directory, TEMP_NAME)
-    final = os.path.join(directory, FILE_NAME)
-    # an optional operation of a file system (not in the FileSystem protocol), as write_states
-    exchange = getattr(fs, "exchange", None)
-    if exchange is None:
-        write_file(fs, tmp, record.to_bytes())
-        fs.rename(tmp, final)
-    else:
-        rewrite_file(fs, tmp, record.to_bytes())
-        exchange(tmp, final)
+    write_file(fs, tmp, record.to_bytes())
+    fs.rename(tmp, os.path.join(directory, FILE_NAME))
     fs.fsync_dir(directory)
 
 
 def remove_stale_temp(directory: str | os.PathLike[str], fs: FileSystem = OS) -> bool:
-    """Remove a ``table.size.tmp``: one a crash mid-checkpoint left (never swapped in, so never
-    the record), or the record before the last checkpoint (swapped out: no longer the record)."""
+    """Remove a ``table.size.tmp`` left by a crash mid-checkpoint (it was never renamed, so it
+    was never the record)."""
     try:
         fs.unlink(os.path.join(directory, TEMP_NAME))
         return True

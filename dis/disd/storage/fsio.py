@@ -27,7 +27,6 @@ writes of compiled write states
 
 from __future__ import annotations
 
-import ctypes
 import errno as errno_mod
 import os
 from typing import Any, Callable, Protocol, Sequence
@@ -60,8 +59,6 @@ CreateLocations = Callable[[Sequence[NewLocation], int], "list[Opened | None | O
 PwriteAll = Callable[[Sequence[Write]], None]
 #: ``ingestcore.write_out``: (state, files, flush) each -> (failures, write sizes, transient opens)
 WriteStates = Callable[[Sequence[Any]], tuple[list[Any], list[int], int]]
-#: ``exchange(src, dst)``: the two names swapped atomically (``OsFileSystem.exchange``)
-Exchange = Callable[[str, str], None]
 
 
 class FileSystem(Protocol):
@@ -94,30 +91,6 @@ class FileSystem(Protocol):
     def mkdir(self, path: str) -> None: ...
 
     def fsync_dir(self, path: str) -> None: ...
-
-
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-#: errnos of a kernel or file system without RENAME_EXCHANGE: the exchange becomes a rename
-_NO_EXCHANGE = frozenset({errno_mod.EINVAL, errno_mod.ENOSYS, errno_mod.EOPNOTSUPP, errno_mod.ENOTSUP})
-try:  # glibc 2.28+; ctypes gives up the interpreter's lock around the call
-    _renameat2: Any = ctypes.CDLL(None, use_errno=True).renameat2
-except (OSError, AttributeError):  # pragma: no cover - a C library without renameat2
-    _renameat2 = None
-
-
-def _exchange(src: str, dst: str) -> None:
-    """Swap the files ``src`` and ``dst`` name, atomically (``renameat2(RENAME_EXCHANGE)``):
-    afterwards ``dst`` names the file ``src`` named and ``src`` the one ``dst`` named.  Where
-    that cannot be done (no ``dst`` yet, or a file system or kernel without the flag) ``src`` is
-    renamed over ``dst`` instead, so either way ``dst`` names ``src``'s file, atomically."""
-    if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_EXCHANGE) == 0:
-        return
-    code = ctypes.get_errno()
-    if (code == errno_mod.ENOENT and os.path.lexists(src)) or code in _NO_EXCHANGE:
-        os.rename(src, dst)
-        return
-    raise OSError(code, os.strerror(code), src, None, dst)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -176,13 +149,6 @@ class OsFileSystem:
         (``ingestcore.write_out``, see ``storage.writeout``): for the plain OS file system only
         (as ``create_location``); any other composes them of its own operations."""
         return ingestcore.write_out if ingestcore is not None and type(self) is OsFileSystem else None
-
-    @property
-    def exchange(self) -> Exchange | None:  # noqa: ANN201
-        """Swap two names atomically (``_exchange``), for the plain OS file system only (as
-        ``create_location``): ``table.size.tmp`` is then rewritten in place at every checkpoint
-        instead of created anew (``storage.checkpoint.write_record``)."""
-        return _exchange if _renameat2 is not None and type(self) is OsFileSystem else None
 
 
 def _native_create_location(path: str, temp_name: str, record_name: str, record: bytes,
@@ -377,10 +343,6 @@ class MeteredFileSystem:
         return metered
 
     @property
-    def exchange(self) -> Exchange | None:  # noqa: ANN201
-        return self._compound("exchange", "rename")
-
-    @property
     def write_states(self) -> WriteStates | None:  # noqa: ANN201
         """The inner one's, unwrapped: it reports failures per location instead of raising, and
         ``storage.writeout`` counts them."""
@@ -399,23 +361,6 @@ def write_file(fs: FileSystem, path: str, data: bytes) -> None:
     fd = fs.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         pwrite_whole(fs, fd, data, 0)
-        fs.fsync(fd)
-    finally:
-        fs.close(fd)
-
-
-def rewrite_file(fs: FileSystem, path: str, data: bytes) -> None:
-    """Make ``data`` the whole of ``path`` and fsync it: written over the file in place when
-    there is one (its inode and blocks reused: nothing to allocate, no new directory entry for
-    its fsync to carry), else created as ``write_file`` does."""
-    try:
-        fd = fs.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        write_file(fs, path, data)
-        return
-    try:
-        pwrite_whole(fs, fd, data, 0)
-        fs.ftruncate(fd, len(data))
         fs.fsync(fd)
     finally:
         fs.close(fd)

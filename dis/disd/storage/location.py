@@ -298,9 +298,7 @@ class Location:
             created, new_files = self._create() if not self.handles else (None, None)
         fresh = created is not None or fsio.make_dirs(fs, path)
         if not fresh and remove_stale_temp(path, fs):
-            # (the record before the last checkpoint, swapped out by it, or one an interrupted
-            # checkpoint left: never the record)
-            log.debug("removed table.size.tmp", location=str(self.key))
+            log.info("removed a table.size.tmp left by an interrupted checkpoint", location=str(self.key))
         try:
             record = None if fresh else read_record(path, fs)
         except CheckpointError as e:
