@@ -29,10 +29,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 #: batches consumed and waiting to be decoded and written; bounds the memory to this many times
-#: ``batch_size``.  Small, because ``consume`` holds the GIL while it makes a batch's ``Message``
-#: objects: with more room the consuming thread read most of its partitions before the first
-#: batch was decoded, which the DIS then waited for, and the DIS's appends no longer overlapped
-#: the fetching (docs/kafka.md, "Fetch processes")
+#: ``batch_size``.  Small, so the DIS's appends overlap the fetching: with more room the consuming
+#: thread read most of its partitions before the first batch was decoded, which the DIS then
+#: waited for (measured with ``Consumer.consume``, which holds the GIL while it makes a batch's
+#: ``Message`` objects and is still the fallback; the packed reader releases it: docs/kafka.md,
+#: "Fetch processes")
 QUEUE_BATCHES = 2
 _PR_SET_PDEATHSIG = 1
 
