@@ -73,3 +73,22 @@ def test_a_large_chunk_is_written_before_the_next_one_is_read(tmp_path, monkeypa
     writes = [i for i, (what, _) in enumerate(events) if what == "write"]
     assert len(reads) >= 4, events
     assert writes[0] < reads[1], events  # the first chunk went out before the second was read
+
+
+def test_the_tailer_connects_to_its_dis_before_any_location_appears(tmp_path):
+    """A tailer connects to every DIS of its routing when it starts, not when its first location
+    appears: a burst into a running tailer does not wait for the connection (nor for the process's
+    first channel, which sets up gRPC's event engine) before its first request."""
+    import psutil
+
+    logs = tmp_path / "logs"
+    logs.mkdir()  # empty: no location to stream
+    with running_dis(tmp_path / "db") as srv:
+        cfg = parse_tailer_config({"dis": f"127.0.0.1:{srv.port}", "log_dirs": [str(logs)]}, "tailer.yaml")
+        with Tailer(cfg) as tailer:
+            def connected() -> bool:
+                return any(c.raddr and c.raddr.port == srv.port and c.status == psutil.CONN_ESTABLISHED
+                           for c in psutil.Process().net_connections("tcp"))
+
+            wait_for(connected, 10, what="a connection from the tailer to its DIS")
+            assert not tailer.workers()  # no location yet
