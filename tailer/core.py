@@ -340,9 +340,14 @@ class Tailer:
         waiting: the first location's stream then finds the connection made, and the process's
         first channel (which sets up gRPC's event engine, about 4 ms) behind it, instead of
         paying both before its first request.  A DIS that is down is retried by the channel, as
-        it would be at the first stream."""
+        it would be at the first stream; a channel that cannot be made (a certificate file not
+        readable) is left to the first stream, which reports it as before."""
+        assert self.loop is not None
         for address in self.config.routing.addresses:
-            self.loop.channel(address).get_state(try_to_connect=True)
+            try:
+                self.loop.channel(address).get_state(try_to_connect=True)
+            except OSError as e:
+                log.warning("cannot open the channel to a DIS yet; its streams will retry", dis=address, error=str(e))
 
     def _serve_metrics(self, host: str, port: int) -> None:
         from prometheus_client import start_http_server

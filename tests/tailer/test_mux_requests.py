@@ -92,3 +92,16 @@ def test_the_tailer_connects_to_its_dis_before_any_location_appears(tmp_path):
 
             wait_for(connected, 10, what="a connection from the tailer to its DIS")
             assert not tailer.workers()  # no location yet
+
+
+def test_a_tailer_whose_certificate_cannot_be_read_yet_still_starts(tmp_path):
+    """Connecting at start must not turn a certificate file that cannot be read (yet) into a
+    tailer that does not start: its streams report and retry it, as they did before."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    cfg = parse_tailer_config({"dis": "127.0.0.1:1", "log_dirs": [str(logs)], "tls": {"ca": str(ca)}}, "tailer.yaml")
+    ca.unlink()  # gone between the configuration's check and the start (being replaced)
+    with Tailer(cfg) as tailer:
+        assert tailer.responsive(5)
