@@ -88,6 +88,10 @@ def classify_status(code: grpc.StatusCode | None, details: str) -> Exception:
     return StreamBroken(f"{code.name if code else 'error'}: {details}")
 
 
+#: a chunk at least this large goes to the writer before its location reads on (``StreamFlow.send``):
+#: reading a piece this size costs far more than the turn of the loop that lets the writer start
+WRITE_AT_ONCE_BYTES = 256 << 10
+
 #: called with each ack: (the ack, bytes still in flight after it, bytes it acknowledged)
 OnAck = Callable[[dis_pb2.Ack, int, int], None]
 
@@ -178,7 +182,12 @@ class StreamFlow:
         return not self._inflight or self.inflight_bytes + n <= self.max_in_flight
 
     async def send(self, file_name: str, piece: Piece) -> None:
-        """Queue one chunk once the in-flight bound allows it."""
+        """Queue one chunk once the in-flight bound allows it.  A chunk of ``WRITE_AT_ONCE_BYTES``
+        or more is handed to the writer before this returns (one turn of the loop), so its
+        request goes out while the location reads its next piece, not after it: a location with
+        a backlog would otherwise read until its window is full before its first request left,
+        and after each ack read the next piece before writing the one that waited for the ack.
+        Smaller chunks do not yield: many locations' small chunks gather in one request."""
         n = len(piece.data)
         while not self.room(n) and not self._done:
             await self._next_change()
@@ -186,6 +195,8 @@ class StreamFlow:
         self._inflight.append(n)
         self.inflight_bytes += n
         self._put_chunk(file_name, piece)
+        if n >= WRITE_AT_ONCE_BYTES:
+            await asyncio.sleep(0)
 
     def report(self, problem: str) -> None:
         """Tell the DIS what is wrong on this side ("" = nothing); not acknowledged, not in flight."""
