@@ -76,7 +76,13 @@ Output: human lines, then one JSON line (``bench/_common.emit``): ``ratio`` and 
 the live phase and its drain per location write) and ``new_location_ms`` (the burst's DIS CPU
 beyond the baseline's, per location), among others.
 
-    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/load.py [--locations 200] [--rows N]
+The work directory (logs, databases, the processes' logs) is made under ``BENCH_DIR`` (else the
+system's temporary directory): ``new_location_ms`` is mostly the kernel creating the locations'
+files, and on an ext4 without a journal (this machine's root file system) that cost grows several-fold
+with the files deleted lately near the directory (docs/benchmarks-history.md, "New locations on a
+journaled file system"), so where the run goes is one of its conditions.
+
+    [BENCH_DIR=DIR] PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/load.py [--locations 200] [--rows N]
 """
 
 from __future__ import annotations
