@@ -318,8 +318,8 @@ class Tailer:
         for d in self.config.log_dirs:
             if not os.path.isdir(d):
                 log.warning("log directory does not exist (yet); watching for it", dir=d)
-        self.loop = EventLoop(self.config.security, self._channel_options())
-        self.loop.run_sync(self._connect)
+        loop = self.loop = EventLoop(self.config.security, self._channel_options())
+        loop.run_sync(lambda: loop.connect(self.config.routing.addresses))
         if self.watcher.inotify:
             self.loop.run_sync(lambda: self.loop.loop.add_reader(self.watcher.fd, self._on_inotify))  # type: ignore[union-attr]
         if self.csv is not None:
@@ -334,20 +334,6 @@ class Tailer:
                  dis=self.config.routing.addresses, csv_tables=sorted(self.config.csv_tables) or None,
                  retention=self.config.retention.mode if self.config.retention else None)
         return self
-
-    def _connect(self) -> None:
-        """(On the loop) Open the channel to every DIS of the routing and start connecting, without
-        waiting: the first location's stream then finds the connection made, and the process's
-        first channel (which sets up gRPC's event engine, about 4 ms) behind it, instead of
-        paying both before its first request.  A DIS that is down is retried by the channel, as
-        it would be at the first stream; a channel that cannot be made (a certificate file not
-        readable) is left to the first stream, which reports it as before."""
-        assert self.loop is not None
-        for address in self.config.routing.addresses:
-            try:
-                self.loop.channel(address).get_state(try_to_connect=True)
-            except OSError as e:
-                log.warning("cannot open the channel to a DIS yet; its streams will retry", dis=address, error=str(e))
 
     def _serve_metrics(self, host: str, port: int) -> None:
         from prometheus_client import start_http_server

@@ -23,10 +23,13 @@ from typing import Any, Callable, Coroutine
 
 import grpc
 import grpc.aio
+import structlog
 
 from disd.rpc.channel import channel_options
 from disd.security import ClientSecurity
 from disd.tailer.protocol import StreamBroken
+
+log = structlog.get_logger("disd.tailer")
 
 #: Most ``Stream`` calls of one tailer being opened to one DIS address at once (waiting for their
 #: resume point): a DIS without ``Multiplex`` takes an open call only when its gRPC server asks
@@ -99,6 +102,19 @@ class EventLoop:
         if ch is None:
             ch = self._channels[address] = self._open(address)
         return ch
+
+    def connect(self, addresses: list[str]) -> None:
+        """Open the channel to every DIS of the routing and start connecting, without waiting:
+        the first location's stream then finds the connection made, and the process's first
+        channel (which sets up gRPC's event engine, about 4 ms) behind it, instead of paying
+        both before its first request.  A DIS that is down is retried by the channel, as it
+        would be at the first stream; a channel that cannot be made (a certificate file not
+        readable) is left to the first stream, which reports it as before."""
+        for address in addresses:
+            try:
+                self.channel(address).get_state(try_to_connect=True)
+            except OSError as e:
+                log.warning("cannot open the channel to a DIS yet; its streams will retry", dis=address, error=str(e))
 
     def opening(self, address: str) -> asyncio.Semaphore:
         """The turns of the ``Stream`` calls being opened to ``address``."""
