@@ -144,15 +144,22 @@ class Fetcher:
             msgs = self.consumer.consume(1, timeout)
             if msgs and self.src.batch_size > 1:
                 msgs += self.consumer.consume(self.src.batch_size - 1, LINGER_S)
-        if not msgs:
-            if not self._told_drained:  # the last batch was full, and nothing followed
+        return self._send_cut(len(msgs), lambda drained: self.cut(msgs, drained))
+
+    def _send_cut(self, count: int, cut: Callable[[bool], list[tuple[tuple, Any]]]) -> bool:
+        """After a consume of ``count`` messages, by either reader: "drained" once when nothing
+        came (the last batch was full, and nothing followed), else the batches ``cut`` makes, or
+        "lost" when they cannot be cut (the messages are out of the client: have them read
+        again)."""
+        if not count:
+            if not self._told_drained:
                 self.send(("drained",), b"")
                 self._told_drained = True
             return True
-        drained = len(msgs) < self.src.batch_size
+        drained = count < self.src.batch_size
         try:
-            out = self.cut(msgs, drained)
-        except Exception as e:  # noqa: BLE001 - the messages are out of the client: have them read again
+            out = cut(drained)
+        except Exception as e:  # noqa: BLE001 - said to the DIS, which has them read again
             self.send(*self.lost(e))
             self.send(("lost",), b"")
             return True
@@ -173,22 +180,7 @@ class Fetcher:
     def _fetch_packed(self, reader: batchread.BatchReader, timeout: float) -> bool:
         """``fetch_once`` by the compiled reader: the same waits, the same cut."""
         got = reader.consume(self.src.batch_size, timeout, LINGER_S, wait_first=self._told_drained)
-        if not got.count:
-            if not self._told_drained:
-                self.send(("drained",), b"")
-                self._told_drained = True
-            return True
-        drained = got.count < self.src.batch_size
-        try:
-            out = self.cut_packed(got, drained)
-        except Exception as e:  # noqa: BLE001 - the messages are out of the client: have them read again
-            self.send(*self.lost(e))
-            self.send(("lost",), b"")
-            return True
-        for header, body in out:
-            self.send(header, body)
-        self._told_drained = drained
-        return True
+        return self._send_cut(got.count, lambda drained: self.cut_packed(got, drained))
 
     def cut_packed(self, got: batchread.Consumed, drained: bool) -> list[tuple[tuple, Any]]:
         """``cut`` of a packed ``consume``: error events (as ``KafkaError``s of the same code and
