@@ -46,7 +46,8 @@ import structlog
 
 from disd.binlog.format import crc32c
 from disd.errors import DisError
-from disd.schema import TableSchema
+from disd.schema import Column, ColumnType, TableSchema
+from disd.storage import columns as colfmt
 from disd.storage.fsio import FileSystem, read_file, write_file
 from disd.storage.lastbyfeed import Pending, join
 from disd.storage.lastbykeys import POOL, joined_keys, slot_finder, stored
@@ -98,6 +99,82 @@ def _joined(state: pa.Array | pa.ChunkedArray, batch: pa.Array | pa.ChunkedArray
     if batch.type != state.type:
         chunks = [c if c.type == state.type else c.cast(state.type) for c in chunks]
     return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks, memory_pool=POOL)
+
+
+def _pieces(arr: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(arr.chunks) if isinstance(arr, pa.ChunkedArray) else [arr]
+
+
+def _picks(pieces: list[pa.Array], changed: np.ndarray, rows: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """For each piece of the batch holding a touched slot's last row: ``(piece, slots, rows in
+    the piece)``, slots ascending."""
+    out = []
+    start = 0
+    for j, piece in enumerate(pieces):
+        stop = start + len(piece)
+        sel = np.flatnonzero((rows >= start) & (rows < stop))
+        if len(sel):
+            out.append((j, changed[sel], rows[sel] - start))
+        start = stop
+    return out
+
+
+def _new_columns(schema: TableSchema, string_keys: frozenset[int], state: pa.Table, cols: Sequence[pa.Array | pa.ChunkedArray],
+                 total: int, changed: np.ndarray, rows: np.ndarray) -> list[pa.Array]:
+    """The new state's columns (``total`` slots; ``changed``, ascending, take the batch's ``rows``,
+    the others keep their old row), each as ``stored`` makes it.  No column is joined with the
+    batch (a copy of the batch, in fresh memory the size of the batch: page faults at every large
+    publish): a fixed-width column is the old state's values with the touched slots' values
+    written over them, read from each piece of the batch where they lie; a string key column is
+    the old column with the new keys appended (a touched key's bytes are those it holds); only
+    another string column is taken from the old state's rows followed by the batch's."""
+    k = state.num_rows
+    picks: dict[tuple[int, ...], list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    new_at = int(np.searchsorted(changed, k))  # (changed[new_at:] are the new keys' slots)
+    out = []
+    for i, (c, arr) in enumerate(zip(schema.columns, cols)):
+        old = state.column(i)
+        pieces = _pieces(arr)
+        if c.type is ColumnType.STRING:
+            if i in string_keys and k:
+                out.append(_appended(c, old, pieces, changed[new_at:], rows[new_at:]))
+            else:
+                idx = np.arange(total, dtype=np.int64)
+                idx[changed] = k + rows
+                out.append(stored(c, pc.take(_joined(old, arr), _indices(idx), memory_pool=POOL)))
+            continue
+        layout = tuple(len(p) for p in pieces)
+        if layout not in picks:
+            picks[layout] = _picks(pieces, changed, rows)
+        values = colfmt.encode_fixed(c, old.combine_chunks() if old.num_chunks != 1 else old.chunk(0)) if k else None
+        dtype = values.dtype if values is not None else colfmt.encode_fixed(c, pieces[0][:0]).dtype
+        new = np.empty(total, dtype)
+        if values is not None:
+            new[:k] = values
+        for j, slots, at in picks[layout]:
+            new[slots] = colfmt.encode_fixed(c, pieces[j])[at]
+        out.append(colfmt.decode_fixed(c, new, total))
+    return out
+
+
+def _appended(column: Column, old: pa.ChunkedArray, pieces: list[pa.Array], slots: np.ndarray,
+              rows: np.ndarray) -> pa.Array:
+    """A string key column: the old state's keys, then the new keys' (``slots``, ascending,
+    following the old ones), taken from the batch's ``rows``."""
+    chunks = list(old.chunks)
+    if len(slots):
+        parts, order = [], []
+        for j, sel_slots, at in _picks(pieces, slots, rows):
+            parts.append(stored(column, pc.take(pieces[j], _indices(at), memory_pool=POOL)))
+            order.append(sel_slots)
+        new = parts[0] if len(parts) == 1 else pa.concat_arrays(parts, memory_pool=POOL)
+        if len(parts) > 1:
+            new = pc.take(new, _indices(np.argsort(np.concatenate(order), kind="stable")), memory_pool=POOL)
+        chunks.append(new)
+    if len(chunks) == 1:
+        return chunks[0]
+    chunks = [c if c.type == chunks[0].type else c.cast(chunks[0].type) for c in chunks]
+    return pa.concat_arrays(chunks, memory_pool=POOL)
 
 
 def _last_indices(key: pa.Array) -> np.ndarray:
@@ -191,6 +268,9 @@ class LastBy:
         self.arrow_schema = schema.arrow_schema()
         self._key_index = [schema.column_names.index(k) for k in keys]
         self._slots = slot_finder([schema.columns[i] for i in self._key_index], native)
+        # String key columns: a touched key's bytes are the ones the state holds already, so the
+        # new state keeps the old column and appends only the new keys (``_new_columns``).
+        self._string_keys = frozenset(i for i in self._key_index if schema.columns[i].type is ColumnType.STRING)
         self.pending = Pending()  # appended rows not yet absorbed (fed by the location)
         self.rows_read_back = 0  # rows a publish had to read from the files (Pending did not hold them)
         self._state = Snapshot(empty_table(self.arrow_schema), 0, 0)
@@ -245,23 +325,14 @@ class LastBy:
             return
         # Each of the batch's keys gets its slot (the state's keys keep theirs, new keys the next
         # slots in order of first appearance), and each touched slot the batch's last row.
-        k = len(s.table)
         keyed = self._slots.key(s.table, [cols[i] for i in self._key_index], self.max_keys)
         total, changed, rows = keyed.total, keyed.changed, keyed.rows
         if changed is None or rows is None:  # (both None together: over the key limit)
             raise LastByLimitError(
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
-        # The new state is one take per column from the old state's rows followed by the batch's
-        # (each slot its old row, or its key's last row in the batch), then made ``stored``:
-        # O(keys), not O(batch), columns.  ``stored`` over the whole new state is what it over
-        # the batch's rows alone would give: the state's rows already are (stored is idempotent).
-        idx = np.arange(total, dtype=np.int64)
-        idx[changed] = k + rows
-        take = _indices(idx)
         table = pa.Table.from_arrays(
-            [stored(c, pc.take(_joined(s.table.column(i), arr), take, memory_pool=POOL))
-             for i, (c, arr) in enumerate(zip(self.schema.columns, cols))],
+            _new_columns(self.schema, self._string_keys, s.table, cols, total, changed, rows),
             schema=self.arrow_schema)
         delta = pc.take(table, _indices(changed), memory_pool=POOL) if self.subscribers else None
         with self._lock:
