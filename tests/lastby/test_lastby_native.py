@@ -298,3 +298,22 @@ def test_string_keys_alike_in_their_first_eight_bytes_stay_apart_in_large_and_sm
         n += size
         assert bits(lb.snapshot().table).equals(bits(ref.snapshot().table)), size
     assert len(lb.snapshot().table) == len(pool)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_new_keys_last_seen_in_pieces_out_of_their_order_keep_their_slots(native):
+    """New string keys of one publish whose last rows lie in its pieces in another order than
+    their first rows (A and B first seen in that order, B last in the first piece, A in the
+    second): the state's key column, kept with its new keys appended, still lists them by first
+    appearance, beside the rows of their other columns."""
+    first = rows(3, 1, 0, ("S",), 1)
+    first[0] = pa.array(["K0", "K0", "K0"])
+    batch = rows(5, 2, 3, ("S",), 1)
+    batch[0] = pa.array(["A", "B", "C", "A", "C"])  # last rows: B in piece 0, A and C in piece 1
+    pieces = [pa.chunked_array([c.slice(0, 2), c.slice(2)]) for c in batch]
+    lb = LastBy(SCHEMA, ("S",), 100, native=native)
+    lb.apply(first, 3)
+    lb.apply(pieces, 8)
+    everything = as_read([pa.concat_arrays([a, b]) for a, b in zip(first, batch)])
+    assert lb.snapshot().table.column("S").to_pylist() == ["K0", "A", "B", "C"]
+    assert bits(lb.snapshot().table).equals(bits(last_by(everything, ("S",))))
