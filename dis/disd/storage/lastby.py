@@ -8,9 +8,9 @@ the answer without scanning the day's rows, and the DIS already sees every row a
 The state is an Arrow table in the location's columns, one row per key, keys in the order they
 first appeared, plus the key of each row (``_keys``) that the next batch is matched against.  It
 is never mutated: each publish builds a new one (the slot of each of the batch's keys from the
-state's key index, ``disd.storage.lastbykeys``, then one ``pyarrow`` take per column over the old
-state's rows followed by the batch's, each slot's old row or its key's last row in the batch,
-no per-row Python), so a reader holds a consistent snapshot
+state's key index, ``disd.storage.lastbykeys``, then each column built from the old state's and
+the touched slots' last rows in the batch, read where they lie, ``_new_columns``; no per-row
+Python), so a reader holds a consistent snapshot
 without a lock.  Invariant: ``state.rows`` is
 the location's published row count and the state is exactly the last-by of rows ``[0, rows)``.
 
@@ -93,7 +93,7 @@ def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
 
 def _joined(state: pa.Array | pa.ChunkedArray, batch: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One column of the state followed by the batch's rows, as one array (a copy of the batch's
-    pieces, a memcpy each: cheaper than grouping the picked rows by piece and taking from each)."""
+    pieces, a memcpy each), for a take of a string column that is not a key (``_new_columns``)."""
     chunks = [*(state.chunks if isinstance(state, pa.ChunkedArray) else [state]),
               *(batch.chunks if isinstance(batch, pa.ChunkedArray) else [batch])]
     if batch.type != state.type:
