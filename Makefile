@@ -4,7 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
 RUN_STAMP := $(VENV)/.installed
-DEPS   := pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto)
+# The C modules are built by the editable install: a changed C source rebuilds them too.
+DEPS   := pyproject.toml setup.py $(wildcard proto/*/*/*.proto proto/*/*/*/*.proto) \
+          $(wildcard dis/disd/*/*.c dis/disd/*/*.h)
 
 .PHONY: test run install bench clean jar dist lint typecheck
 
