@@ -41,10 +41,14 @@ int dis_has_writes(const dis_file *f, int64_t block, int flush) {
 }
 
 void dis_consumed(dis_file *f, int64_t n) {
+    int64_t filled = f->len; /* what the buffer held for these writes */
     memmove(f->buf, f->buf + n, (size_t)(f->len - n));
     f->len -= n;
     f->disk += n;
-    if (f->cap > (INT64_C(1) << 17) && f->len < f->cap / 4) { /* give back what a big chunk needed */
+    /* Give back what a big chunk needed once the fills no longer use it (a quarter of it): a
+     * buffer that a stream of big chunks fills each time is kept, since freeing and growing it
+     * again costs a fresh page fault for every page of every chunk. */
+    if (f->cap > (INT64_C(1) << 17) && filled < f->cap / 4) {
         int64_t cap = 256;
         while (cap < f->len)
             cap *= 2;
