@@ -228,6 +228,15 @@ static int scan(const dis_core *c, const uint8_t *d, int64_t n, int64_t p, frame
 
 static int is_null(const uint8_t *rec, int col) { return (rec[1 + (col >> 3)] >> (col & 7)) & 1; }
 
+/* Some row of the ``rows`` records at rec has a null bit set. */
+static int frame_has_nulls(const dis_core *c, const uint8_t *rec, int64_t rows) {
+    uint8_t acc = 0;
+    for (int b = 0; b < c->null_bytes; b++)
+        for (int64_t r = 0; r < rows; r++)
+            acc |= rec[r * c->row_size + 1 + b];
+    return acc != 0;
+}
+
 /* No byte of the n bytes at s has its top bit set: ASCII, so any of its ranges is UTF-8. */
 static int all_ascii(const uint8_t *s, int64_t n) {
     uint64_t acc = 0;
@@ -255,19 +264,27 @@ static int check_rows(const dis_core *c, const uint8_t *d, const frames_t *fs, i
         const uint8_t *rec = d + fs->v[f].start + FRAME_HEADER;
         int64_t heap = fs->v[f].end - fs->v[f].start - FRAME_HEADER - fs->v[f].rows * c->row_size;
         uint64_t frame_lens = 0;
-        for (int64_t r = 0; r < fs->v[f].rows; r++, rec += c->row_size) {
-            flags[row++] = rec[0];
-            if (rec[0] > max_flag)
-                max_flag = rec[0];
-            if (!c->nstrings)
-                continue;
+        int64_t rows = fs->v[f].rows, rs = c->row_size;
+        /* column by column (a strided pass each) rather than row by row over every column */
+        for (int64_t r = 0; r < rows; r++) {
+            uint8_t fl = rec[r * rs];
+            flags[row + r] = fl;
+            if (fl > max_flag)
+                max_flag = fl;
+        }
+        row += rows;
+        if (c->nstrings) {
+            int nulls = frame_has_nulls(c, rec, rows);
             for (int k = 0; k < c->ncols; k++) {
                 if (c->cols[k].type != T_STRING)
                     continue;
-                uint32_t len = u32_at(rec + c->cols[k].field);
-                if (len && is_null(rec, k))
-                    return ING_REFUSED; /* a null value with a non-zero length */
-                frame_lens += len;
+                const uint8_t *at = rec + c->cols[k].field;
+                for (int64_t r = 0; r < rows; r++)
+                    frame_lens += u32_at(at + r * rs);
+                if (nulls)
+                    for (int64_t r = 0; r < rows; r++)
+                        if (u32_at(at + r * rs) && is_null(rec + r * rs, k))
+                            return ING_REFUSED; /* a null value with a non-zero length */
             }
         }
         if (frame_lens != (uint64_t)heap)
@@ -395,6 +412,54 @@ static const uint8_t *append_row(dis_core *c, const uint8_t *rec, const uint8_t 
     return heap;
 }
 
+/* append_row for every row of a frame, one column at a time: for a frame whose rows are all
+ * kept, hold no null and at most one string column (so the frame's heap is that column's bytes
+ * in row order, which check_rows saw add up); room reserved by the caller. */
+static void append_frame(dis_core *c, const uint8_t *rec, int64_t rows, const uint8_t *heap, int64_t heap_len) {
+    int64_t rs = c->row_size;
+    for (int k = 0; k < c->ncols; k++) {
+        const dis_col *col = &c->cols[k];
+        dis_file *f = &c->files[col->file];
+        const uint8_t *src = rec + col->field;
+        char *dst = f->buf + f->len;
+        switch (col->type == T_STRING ? -1 : col->type == T_BOOL ? 0 : col->width) {
+        case -1: {
+            dis_file *dat = f + 1;
+            uint64_t end = (uint64_t)(dat->disk + dat->len);
+            for (int64_t r = 0; r < rows; r++) {
+                end += u32_at(src + r * rs);
+                memcpy(dst + 8 * r, &end, 8);
+            }
+            memcpy(dat->buf + dat->len, heap, (size_t)heap_len);
+            dat->len += heap_len;
+            f->len += 8 * rows;
+            continue;
+        }
+        case 0:
+            for (int64_t r = 0; r < rows; r++)
+                dst[r] = src[r * rs] != 0;
+            break;
+        case 1:
+            for (int64_t r = 0; r < rows; r++)
+                dst[r] = (char)src[r * rs];
+            break;
+        case 2:
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(dst + 2 * r, src + r * rs, 2);
+            break;
+        case 4:
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(dst + 4 * r, src + r * rs, 4);
+            break;
+        default:
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(dst + 8 * r, src + r * rs, 8);
+            break;
+        }
+        f->len += rows * (col->type == T_BOOL ? 1 : col->width);
+    }
+}
+
 static int64_t row_string_bytes(const dis_core *c, const uint8_t *rec) {
     int64_t s = 0;
     for (int k = 0; k < c->ncols; k++)
@@ -448,8 +513,22 @@ static int apply(dis_item *it, const frames_t *fs, int64_t n, const uint8_t *fla
     for (int64_t f = 0; f < fs->n; f++) {
         const uint8_t *rec = d + fs->v[f].start + FRAME_HEADER;
         const uint8_t *heap = rec + fs->v[f].rows * c->row_size;
-        int64_t first = row;
-        for (int64_t r = 0; r < fs->v[f].rows; r++, row++, rec += c->row_size) {
+        int64_t first = row, rows = fs->v[f].rows, i0 = row - skip;
+        if (rows && i0 >= 0 && c->nstrings <= 1 && (p.last_commit < i0 || p.last_commit >= i0 + rows - 1) &&
+            memchr(keep + i0, 0, (size_t)rows) == NULL && !frame_has_nulls(c, rec, rows)) {
+            append_frame(c, rec, rows, heap, fs->v[f].end - fs->v[f].start - FRAME_HEADER - rows * c->row_size);
+            row += rows;
+            done_rows += rows;
+            if (p.last_commit == i0 + rows - 1) {
+                upto = done_rows;
+                commit_frame = f;
+                commit_first = first;
+                for (int k = 0; k < c->nfiles; k++)
+                    c->files[k].committed = c->files[k].disk + c->files[k].len;
+            }
+            continue;
+        }
+        for (int64_t r = 0; r < rows; r++, row++, rec += c->row_size) {
             int64_t i = row - skip;
             if (i < 0 || !keep[i]) {
                 if (c->nstrings)
