@@ -409,6 +409,16 @@ def test_frames_without_nulls_make_what_the_reference_makes(tmp_path_factory, da
 
 
 @pytest.mark.skipif(ingestcore is None, reason="the compiled path is not built")
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 767, 768, 769, 3 * 768 + 5, 24575, 24576, 24577, 2 * 24576 + 800,
+                               (3 << 20) + 3])
+def test_the_compiled_crc_is_the_reference_crc(n):
+    """The compiled CRC32C runs three streams at once over blocks of 256 and 8,192 bytes and joins
+    them: every length around those blocks gives the reference's value."""
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
+    assert ingestcore.crc32c(data) == crc32c(data)
+
+
+@pytest.mark.skipif(ingestcore is None, reason="the compiled path is not built")
 def test_the_compiled_engine_takes_chunks_in_c(tmp_path, monkeypatch):
     """The differential test compares two paths only if the compiled engine really takes its
     chunks in C: one call for a batch of two locations' chunks."""

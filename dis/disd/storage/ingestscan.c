@@ -48,10 +48,93 @@ static uint32_t crc_soft(uint32_t crc, const uint8_t *p, size_t n) {
     return crc;
 }
 
+/* Three streams of the CRC instruction at once hide its latency (one result every cycle instead
+ * of every three); their CRCs are joined by shifting one over the zeros of the next block's
+ * length: a linear map over GF(2), tabulated for the two block lengths used. */
+#define CRC_LONG 8192
+#define CRC_SHORT 256
+static uint32_t crc_zeros_long[4][256], crc_zeros_short[4][256];
+
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    while (vec) {
+        if (vec & 1)
+            sum ^= *mat;
+        vec >>= 1;
+        mat++;
+    }
+    return sum;
+}
+
+static void gf2_square(uint32_t *square, const uint32_t *mat) {
+    for (int n = 0; n < 32; n++)
+        square[n] = gf2_times(mat, mat[n]);
+}
+
+/* the operator that appends len zero bytes to a CRC (len a power of two, at least 1) */
+static void crc_zeros_op(uint32_t *even, size_t len) {
+    uint32_t odd[32], row = 1;
+    odd[0] = 0x82F63B78u;
+    for (int n = 1; n < 32; n++) {
+        odd[n] = row;
+        row <<= 1;
+    }
+    gf2_square(even, odd); /* 2 zero bits */
+    gf2_square(odd, even); /* 4 zero bits */
+    do {                   /* the first square makes one zero byte */
+        gf2_square(even, odd);
+        len >>= 1;
+        if (len == 0)
+            return;
+        gf2_square(odd, even);
+        len >>= 1;
+    } while (len);
+    memcpy(even, odd, sizeof odd);
+}
+
+static void crc_zeros(uint32_t zeros[4][256], size_t len) {
+    uint32_t op[32];
+    crc_zeros_op(op, len);
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 0; t < 4; t++)
+            zeros[t][n] = gf2_times(op, n << (8 * t));
+}
+
+static uint32_t crc_shift(uint32_t zeros[4][256], uint32_t crc) {
+    return zeros[0][crc & 0xFF] ^ zeros[1][(crc >> 8) & 0xFF] ^ zeros[2][(crc >> 16) & 0xFF] ^ zeros[3][crc >> 24];
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint64_t crc_three(uint64_t c0, const uint8_t *p, size_t block,
+                                                            uint32_t zeros[4][256]) {
+    uint64_t c1 = 0, c2 = 0;
+    const uint8_t *end = p + block;
+    for (; p < end; p += 8) {
+        uint64_t w0, w1, w2;
+        memcpy(&w0, p, 8);
+        memcpy(&w1, p + block, 8);
+        memcpy(&w2, p + 2 * block, 8);
+        c0 = _mm_crc32_u64(c0, w0);
+        c1 = _mm_crc32_u64(c1, w1);
+        c2 = _mm_crc32_u64(c2, w2);
+    }
+    c0 = crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c1;
+    return crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c2;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hard(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c = crc;
+    while (n >= 3 * CRC_LONG) {
+        c = crc_three(c, p, CRC_LONG, crc_zeros_long);
+        p += 3 * CRC_LONG;
+        n -= 3 * CRC_LONG;
+    }
+    while (n >= 3 * CRC_SHORT) {
+        c = crc_three(c, p, CRC_SHORT, crc_zeros_short);
+        p += 3 * CRC_SHORT;
+        n -= 3 * CRC_SHORT;
+    }
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -72,6 +155,8 @@ static int crc_mode = -1; /* -1 unknown, 0 tables, 1 SSE4.2 */
 uint32_t dis_crc32c(uint32_t crc, const void *buf, size_t len) {
     if (crc_mode < 0) { /* first use, made under the interpreter's lock by the module's init */
         crc_init();
+        crc_zeros(crc_zeros_long, CRC_LONG);
+        crc_zeros(crc_zeros_short, CRC_SHORT);
 #ifdef HAVE_CRC_HARD
         crc_mode = __builtin_cpu_supports("sse4.2") ? 1 : 0;
 #else
