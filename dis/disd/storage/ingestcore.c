@@ -278,7 +278,7 @@ static PyObject *State_take_io(State *s, PyObject *flush) {
         int64_t n = dis_plan_writes(f, s->core.block, fl, collect, &ctx);
         if (n < 0)
             goto fail;
-        dis_consumed(f, n);
+        dis_consumed(f, n, fl);
     }
     return Py_BuildValue("(NN)", cuts, writes);
 fail:

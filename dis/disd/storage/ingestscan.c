@@ -48,10 +48,93 @@ static uint32_t crc_soft(uint32_t crc, const uint8_t *p, size_t n) {
     return crc;
 }
 
+/* Three streams of the CRC instruction at once hide its latency (one result every cycle instead
+ * of every three); their CRCs are joined by shifting one over the zeros of the next block's
+ * length: a linear map over GF(2), tabulated for the two block lengths used. */
+#define CRC_LONG 8192
+#define CRC_SHORT 256
+static uint32_t crc_zeros_long[4][256], crc_zeros_short[4][256];
+
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    while (vec) {
+        if (vec & 1)
+            sum ^= *mat;
+        vec >>= 1;
+        mat++;
+    }
+    return sum;
+}
+
+static void gf2_square(uint32_t *square, const uint32_t *mat) {
+    for (int n = 0; n < 32; n++)
+        square[n] = gf2_times(mat, mat[n]);
+}
+
+/* the operator that appends len zero bytes to a CRC (len a power of two, at least 1) */
+static void crc_zeros_op(uint32_t *even, size_t len) {
+    uint32_t odd[32], row = 1;
+    odd[0] = 0x82F63B78u;
+    for (int n = 1; n < 32; n++) {
+        odd[n] = row;
+        row <<= 1;
+    }
+    gf2_square(even, odd); /* 2 zero bits */
+    gf2_square(odd, even); /* 4 zero bits */
+    do {                   /* the first square makes one zero byte */
+        gf2_square(even, odd);
+        len >>= 1;
+        if (len == 0)
+            return;
+        gf2_square(odd, even);
+        len >>= 1;
+    } while (len);
+    memcpy(even, odd, sizeof odd);
+}
+
+static void crc_zeros(uint32_t zeros[4][256], size_t len) {
+    uint32_t op[32];
+    crc_zeros_op(op, len);
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 0; t < 4; t++)
+            zeros[t][n] = gf2_times(op, n << (8 * t));
+}
+
+static uint32_t crc_shift(uint32_t zeros[4][256], uint32_t crc) {
+    return zeros[0][crc & 0xFF] ^ zeros[1][(crc >> 8) & 0xFF] ^ zeros[2][(crc >> 16) & 0xFF] ^ zeros[3][crc >> 24];
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint64_t crc_three(uint64_t c0, const uint8_t *p, size_t block,
+                                                            uint32_t zeros[4][256]) {
+    uint64_t c1 = 0, c2 = 0;
+    const uint8_t *end = p + block;
+    for (; p < end; p += 8) {
+        uint64_t w0, w1, w2;
+        memcpy(&w0, p, 8);
+        memcpy(&w1, p + block, 8);
+        memcpy(&w2, p + 2 * block, 8);
+        c0 = _mm_crc32_u64(c0, w0);
+        c1 = _mm_crc32_u64(c1, w1);
+        c2 = _mm_crc32_u64(c2, w2);
+    }
+    c0 = crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c1;
+    return crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c2;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hard(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c = crc;
+    while (n >= 3 * CRC_LONG) {
+        c = crc_three(c, p, CRC_LONG, crc_zeros_long);
+        p += 3 * CRC_LONG;
+        n -= 3 * CRC_LONG;
+    }
+    while (n >= 3 * CRC_SHORT) {
+        c = crc_three(c, p, CRC_SHORT, crc_zeros_short);
+        p += 3 * CRC_SHORT;
+        n -= 3 * CRC_SHORT;
+    }
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -72,6 +155,8 @@ static int crc_mode = -1; /* -1 unknown, 0 tables, 1 SSE4.2 */
 uint32_t dis_crc32c(uint32_t crc, const void *buf, size_t len) {
     if (crc_mode < 0) { /* first use, made under the interpreter's lock by the module's init */
         crc_init();
+        crc_zeros(crc_zeros_long, CRC_LONG);
+        crc_zeros(crc_zeros_short, CRC_SHORT);
 #ifdef HAVE_CRC_HARD
         crc_mode = __builtin_cpu_supports("sse4.2") ? 1 : 0;
 #else
@@ -228,6 +313,15 @@ static int scan(const dis_core *c, const uint8_t *d, int64_t n, int64_t p, frame
 
 static int is_null(const uint8_t *rec, int col) { return (rec[1 + (col >> 3)] >> (col & 7)) & 1; }
 
+/* Some row of the ``rows`` records at rec has a null bit set. */
+static int frame_has_nulls(const dis_core *c, const uint8_t *rec, int64_t rows) {
+    uint8_t acc = 0;
+    for (int b = 0; b < c->null_bytes; b++)
+        for (int64_t r = 0; r < rows; r++)
+            acc |= rec[r * c->row_size + 1 + b];
+    return acc != 0;
+}
+
 /* No byte of the n bytes at s has its top bit set: ASCII, so any of its ranges is UTF-8. */
 static int all_ascii(const uint8_t *s, int64_t n) {
     uint64_t acc = 0;
@@ -255,19 +349,27 @@ static int check_rows(const dis_core *c, const uint8_t *d, const frames_t *fs, i
         const uint8_t *rec = d + fs->v[f].start + FRAME_HEADER;
         int64_t heap = fs->v[f].end - fs->v[f].start - FRAME_HEADER - fs->v[f].rows * c->row_size;
         uint64_t frame_lens = 0;
-        for (int64_t r = 0; r < fs->v[f].rows; r++, rec += c->row_size) {
-            flags[row++] = rec[0];
-            if (rec[0] > max_flag)
-                max_flag = rec[0];
-            if (!c->nstrings)
-                continue;
+        int64_t rows = fs->v[f].rows, rs = c->row_size;
+        /* column by column (a strided pass each) rather than row by row over every column */
+        for (int64_t r = 0; r < rows; r++) {
+            uint8_t fl = rec[r * rs];
+            flags[row + r] = fl;
+            if (fl > max_flag)
+                max_flag = fl;
+        }
+        row += rows;
+        if (c->nstrings) {
+            int nulls = frame_has_nulls(c, rec, rows);
             for (int k = 0; k < c->ncols; k++) {
                 if (c->cols[k].type != T_STRING)
                     continue;
-                uint32_t len = u32_at(rec + c->cols[k].field);
-                if (len && is_null(rec, k))
-                    return ING_REFUSED; /* a null value with a non-zero length */
-                frame_lens += len;
+                const uint8_t *at = rec + c->cols[k].field;
+                for (int64_t r = 0; r < rows; r++)
+                    frame_lens += u32_at(at + r * rs);
+                if (nulls)
+                    for (int64_t r = 0; r < rows; r++)
+                        if (u32_at(at + r * rs) && is_null(rec + r * rs, k))
+                            return ING_REFUSED; /* a null value with a non-zero length */
             }
         }
         if (frame_lens != (uint64_t)heap)
@@ -395,6 +497,54 @@ static const uint8_t *append_row(dis_core *c, const uint8_t *rec, const uint8_t 
     return heap;
 }
 
+/* append_row for every row of a frame, one column at a time: for a frame whose rows are all
+ * kept, hold no null and at most one string column (so the frame's heap is that column's bytes
+ * in row order, which check_rows saw add up); room reserved by the caller. */
+static void append_frame(dis_core *c, const uint8_t *rec, int64_t rows, const uint8_t *heap, int64_t heap_len) {
+    int64_t rs = c->row_size;
+    for (int k = 0; k < c->ncols; k++) {
+        const dis_col *col = &c->cols[k];
+        dis_file *f = &c->files[col->file];
+        const uint8_t *src = rec + col->field;
+        char *dst = f->buf + f->len;
+        switch (col->type == T_STRING ? -1 : col->type == T_BOOL ? 0 : col->width) {
+        case -1: {
+            dis_file *dat = f + 1;
+            uint64_t end = (uint64_t)(dat->disk + dat->len);
+            for (int64_t r = 0; r < rows; r++) {
+                end += u32_at(src + r * rs);
+                memcpy(dst + 8 * r, &end, 8);
+            }
+            memcpy(dat->buf + dat->len, heap, (size_t)heap_len);
+            dat->len += heap_len;
+            f->len += 8 * rows;
+            continue;
+        }
+        case 0:
+            for (int64_t r = 0; r < rows; r++)
+                dst[r] = src[r * rs] != 0;
+            break;
+        case 1:
+            for (int64_t r = 0; r < rows; r++)
+                dst[r] = (char)src[r * rs];
+            break;
+        case 2:
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(dst + 2 * r, src + r * rs, 2);
+            break;
+        case 4:
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(dst + 4 * r, src + r * rs, 4);
+            break;
+        default:
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(dst + 8 * r, src + r * rs, 8);
+            break;
+        }
+        f->len += rows * (col->type == T_BOOL ? 1 : col->width);
+    }
+}
+
 static int64_t row_string_bytes(const dis_core *c, const uint8_t *rec) {
     int64_t s = 0;
     for (int k = 0; k < c->ncols; k++)
@@ -448,8 +598,22 @@ static int apply(dis_item *it, const frames_t *fs, int64_t n, const uint8_t *fla
     for (int64_t f = 0; f < fs->n; f++) {
         const uint8_t *rec = d + fs->v[f].start + FRAME_HEADER;
         const uint8_t *heap = rec + fs->v[f].rows * c->row_size;
-        int64_t first = row;
-        for (int64_t r = 0; r < fs->v[f].rows; r++, row++, rec += c->row_size) {
+        int64_t first = row, rows = fs->v[f].rows, i0 = row - skip;
+        if (rows && i0 >= 0 && c->nstrings <= 1 && (p.last_commit < i0 || p.last_commit >= i0 + rows - 1) &&
+            memchr(keep + i0, 0, (size_t)rows) == NULL && !frame_has_nulls(c, rec, rows)) {
+            append_frame(c, rec, rows, heap, fs->v[f].end - fs->v[f].start - FRAME_HEADER - rows * c->row_size);
+            row += rows;
+            done_rows += rows;
+            if (p.last_commit == i0 + rows - 1) {
+                upto = done_rows;
+                commit_frame = f;
+                commit_first = first;
+                for (int k = 0; k < c->nfiles; k++)
+                    c->files[k].committed = c->files[k].disk + c->files[k].len;
+            }
+            continue;
+        }
+        for (int64_t r = 0; r < rows; r++, row++, rec += c->row_size) {
             int64_t i = row - skip;
             if (i < 0 || !keep[i]) {
                 if (c->nstrings)

@@ -27,7 +27,9 @@ int dis_check_idle(State *s);
 typedef int (*dis_emit_fn)(void *ctx, const char *p, int64_t n, int64_t offset);
 int64_t dis_plan_writes(const dis_file *f, int64_t block, int flush, dis_emit_fn emit, void *ctx);
 int dis_has_writes(const dis_file *f, int64_t block, int flush);
-void dis_consumed(dis_file *f, int64_t n);
+/* n bytes written: dropped from the buffer, whose room is given back unless a sender that is
+ * behind (no flush) keeps filling it */
+void dis_consumed(dis_file *f, int64_t n, int flush);
 
 PyObject *dis_write_out(PyObject *self, PyObject *arg);
 

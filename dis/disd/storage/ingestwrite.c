@@ -40,11 +40,17 @@ int dis_has_writes(const dis_file *f, int64_t block, int flush) {
     return f->truncate >= 0 || (flush ? f->len > 0 : f->len >= block - f->disk % block);
 }
 
-void dis_consumed(dis_file *f, int64_t n) {
+void dis_consumed(dis_file *f, int64_t n, int flush) {
+    int64_t filled = f->len; /* what the buffer held for these writes */
     memmove(f->buf, f->buf + n, (size_t)(f->len - n));
     f->len -= n;
     f->disk += n;
-    if (f->cap > (INT64_C(1) << 17) && f->len < f->cap / 4) { /* give back what a big chunk needed */
+    /* Give back what a big chunk needed.  Not while its sender is behind (no flush) and the fill
+     * just written used a quarter of it or more: the next big chunk would grow it again, each of
+     * its pages faulted in afresh; once the sender has caught up (a flush), or the fills no longer
+     * use it, it goes back, so an idle location does not hold a big chunk's room. */
+    int busy = !flush && filled >= f->cap / 4;
+    if (f->cap > (INT64_C(1) << 17) && f->len < f->cap / 4 && !busy) {
         int64_t cap = 256;
         while (cap < f->len)
             cap *= 2;
@@ -148,7 +154,7 @@ static void run_job(job_t *j, write_ctx *w, int64_t *transient) {
             j->op = w->op, j->err = w->err, j->kind = 0, j->failed_file = i;
             return;
         }
-        dis_consumed(f, n);
+        dis_consumed(f, n, j->flush);
     }
 }
 
