@@ -11,10 +11,14 @@
 #include <unistd.h>
 
 
-/* The waits of a phase (fsyncs, file creations) overlap on a few threads: a burst's hundreds of
- * fsyncs, one after another, would take hundreds of disk round trips; side by side the file
- * system commits them together.  The work of each index is done by exactly one thread. */
-#define PHASE_THREADS 8
+/* The waits of a phase (fsyncs, file creations) overlap on up to this many threads: a burst's
+ * hundreds of fsyncs, one after another, would take hundreds of disk round trips; side by side
+ * the file system commits them together.  As many as a phase's records (RECORD_GROUP): on a
+ * journaled file system each fsync waits for a journal commit, and fsyncs waiting together share
+ * one, so 50 records on 8 threads took about seven commits a phase where 50 threads take one or
+ * two (docs/benchmarks-history.md, "What the 200-location burst waits for").  The work of each
+ * index is done by exactly one thread. */
+#define PHASE_THREADS 64
 
 typedef struct {
     void (*fn)(void *ctx, Py_ssize_t i);
