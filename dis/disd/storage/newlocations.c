@@ -11,17 +11,10 @@
 #include <unistd.h>
 
 
-/* The waits of a phase (fsyncs, file creations) overlap on up to this many threads: a burst's
- * hundreds of fsyncs, one after another, would take hundreds of disk round trips; side by side
- * the file system commits them together.  As many as a phase's records (RECORD_GROUP): on a
- * journaled file system each fsync waits for a journal commit, and fsyncs waiting together share
- * one, so 50 records on 8 threads took about seven commits a phase where 50 threads take one or
- * two (docs/benchmarks-history.md, "What the 200-location burst waits for").  The work of each
- * index is done by exactly one thread. */
-#define PHASE_THREADS 64
-/* locations whose column files are made at once, at most: ``at_once``'s bound, which bounds the
- * descriptors the call holds beyond those kept */
-#define FILES_AT_ONCE_MAX 8
+/* The waits of a phase (fsyncs, file creations) overlap on a few threads: a burst's hundreds of
+ * fsyncs, one after another, would take hundreds of disk round trips; side by side the file
+ * system commits them together.  The work of each index is done by exactly one thread. */
+#define PHASE_THREADS 8
 
 typedef struct {
     void (*fn)(void *ctx, Py_ssize_t i);
@@ -252,13 +245,13 @@ static void open_location_files(void *ctx, Py_ssize_t i) {
 
 PyObject *dis_create_many(PyObject *self, PyObject *args) {
     PyObject *arg;
-    int files_threads = FILES_AT_ONCE_MAX; /* locations whose column files are being made at once */
+    int files_threads = PHASE_THREADS; /* locations whose column files are being made at once */
     if (!PyArg_ParseTuple(args, "O|i", &arg, &files_threads))
         return NULL;
     if (files_threads < 1)
         files_threads = 1;
-    if (files_threads > FILES_AT_ONCE_MAX)
-        files_threads = FILES_AT_ONCE_MAX;
+    if (files_threads > PHASE_THREADS)
+        files_threads = PHASE_THREADS;
     PyObject *seq = PySequence_Fast(arg, "locations must be a sequence");
     if (seq == NULL)
         return NULL;
