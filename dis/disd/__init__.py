@@ -14,3 +14,10 @@ __version__ = "0.1.0"
 # exec, which no process of ours does (the Kafka fetch processes and the DIS's subprocesses
 # exec a new interpreter).  Set before any module of ours imports grpc, which reads it then.
 _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+# numpy's bundled OpenBLAS starts a thread per core at import, and they spin while it sets up:
+# 60-110 ms of CPU per process start on a 2-core machine, paid by every `dis serve`, tailer and
+# Kafka fetch process, for linear algebra no process of ours does (its byte work is element-wise
+# numpy, Arrow and our C).  One BLAS thread, unless the environment says otherwise; set before any
+# module of ours imports numpy, which reads it then (tests/test_process_start.py).
+_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
