@@ -520,24 +520,10 @@ static ALWAYS_INLINE int64_t find_or_add_rec(KeyIndex *ix, source_t *s, Py_ssize
     return slot;
 }
 
-/* Every batch row's key of one string column: its slot, and each slot's last row in ``last``;
- * 0 when out of memory. */
+/* Every batch row's key of one string column: its slot, and each slot's last row (in the slot's
+ * record when the call keeps records, else in ``last``); 0 when out of memory.  The one test of
+ * ``s->rec`` a row is the same every row: the compiler moves it out of the loop. */
 static int run_string(KeyIndex *ix, source_t *s, Py_ssize_t n) {
-    if (s->rec != NULL) {
-        strkey_t ring[RING];
-        for (Py_ssize_t i = 0; i < n && i < AHEAD; i++)
-            read_strkey(s, i, &ring[i % RING]);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (i + AHEAD < n) {
-                strkey_t *ahead = &ring[(i + AHEAD) % RING];
-                read_strkey(s, i + AHEAD, ahead);
-                __builtin_prefetch(&ix->table[(uint32_t)ahead->h & ((1u << ix->bits) - 1)]);
-            }
-            if (find_or_add_rec(ix, s, i, &ring[i % RING]) < 0)
-                return 0;
-        }
-        return 1;
-    }
     strkey_t ring[RING];
     for (Py_ssize_t i = 0; i < n && i < AHEAD; i++)
         read_strkey(s, i, &ring[i % RING]);
@@ -547,10 +533,16 @@ static int run_string(KeyIndex *ix, source_t *s, Py_ssize_t n) {
             read_strkey(s, i + AHEAD, ahead);
             __builtin_prefetch(&ix->table[(uint32_t)ahead->h & ((1u << ix->bits) - 1)]);
         }
-        int64_t slot = find_or_add(ix, s, i, ring[i % RING].h, &ring[i % RING], MODE_STRING);
-        if (slot < 0)
-            return 0;
-        s->last[slot] = (int32_t)(s->base + i);
+        strkey_t *key = &ring[i % RING];
+        if (s->rec != NULL) {
+            if (find_or_add_rec(ix, s, i, key) < 0)
+                return 0;
+        } else {
+            int64_t slot = find_or_add(ix, s, i, key->h, key, MODE_STRING);
+            if (slot < 0)
+                return 0;
+            s->last[slot] = (int32_t)(s->base + i);
+        }
     }
     return 1;
 }
