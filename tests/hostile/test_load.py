@@ -58,7 +58,8 @@ def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_pat
     assert result["floor_rows"] == 20 * 10, human
     baseline_s = result["rows"] / result["baseline"]
     assert result["ratio_floor_ceiling"] == pytest.approx(baseline_s / result["floor_s"], rel=0.01), human
-    assert result["floor_cpu_ms_per_location"] > result["floor_dis_cpu_ms_per_location"] > 0, human
+    # CPU is counted in the kernel's 10 ms ticks: the tailers' share of a 200-row floor can be 0
+    assert result["floor_cpu_ms_per_location"] >= result["floor_dis_cpu_ms_per_location"] > 0, human
     assert 0 < result["floor_first_rows_p50_s"] <= result["floor_s"], human
 
 
