@@ -37,6 +37,7 @@ from disd.storage import columns as colfmt
 from disd.storage import fsio
 from disd.storage.checkpoint import FILE_NAME, TEMP_NAME
 from disd.storage.clock import CheckpointClock, FlushClock
+from disd.storage.lastbystage import Stager
 from disd.storage.filehandles import TrackedFileHandleFactory, default_max_open_files
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location, new_record
@@ -115,6 +116,7 @@ class StorageEngine:
         self._closed = False
         self._next_scan = 0.0  # time.monotonic() from which ``locations`` walks the disk again
         self.flusher = FlushClock(Location.flush_marked, self._stop, batch=flush_many)
+        self.stager = Stager(self._stop)  # last-by states built ahead of their publishes
         self.checkpointer = CheckpointClock(
             Location.checkpoint, lambda loc: loc.import_config.checkpoint_interval_ms / 1000.0, self._stop)
         self._discover()
@@ -218,7 +220,7 @@ class StorageEngine:
         return Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
                         self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
                         create_version=version, on_dirty=self._dirty, on_error=self._failed,
-                        compiled=self.compiled, created=created)  # type: ignore[arg-type]
+                        on_stage=self.stager.mark, compiled=self.compiled, created=created)  # type: ignore[arg-type]
 
     def _register(self, loc: Location) -> None:
         with self._lock:
@@ -400,7 +402,8 @@ class StorageEngine:
             return
         self.file_handles.start()
         for name, run in (("flusher", self.flusher.run), ("checkpointer", self.checkpointer.run),
-                          ("reopener", self._reopener)):
+                          ("reopener", self._reopener),
+                          ("lastby-stager", self.stager.run)):
             t = threading.Thread(target=run, name=f"dis-{name}", daemon=True)
             t.start()
             self._threads.append(t)

@@ -59,6 +59,9 @@ SUFFIX = ".arrow"
 TEMP_SUFFIX = ".tmp"
 DELTAS_KEPT = 256  # changes a subscriber may fall behind (at most twice the state's rows) before it gets the state
 REBUILD_CHUNK_ROWS = 1 << 20  # rows read at a time when rebuilding the state from the column files
+#: the least committed rows, not yet absorbed, for which the state is built ahead of the publish
+#: (``LastBy.stage``); at least twice the state's keys too, as each update costs O(keys)
+STAGE_ROWS = 200_000
 
 
 class LastByError(DisError, ValueError):
@@ -274,6 +277,9 @@ class LastBy:
         self.pending = Pending()  # appended rows not yet absorbed (fed by the location)
         self.rows_read_back = 0  # rows a publish had to read from the files (Pending did not hold them)
         self._state = Snapshot(empty_table(self.arrow_schema), 0, 0)
+        # The state built ahead of the published rows from committed ones (``stage``), not served
+        # until a publish reaches its rows, with its subscribers' delta; the key index holds its keys.
+        self._ahead: tuple[Snapshot, list[tuple[int, pa.Table]]] | None = None
         self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque()
         self._lock = threading.Lock()  # guards _state's replacement and _deltas
         # Serializes updates (the flusher's, a checkpoint's); the location takes it before its
@@ -302,18 +308,64 @@ class LastBy:
         """Bring the state up to ``rows`` published rows, reading the rows it lacks with
         ``read(start, stop)``; ``held``: the caller holds ``apply_lock``."""
         with contextlib.nullcontext() if held else self.apply_lock:
-            s, generation = self._state, self._generation
+            generation = self._generation
+            self._promote(rows)
+            s = self._state
             if s.rows < rows:
                 self.apply(read(s.rows, rows), rows, generation)
             return self._state
+
+    def should_stage(self, committed: int) -> bool:
+        """Whether enough committed rows wait (``STAGE_ROWS``, and twice the keys) for ``stage``."""
+        ahead = self._ahead
+        base = ahead[0] if ahead is not None else self._state
+        return committed - base.rows >= max(STAGE_ROWS, 2 * len(base.table))
+
+    def stage(self, committed: int) -> None:
+        """Build the state ahead of the publish, up to ``committed`` rows (committed rows are never
+        rolled back while the location's epoch stands), from the rows ``pending`` holds; it is
+        served only once a publish reaches its rows (``catch_up``).  Why: the update's work then
+        runs while the rows are still arriving (on a core the flusher would leave idle until the
+        publish), and a publish's own update is left with the rows since.  Nothing is built when
+        ``pending`` does not hold the rows, and a failure (the key limit, a reopen) only drops
+        what was built: the publish's update then makes, and reports, the same computation."""
+        with self.apply_lock:
+            generation = self._generation
+            ahead = self._ahead
+            base = ahead[0] if ahead is not None else self._state
+            if committed <= base.rows:
+                return
+            parts = self.pending.take(base.rows, committed)
+            cols = join(parts) if parts is not None else None
+            if cols is None:
+                return
+            try:
+                self._build(base, cols, committed, generation, serve=False)
+            except Exception:  # noqa: BLE001 - the publish's update reads the rows back and reports it
+                with self._lock:
+                    self._ahead = None
+
+    def _promote(self, rows: int) -> None:
+        """Serve the state built ahead when ``rows`` reach its rows; drop it when it is past them
+        (the key index then rebuilds itself from the served state)."""
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None and ahead[0].rows <= rows:
+                self._serve(*ahead)
 
     def apply(self, batch: pa.Table | list[pa.Array], rows_after: int, generation: int | None = None) -> None:
         """Absorb newly published rows (``batch``, the rows ``[state.rows, rows_after)``: a table
         read from the files, or the columns ``Pending`` held, in schema order).  Raises
         LastByLimitError, leaving the state as it was, when the keys would exceed the limit.
         Dropped when ``recover`` ran since ``generation`` was read."""
-        s = self._state
+        with self._lock:
+            self._ahead = None  # (built from the state this replaces)
         cols = list(batch.columns) if isinstance(batch, pa.Table) else batch
+        self._build(self._state, cols, rows_after, generation, serve=True)
+
+    def _build(self, s: Snapshot, cols: Sequence[pa.Array | pa.ChunkedArray], rows_after: int,
+               generation: int | None, serve: bool) -> None:
+        """The state ``s`` with the rows ``cols`` absorbed, served (``serve``) or held ahead."""
         if len(cols) != len(self.schema.columns):
             raise LastByError(f"table {self.schema.key}: last-by state given {len(cols)} columns, "
                               f"the location has {len(self.schema.columns)}")
@@ -339,14 +391,26 @@ class LastBy:
             if generation is not None and generation != self._generation:
                 return
             self._slots.accept(keyed.token, table)
-            self._state = Snapshot(table, rows_after, s.seq + 1, self._slots.nbytes)
-            if delta is None:
-                self._deltas.clear()
-                return
-            self._deltas.append((s.seq + 1, delta))
-            self._delta_rows += len(delta)
-            while len(self._deltas) > DELTAS_KEPT or self._delta_rows > 2 * total and len(self._deltas) > 1:
-                self._delta_rows -= len(self._deltas.popleft()[1])
+            snap = Snapshot(table, rows_after, s.seq + 1, self._slots.nbytes)
+            ahead = self._ahead
+            deltas = [*(ahead[1] if ahead is not None and ahead[0] is s else []),
+                      *([] if delta is None else [(snap.seq, delta)])]
+            if serve:
+                self._serve(snap, deltas if delta is not None else None)
+            else:
+                self._ahead = (snap, deltas)
+
+    def _serve(self, snap: Snapshot, deltas: list[tuple[int, pa.Table]] | None) -> None:
+        """Under ``_lock``: ``snap`` is now the state; ``deltas``: the changed keys' rows of each
+        update since the state it replaces (None: not kept, as nobody subscribed)."""
+        self._state = snap
+        if not deltas or not self.subscribers:
+            self._deltas.clear()
+            return
+        self._deltas.extend(deltas)
+        self._delta_rows += sum(len(d) for _, d in deltas)
+        while len(self._deltas) > DELTAS_KEPT or self._delta_rows > 2 * len(snap.table) and len(self._deltas) > 1:
+            self._delta_rows -= len(self._deltas.popleft()[1])
 
     def changes_since(self, seq: int) -> tuple[bool, pa.Table, int, int]:
         """What a subscriber at ``seq`` has not seen: ``(False, latest rows of changed keys, seq,
@@ -387,6 +451,7 @@ class LastBy:
         with self._lock:
             self._generation += 1
             self._state = Snapshot(empty_table(self.arrow_schema), 0, self._state.seq + 1)
+            self._ahead = None
             self.pending.clear()
             self._deltas.clear()
             self._delta_rows = 0
