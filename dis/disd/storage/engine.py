@@ -68,12 +68,11 @@ def location_path(db_root: str, key: LocationKey) -> str:
 
 
 def _creation_interrupted(path: str) -> bool:
-    """A location directory with no ``table.size`` and no column file holding a byte: a new
-    location a crash interrupted before its first record was durable.  It has no rows and no
-    schema version yet, so it is left for the first stream to make, in the version of that
-    stream's log; opened at start, it would take the table's newest version, and a log of the
-    version it was being made for would be refused for ever.  (With data it is damage, and is
-    opened, in error.)"""
+    """A location directory with no ``table.size`` and no column file holding a byte: a new location a
+    crash interrupted before its first record was durable.  It has no rows and no schema version yet, so
+    it is left for the first stream to make, in the version of that stream's log; opened at start, it
+    would take the table's newest version, and a log of the version it was being made for would be
+    refused for ever.  (With data it is damage, and is opened, in error.)"""
     try:
         entries = list(os.scandir(path))
     except OSError:
@@ -242,9 +241,8 @@ class StorageEngine:
         (``fsio.create_locations``: each step for every location before the next, so a parent
         directory is fsynced once for all its new children, and in C with the interpreter's lock
         given up once and the disk waits overlapped); the ones that exist are opened (recovered)
-        side by side on a few threads.  Failures are not raised here: the caller's own
-        ``location`` call meets them again (a location that cannot be made or recovered is open,
-        in error state)."""
+        side by side on a few threads.  Failures are not raised here: the caller's own ``location``
+        call meets them again (a location that cannot be made or recovered is open, in error state)."""
         claimed: list[tuple[LocationKey, int | None, threading.Event]] = []
         with self._lock:
             if self._closed or self._stop.is_set():  # closing: close() has taken the pool away
@@ -402,8 +400,7 @@ class StorageEngine:
             return
         self.file_handles.start()
         for name, run in (("flusher", self.flusher.run), ("checkpointer", self.checkpointer.run),
-                          ("reopener", self._reopener),
-                          ("lastby-stager", self.stager.run)):
+                          ("reopener", self._reopener), ("lastby-stager", self.stager.run)):
             t = threading.Thread(target=run, name=f"dis-{name}", daemon=True)
             t.start()
             self._threads.append(t)
