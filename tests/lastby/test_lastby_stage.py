@@ -5,6 +5,7 @@ subscribers' changes complete, and a failure ahead of the publish reported by th
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -126,3 +127,56 @@ def test_the_stager_thread_builds_the_state_from_committed_rows_and_a_publish_se
         assert lb.rows_read_back == 0
     finally:
         srv.stop(0.5)
+
+
+def test_a_stage_racing_an_ingest_between_its_commit_and_its_hand_over_takes_no_rolled_back_rows(tmp_path, monkeypatch):
+    """The compiled path commits rows inside its C call and hands their arrays to ``Pending``
+    after it, where rolled-back rows of an abandoned transaction may still lie in their place.
+    A stage at that moment (here: from another thread, given 0.5 s) must wait for the hand-over;
+    the state a publish then serves is the last-by of the rows, none of the rolled-back ones."""
+    from disd.config import ImportConfig
+    from disd.storage import StorageEngine, ingest
+    from disd.storage.ingest import ingest_chunks
+
+    from storage.test_ingest_differential import REGISTRY, Chunk, Log, _frame, _location, _stream
+    from support.rows import TRADE
+
+    e = StorageEngine(str(tmp_path / "db"), REGISTRY, compiled=True,
+                      import_tables={TRADE.key: ImportConfig(last_by=("Sym",), lastby_max_keys=1000)})
+    try:
+        loc = _location(e, TRADE, "ip0")
+        log = Log(TRADE, "ip0")
+
+        def frame(syms: list[str], flags: list[int]) -> bytes:
+            n = len(syms)
+            return _frame(TRADE, [pa.array(np.arange(n), pa.timestamp("ns", tz="UTC")), pa.array(syms),
+                                  pa.array(np.arange(n, dtype=np.float64)), pa.array(np.arange(n, dtype=np.int32))], flags)
+
+        # two rows committed, then a transaction left open (its rows held in Pending, uncommitted)
+        log.data += frame(["a", "b", "stale1", "stale2"], [3, 3, 1, 0])
+        first = len(log.data)
+        # a new transaction abandons the open one: its rows take their place and commit
+        log.data += frame(["c", "d"], [1, 2])
+        real, raced = ingest._feed_lastby, []
+
+        def feed(where) -> None:  # noqa: ANN001
+            if where.committed_rows == 4 and not raced:
+                t = threading.Thread(target=where.stage_lastby)
+                t.start()
+                t.join(0.5)
+                raced.append(t)
+            real(where)
+
+        monkeypatch.setattr(ingest, "_feed_lastby", feed)
+        stream = _stream(loc, TRADE)
+        for a, b in ((0, first), (first, len(log.data))):
+            (r,) = ingest_chunks([(stream, Chunk(log.name, a, log.data[a:b], False), None)])
+            assert r.refused is None
+        raced[0].join()
+        loc.flush()
+        state = loc.lastby.snapshot()
+        assert state.rows == 4
+        assert state.table.column("Sym").to_pylist() == ["a", "b", "c", "d"]
+        assert state.table.equals(last_by(loc.read_table(), ["Sym"]))
+    finally:
+        e.close()

@@ -832,10 +832,17 @@ class Location:
 
     def stage_lastby(self) -> None:
         """The stager thread's visit: the last-by state built up to the committed rows, held
-        until a publish reaches them (a race with a reopen is dropped by the state's generation)."""
+        until a publish reaches them (a race with a reopen is dropped by the state's generation).
+        The count is read under the lock: an ingest holding it may have committed rows whose
+        arrays it has not yet handed to ``Pending`` (which may still hold rolled-back ones there)."""
         lastby = self.lastby
-        if lastby is not None and not self.closed and not self.in_error:
-            lastby.stage(self.committed_rows)
+        if lastby is None:
+            return
+        with self.lock:
+            if self.closed or self.in_error:
+                return
+            committed = self.committed_rows
+        lastby.stage(committed)
 
     def hand_off_lastby(self, published: tuple[int, dict[str, int], int] | None) -> None:
         """After a publish on an ingest thread, off the lock: the flusher brings the last-by state
