@@ -157,7 +157,7 @@ def test_a_stage_racing_an_ingest_between_its_commit_and_its_hand_over_takes_no_
         first = len(log.data)
         # a new transaction abandons the open one: its rows take their place and commit
         log.data += frame(["c", "d"], [1, 2])
-        real, raced = ingest._feed_lastby, []
+        real, raced = ingest._feed_lastby, []  # noqa: SLF001 - the race is at its call
 
         def feed(where) -> None:  # noqa: ANN001
             if where.committed_rows == 4 and not raced:
