@@ -254,11 +254,9 @@ def test_an_update_holds_memory_of_the_keys_not_of_the_batch(monkeypatch):
     import tracemalloc
 
     from disd.storage import lastby as lastby_mod
-    from disd.storage import lastbybuild
 
     pool = pa.proxy_memory_pool(pa.system_memory_pool())
     monkeypatch.setattr(lastby_mod, "POOL", pool)
-    monkeypatch.setattr(lastbybuild, "POOL", pool)
     monkeypatch.setattr(lastbykeys, "POOL", pool)
     lb = LastBy(SCHEMA, ("S",), 1000, native=True)
     first = rows(200, 1, 0, ("S",), 16)

@@ -37,7 +37,6 @@ from disd.storage import columns as colfmt
 from disd.storage import fsio
 from disd.storage.checkpoint import FILE_NAME, TEMP_NAME
 from disd.storage.clock import CheckpointClock, FlushClock
-from disd.storage.lastbystage import Stager
 from disd.storage.filehandles import TrackedFileHandleFactory, default_max_open_files
 from disd.storage.fsio import OS, FileSystem, MeteredFileSystem
 from disd.storage.location import IoRetry, Location, new_record
@@ -68,11 +67,12 @@ def location_path(db_root: str, key: LocationKey) -> str:
 
 
 def _creation_interrupted(path: str) -> bool:
-    """A location directory with no ``table.size`` and no column file holding a byte: a new location a
-    crash interrupted before its first record was durable.  It has no rows and no schema version yet, so
-    it is left for the first stream to make, in the version of that stream's log; opened at start, it
-    would take the table's newest version, and a log of the version it was being made for would be
-    refused for ever.  (With data it is damage, and is opened, in error.)"""
+    """A location directory with no ``table.size`` and no column file holding a byte: a new
+    location a crash interrupted before its first record was durable.  It has no rows and no
+    schema version yet, so it is left for the first stream to make, in the version of that
+    stream's log; opened at start, it would take the table's newest version, and a log of the
+    version it was being made for would be refused for ever.  (With data it is damage, and is
+    opened, in error.)"""
     try:
         entries = list(os.scandir(path))
     except OSError:
@@ -115,7 +115,6 @@ class StorageEngine:
         self._closed = False
         self._next_scan = 0.0  # time.monotonic() from which ``locations`` walks the disk again
         self.flusher = FlushClock(Location.flush_marked, self._stop, batch=flush_many)
-        self.stager = Stager(self._stop)  # last-by states built ahead of their publishes
         self.checkpointer = CheckpointClock(
             Location.checkpoint, lambda loc: loc.import_config.checkpoint_interval_ms / 1000.0, self._stop)
         self._discover()
@@ -219,7 +218,7 @@ class StorageEngine:
         return Location(key, schema, path, self.file_handles, self.storage.block_size_bytes,
                         self.import_config(schema.key), on_publish=self._published, io_retry=self.io_retry,
                         create_version=version, on_dirty=self._dirty, on_error=self._failed,
-                        on_stage=self.stager.mark, compiled=self.compiled, created=created)  # type: ignore[arg-type]
+                        compiled=self.compiled, created=created)  # type: ignore[arg-type]
 
     def _register(self, loc: Location) -> None:
         with self._lock:
@@ -241,8 +240,9 @@ class StorageEngine:
         (``fsio.create_locations``: each step for every location before the next, so a parent
         directory is fsynced once for all its new children, and in C with the interpreter's lock
         given up once and the disk waits overlapped); the ones that exist are opened (recovered)
-        side by side on a few threads.  Failures are not raised here: the caller's own ``location``
-        call meets them again (a location that cannot be made or recovered is open, in error state)."""
+        side by side on a few threads.  Failures are not raised here: the caller's own
+        ``location`` call meets them again (a location that cannot be made or recovered is open,
+        in error state)."""
         claimed: list[tuple[LocationKey, int | None, threading.Event]] = []
         with self._lock:
             if self._closed or self._stop.is_set():  # closing: close() has taken the pool away
@@ -400,7 +400,7 @@ class StorageEngine:
             return
         self.file_handles.start()
         for name, run in (("flusher", self.flusher.run), ("checkpointer", self.checkpointer.run),
-                          ("reopener", self._reopener), ("lastby-stager", self.stager.run)):
+                          ("reopener", self._reopener)):
             t = threading.Thread(target=run, name=f"dis-{name}", daemon=True)
             t.start()
             self._threads.append(t)

@@ -288,8 +288,6 @@ def ingest_chunks(items: Sequence[Item]) -> list[ChunkResult | None]:
     for loc, published in flushed:
         loc.hand_off_lastby(published)
         loc.published()
-    for loc in batch.touched.values():
-        loc.stage_lastby_soon()
     return batch.results
 
 

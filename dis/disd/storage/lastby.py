@@ -9,7 +9,7 @@ The state is an Arrow table in the location's columns, one row per key, keys in 
 first appeared, plus the key of each row (``_keys``) that the next batch is matched against.  It
 is never mutated: each publish builds a new one (the slot of each of the batch's keys from the
 state's key index, ``disd.storage.lastbykeys``, then each column built from the old state's and
-the touched slots' last rows in the batch, read where they lie, ``lastbybuild.new_columns``; no per-row
+the touched slots' last rows in the batch, read where they lie, ``_new_columns``; no per-row
 Python), so a reader holds a consistent snapshot
 without a lock.  Invariant: ``state.rows`` is
 the location's published row count and the state is exactly the last-by of rows ``[0, rows)``.
@@ -46,11 +46,11 @@ import structlog
 
 from disd.binlog.format import crc32c
 from disd.errors import DisError
-from disd.schema import ColumnType, TableSchema
+from disd.schema import Column, ColumnType, TableSchema
+from disd.storage import columns as colfmt
 from disd.storage.fsio import FileSystem, read_file, write_file
-from disd.storage.lastbybuild import indices, new_columns
 from disd.storage.lastbyfeed import Pending, join
-from disd.storage.lastbykeys import POOL, joined_keys, slot_finder, stored  # noqa: F401 - (stored: readers import it from here)
+from disd.storage.lastbykeys import POOL, joined_keys, slot_finder, stored
 
 log = structlog.get_logger(__name__)
 
@@ -59,9 +59,6 @@ SUFFIX = ".arrow"
 TEMP_SUFFIX = ".tmp"
 DELTAS_KEPT = 256  # changes a subscriber may fall behind (at most twice the state's rows) before it gets the state
 REBUILD_CHUNK_ROWS = 1 << 20  # rows read at a time when rebuilding the state from the column files
-#: the least committed rows, not yet absorbed, for which the state is built ahead of the publish
-#: (``LastBy.stage``); at least twice the state's keys too, as each update costs O(keys)
-STAGE_ROWS = 200_000
 
 
 class LastByError(DisError, ValueError):
@@ -82,9 +79,102 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     return pa.Table.from_batches([], schema)
 
 
+def _indices(values: np.ndarray) -> pa.Array:
+    """An int64 numpy array as an Arrow array without a copy.  Not ``pa.array``: its first call
+    imports pandas (when installed), 0.25-0.45 s with the GIL held on a DIS that never needs it."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
 def combined_key(table: pa.Table, keys: tuple[str, ...]) -> pa.Array:
     """One hashable value per row for the key columns (``lastbykeys.joined_keys``)."""
     return joined_keys([table.column(k) for k in keys])
+
+
+def _joined(state: pa.Array | pa.ChunkedArray, batch: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One column of the state followed by the batch's rows, as one array (a copy of the batch's
+    pieces, a memcpy each), for a take of a string column that is not a key (``_new_columns``)."""
+    chunks = [*(state.chunks if isinstance(state, pa.ChunkedArray) else [state]),
+              *(batch.chunks if isinstance(batch, pa.ChunkedArray) else [batch])]
+    if batch.type != state.type:
+        chunks = [c if c.type == state.type else c.cast(state.type) for c in chunks]
+    return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks, memory_pool=POOL)
+
+
+def _pieces(arr: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(arr.chunks) if isinstance(arr, pa.ChunkedArray) else [arr]
+
+
+def _picks(pieces: list[pa.Array], changed: np.ndarray, rows: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """For each piece of the batch holding a touched slot's last row: ``(piece, slots, rows in
+    the piece)``, slots ascending."""
+    out = []
+    start = 0
+    for j, piece in enumerate(pieces):
+        stop = start + len(piece)
+        sel = np.flatnonzero((rows >= start) & (rows < stop))
+        if len(sel):
+            out.append((j, changed[sel], rows[sel] - start))
+        start = stop
+    return out
+
+
+def _new_columns(schema: TableSchema, string_keys: frozenset[int], state: pa.Table, cols: Sequence[pa.Array | pa.ChunkedArray],
+                 total: int, changed: np.ndarray, rows: np.ndarray) -> list[pa.Array]:
+    """The new state's columns (``total`` slots; ``changed``, ascending, take the batch's ``rows``,
+    the others keep their old row), each as ``stored`` makes it.  No column is joined with the
+    batch (a copy of the batch, in fresh memory the size of the batch: page faults at every large
+    publish): a fixed-width column is the old state's values with the touched slots' values
+    written over them, read from each piece of the batch where they lie; a string key column is
+    the old column with the new keys appended (a touched key's bytes are those it holds); only
+    another string column is taken from the old state's rows followed by the batch's."""
+    k = state.num_rows
+    picks: dict[tuple[int, ...], list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    new_at = int(np.searchsorted(changed, k))  # (changed[new_at:] are the new keys' slots)
+    out = []
+    for i, (c, arr) in enumerate(zip(schema.columns, cols)):
+        old = state.column(i)
+        pieces = _pieces(arr)
+        if c.type is ColumnType.STRING:
+            if i in string_keys and k:
+                out.append(_appended(c, old, pieces, changed[new_at:], rows[new_at:]))
+            else:
+                idx = np.arange(total, dtype=np.int64)
+                idx[changed] = k + rows
+                out.append(stored(c, pc.take(_joined(old, arr), _indices(idx), memory_pool=POOL)))
+            continue
+        layout = tuple(len(p) for p in pieces)
+        if layout not in picks:
+            picks[layout] = _picks(pieces, changed, rows)
+        values = colfmt.encode_fixed(c, old.combine_chunks() if old.num_chunks != 1 else old.chunk(0)) if k else None
+        dtype = values.dtype if values is not None else colfmt.encode_fixed(c, pieces[0][:0]).dtype
+        new = np.empty(total, dtype)
+        if values is not None:
+            new[:k] = values
+        for j, slots, at in picks[layout]:
+            new[slots] = colfmt.encode_fixed(c, pieces[j])[at]
+        out.append(colfmt.decode_fixed(c, new, total))
+    return out
+
+
+def _appended(column: Column, old: pa.ChunkedArray, pieces: list[pa.Array], slots: np.ndarray,
+              rows: np.ndarray) -> pa.Array:
+    """A string key column: the old state's keys, then the new keys' (``slots``, ascending,
+    following the old ones), taken from the batch's ``rows``."""
+    chunks = list(old.chunks)
+    if len(slots):
+        parts, order = [], []
+        for j, sel_slots, at in _picks(pieces, slots, rows):
+            parts.append(stored(column, pc.take(pieces[j], _indices(at), memory_pool=POOL)))
+            order.append(sel_slots)
+        new = parts[0] if len(parts) == 1 else pa.concat_arrays(parts, memory_pool=POOL)
+        if len(parts) > 1:
+            new = pc.take(new, _indices(np.argsort(np.concatenate(order), kind="stable")), memory_pool=POOL)
+        chunks.append(new)
+    if len(chunks) == 1:
+        return chunks[0]
+    chunks = [c if c.type == chunks[0].type else c.cast(chunks[0].type) for c in chunks]
+    return pa.concat_arrays(chunks, memory_pool=POOL)
 
 
 def _last_indices(key: pa.Array) -> np.ndarray:
@@ -179,14 +269,11 @@ class LastBy:
         self._key_index = [schema.column_names.index(k) for k in keys]
         self._slots = slot_finder([schema.columns[i] for i in self._key_index], native)
         # String key columns: a touched key's bytes are the ones the state holds already, so the
-        # new state keeps the old column and appends only the new keys (``lastbybuild.new_columns``).
+        # new state keeps the old column and appends only the new keys (``_new_columns``).
         self._string_keys = frozenset(i for i in self._key_index if schema.columns[i].type is ColumnType.STRING)
         self.pending = Pending()  # appended rows not yet absorbed (fed by the location)
         self.rows_read_back = 0  # rows a publish had to read from the files (Pending did not hold them)
         self._state = Snapshot(empty_table(self.arrow_schema), 0, 0)
-        # The state built ahead of the published rows from committed ones (``stage``), not served
-        # until a publish reaches its rows, with its subscribers' delta; the key index holds its keys.
-        self._ahead: tuple[Snapshot, list[tuple[int, pa.Table]]] | None = None
         self._deltas: collections.deque[tuple[int, pa.Table]] = collections.deque()
         self._lock = threading.Lock()  # guards _state's replacement and _deltas
         # Serializes updates (the flusher's, a checkpoint's); the location takes it before its
@@ -215,64 +302,18 @@ class LastBy:
         """Bring the state up to ``rows`` published rows, reading the rows it lacks with
         ``read(start, stop)``; ``held``: the caller holds ``apply_lock``."""
         with contextlib.nullcontext() if held else self.apply_lock:
-            generation = self._generation
-            self._promote(rows)
-            s = self._state
+            s, generation = self._state, self._generation
             if s.rows < rows:
                 self.apply(read(s.rows, rows), rows, generation)
             return self._state
-
-    def should_stage(self, committed: int) -> bool:
-        """Whether enough committed rows wait (``STAGE_ROWS``, and twice the keys) for ``stage``."""
-        ahead = self._ahead
-        base = ahead[0] if ahead is not None else self._state
-        return committed - base.rows >= max(STAGE_ROWS, 2 * len(base.table))
-
-    def stage(self, committed: int) -> None:
-        """Build the state ahead of the publish, up to ``committed`` rows (committed rows are never
-        rolled back while the location's epoch stands), from the rows ``pending`` holds; it is
-        served only once a publish reaches its rows (``catch_up``).  Why: the update's work then
-        runs while the rows are still arriving (on a core the flusher would leave idle until the
-        publish), and a publish's own update is left with the rows since.  Nothing is built when
-        ``pending`` does not hold the rows, and a failure (the key limit, a reopen) only drops
-        what was built: the publish's update then makes, and reports, the same computation."""
-        with self.apply_lock:
-            generation = self._generation
-            ahead = self._ahead
-            base = ahead[0] if ahead is not None else self._state
-            if committed <= base.rows:
-                return
-            parts = self.pending.take(base.rows, committed)
-            cols = join(parts) if parts is not None else None
-            if cols is None:
-                return
-            try:
-                self._build(base, cols, committed, generation, serve=False)
-            except Exception:  # noqa: BLE001 - the publish's update reads the rows back and reports it
-                with self._lock:
-                    self._ahead = None
-
-    def _promote(self, rows: int) -> None:
-        """Serve the state built ahead when ``rows`` reach its rows; drop it when it is past them
-        (the key index then rebuilds itself from the served state)."""
-        with self._lock:
-            ahead, self._ahead = self._ahead, None
-            if ahead is not None and ahead[0].rows <= rows:
-                self._serve(*ahead)
 
     def apply(self, batch: pa.Table | list[pa.Array], rows_after: int, generation: int | None = None) -> None:
         """Absorb newly published rows (``batch``, the rows ``[state.rows, rows_after)``: a table
         read from the files, or the columns ``Pending`` held, in schema order).  Raises
         LastByLimitError, leaving the state as it was, when the keys would exceed the limit.
         Dropped when ``recover`` ran since ``generation`` was read."""
-        with self._lock:
-            self._ahead = None  # (built from the state this replaces)
+        s = self._state
         cols = list(batch.columns) if isinstance(batch, pa.Table) else batch
-        self._build(self._state, cols, rows_after, generation, serve=True)
-
-    def _build(self, s: Snapshot, cols: Sequence[pa.Array | pa.ChunkedArray], rows_after: int,
-               generation: int | None, serve: bool) -> None:
-        """The state ``s`` with the rows ``cols`` absorbed, served (``serve``) or held ahead."""
         if len(cols) != len(self.schema.columns):
             raise LastByError(f"table {self.schema.key}: last-by state given {len(cols)} columns, "
                               f"the location has {len(self.schema.columns)}")
@@ -291,33 +332,21 @@ class LastBy:
                 f"table {self.schema.key}: {total} last-by keys would exceed lastby_max_keys={self.max_keys} "
                 f"(import.tables.{self.schema.key}.lastby_max_keys); the location stops rather than grow without bound")
         table = pa.Table.from_arrays(
-            new_columns(self.schema, self._string_keys, s.table, cols, total, changed, rows),
+            _new_columns(self.schema, self._string_keys, s.table, cols, total, changed, rows),
             schema=self.arrow_schema)
-        delta = pc.take(table, indices(changed), memory_pool=POOL) if self.subscribers else None
+        delta = pc.take(table, _indices(changed), memory_pool=POOL) if self.subscribers else None
         with self._lock:
             if generation is not None and generation != self._generation:
                 return
             self._slots.accept(keyed.token, table)
-            snap = Snapshot(table, rows_after, s.seq + 1, self._slots.nbytes)
-            ahead = self._ahead
-            deltas = [*(ahead[1] if ahead is not None and ahead[0] is s else []),
-                      *([] if delta is None else [(snap.seq, delta)])]
-            if serve:
-                self._serve(snap, deltas if delta is not None else None)
-            else:
-                self._ahead = (snap, deltas)
-
-    def _serve(self, snap: Snapshot, deltas: list[tuple[int, pa.Table]] | None) -> None:
-        """Under ``_lock``: ``snap`` is now the state; ``deltas``: the changed keys' rows of each
-        update since the state it replaces (None: not kept, as nobody subscribed)."""
-        self._state = snap
-        if not deltas or not self.subscribers:
-            self._deltas.clear()
-            return
-        self._deltas.extend(deltas)
-        self._delta_rows += sum(len(d) for _, d in deltas)
-        while len(self._deltas) > DELTAS_KEPT or self._delta_rows > 2 * len(snap.table) and len(self._deltas) > 1:
-            self._delta_rows -= len(self._deltas.popleft()[1])
+            self._state = Snapshot(table, rows_after, s.seq + 1, self._slots.nbytes)
+            if delta is None:
+                self._deltas.clear()
+                return
+            self._deltas.append((s.seq + 1, delta))
+            self._delta_rows += len(delta)
+            while len(self._deltas) > DELTAS_KEPT or self._delta_rows > 2 * total and len(self._deltas) > 1:
+                self._delta_rows -= len(self._deltas.popleft()[1])
 
     def changes_since(self, seq: int) -> tuple[bool, pa.Table, int, int]:
         """What a subscriber at ``seq`` has not seen: ``(False, latest rows of changed keys, seq,
@@ -358,7 +387,6 @@ class LastBy:
         with self._lock:
             self._generation += 1
             self._state = Snapshot(empty_table(self.arrow_schema), 0, self._state.seq + 1)
-            self._ahead = None
             self.pending.clear()
             self._deltas.clear()
             self._delta_rows = 0

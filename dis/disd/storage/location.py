@@ -173,7 +173,6 @@ class Location:
         create_version: int | None = None,
         on_dirty: Callable[["Location", float | None], None] | None = None,
         on_error: Callable[["Location"], None] | None = None,
-        on_stage: Callable[["Location"], None] | None = None,
         compiled: bool | None = None,
         created: "tuple[CheckpointRecord, list[TrackedFile]] | BaseException | None" = None,
     ) -> None:
@@ -195,7 +194,6 @@ class Location:
         self._on_publish = on_publish
         self._on_dirty = on_dirty
         self._on_error = on_error  # told each time the location enters (or stays in) error
-        self._on_stage = on_stage  # asks for ``stage_lastby`` on the engine's stager thread
         self.io_retry = io_retry
         self.lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
@@ -506,7 +504,6 @@ class Location:
             self.check_epoch(epoch)
             decodedrows.ingest(self, file_name, run, rows)
             self.write_due()
-        self.stage_lastby_soon()
 
     def append_committed(self, cols: list[pa.Array], source: SourcePosition, nbytes: int = 0,
                          epoch: int | None = None) -> None:
@@ -518,7 +515,6 @@ class Location:
             self.check_epoch(epoch)
             decodedrows.append_committed(self, cols, source, nbytes)
             self.write_due()
-        self.stage_lastby_soon()
 
     def check_epoch(self, epoch: int | None) -> None:
         """Under the lock: LocationError unless the location takes rows from a sender that learnt
@@ -822,27 +818,6 @@ class Location:
         """After a publish, off the lock (``published``: ``publish_snapshot``'s)."""
         if self.lastby is not None and published is not None:
             self._update_lastby(*published)
-
-    def stage_lastby_soon(self) -> None:
-        """After an ingest thread committed rows, off the lock: when enough wait, have the
-        stager thread build the last-by state ahead of the publish (``LastBy.stage``)."""
-        lastby = self.lastby
-        if lastby is not None and self._on_stage is not None and lastby.should_stage(self.committed_rows):
-            self._on_stage(self)
-
-    def stage_lastby(self) -> None:
-        """The stager thread's visit: the last-by state built up to the committed rows, held
-        until a publish reaches them (a race with a reopen is dropped by the state's generation).
-        The count is read under the lock: an ingest holding it may have committed rows whose
-        arrays it has not yet handed to ``Pending`` (which may still hold rolled-back ones there)."""
-        lastby = self.lastby
-        if lastby is None:
-            return
-        with self.lock:
-            if self.closed or self.in_error:
-                return
-            committed = self.committed_rows
-        lastby.stage(committed)
 
     def hand_off_lastby(self, published: tuple[int, dict[str, int], int] | None) -> None:
         """After a publish on an ingest thread, off the lock: the flusher brings the last-by state
