@@ -191,7 +191,7 @@ def traced_calls(kind: str, root: pathlib.Path) -> list[tuple[str, ...]]:
               "[__import__('os').close(fd) for fd, _ in out]\n")
     root.mkdir()
     trace = root.parent / f"{root.name}.strace"
-    r = subprocess.run(["strace", "-f", "-y", "-e", f"trace={traced}", "-o", str(trace), sys.executable, "-c", script,
+    r = subprocess.run(["strace", "-f", "-y", "-e", f"trace={_TRACED}", "-o", str(trace), sys.executable, "-c", script,
                         kind, str(root / "x" / "y" / "T")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     calls = []
