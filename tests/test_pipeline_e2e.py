@@ -126,35 +126,3 @@ def test_kill9_mid_stream_loses_and_duplicates_nothing(tmp_path, victim):
     finally:
         tailer.terminate()
         dis.terminate()
-
-
-def test_kill9_while_the_tailer_is_behind_loses_and_duplicates_nothing(tmp_path):
-    """A backlog the tailer catches up in many requests (its chunks are not caught up, so the DIS
-    acks each batch once its rows are in the column buffers, before their writes): the DIS is
-    killed twice while rows are arriving, and the table still ends exactly the committed rows."""
-    port = free_port_pair()
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    log = make_logger(logs)
-    w = Writer(log, batches=80, rows=20000, pause_s=0)
-    w.run()
-    log.close()
-    assert w.error is None, w.error
-    dis_cfg = write_dis_config(tmp_path, port)
-    tailer_cfg = write_tailer_config(tmp_path, port, logs, chunk_bytes=256 << 10, max_in_flight_bytes=1 << 20)
-    dis = start_dis_process(tmp_path, dis_cfg)
-    tailer = start_tailer(tmp_path, tailer_cfg)
-    try:
-        midway = 0
-        for _ in range(2):
-            seen = wait_for(lambda: rows_visible(port), 60, interval=0.005, what="rows arriving")
-            dis.kill9()
-            midway += seen < w.committed
-            time.sleep(0.3)
-            dis = start_dis_process(tmp_path, dis_cfg)
-        assert midway >= 1, "every kill came after the backlog was in"
-        wait_for(lambda: rows_visible(port) == w.committed, 90, what=f"{w.committed} rows visible")
-        assert read_sizes(port) == list(range(w.committed))
-    finally:
-        tailer.terminate()
-        dis.terminate()
