@@ -4,7 +4,6 @@ one call, each with ``Stream``'s protocol and statuses."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import pathlib
 import queue
 import threading
@@ -20,7 +19,7 @@ from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2
 from disd.server import ingestmux
 from disd.storage.fsio import OsFileSystem
-from faults.disk import FaultyDisk, engines_on
+from faults.disk import engines_on
 from support import TRADE, append_rows, running_dis, trade_rows, wait_for, write_log
 
 from .conftest import FILE1, KEY, IngestStream, frames_of
@@ -271,8 +270,14 @@ def held_dis(tmp_path, monkeypatch):
             disk.go.set()  # a failed test leaves no write waiting
 
 
-def collector(m: MuxCall) -> queue.Queue:
-    """The call's responses, as they arrive, on a queue (read by a thread of their own)."""
+def test_the_next_request_is_received_while_a_chunk_is_written_and_acked_only_after(held_dis, tmp_path):
+    srv, disk, parsed = held_dis
+    path = tmp_path / FILE1
+    append_rows(path, 0, 3000, frames=3)
+    a, b, c = chunks(path)
+    m = MuxCall(srv.port)
+    m.send((1, open_frame(KEY)))
+    assert m.reply().response.resume.file_name == ""
     replies: queue.Queue = queue.Queue()
 
     def collect() -> None:
@@ -281,99 +286,22 @@ def collector(m: MuxCall) -> queue.Queue:
                 replies.put(r)
 
     threading.Thread(target=collect, daemon=True).start()
-    return replies
-
-
-def test_a_chunk_is_acked_before_its_write_and_the_next_request_received_meanwhile(held_dis, tmp_path):
-    srv, disk, parsed = held_dis
-    path = tmp_path / FILE1
-    append_rows(path, 0, 3000, frames=3)
-    a, b, c = chunks(path)
-    m = MuxCall(srv.port)
-    m.send((1, open_frame(KEY)))
-    assert m.reply().response.resume.file_name == ""
-    replies = collector(m)
     disk.held = True
     m.send((1, a))
     assert disk.writing.wait(10), "taking the chunk wrote nothing"
-    # its rows are in the column buffers: its ack leaves before its write is done, so a tailer
-    # that is behind sends on while the DIS writes
-    first = replies.get(timeout=10).replies
-    assert [(x.stream, x.response.ack.offset, x.response.ack.committed_rows) for x in first] == [
-        (1, a.offset + len(a.data), 1000)]
     m.send((1, b))
     m.send((1, c))
     # while the first chunk is being written, the next request has been received and parsed ...
     wait_for(lambda: len(parsed) == 3, timeout=5, what="the request after the one being written, received")
-    # ... but no more (the read-ahead is one request), and nothing of it is taken meanwhile
+    # ... but no more (the read-ahead is one request), and nothing is acknowledged before its write
     time.sleep(0.3)
     assert len(parsed) == 3
     assert replies.empty(), replies.get()
     disk.go.set()
     acks = []
-    while len(acks) < 2:
+    while len(acks) < 3:
         acks.extend(r.response.ack for r in replies.get(timeout=10).replies)
-    assert [x.offset for x in acks] == [x.offset + len(x.data) for x in (b, c)]
+    assert [x.offset for x in acks] == [x.offset + len(x.data) for x in (a, b, c)]
     assert acks[-1].committed_rows == 3000
     assert sizes(srv.port, 3000) == list(range(3000))
     m.close()
-
-
-def test_a_caught_up_chunk_is_acked_only_once_written_and_published(held_dis, tmp_path):
-    srv, disk, _ = held_dis
-    path = tmp_path / FILE1
-    append_rows(path, 0, 2000, frames=2)
-    a, b = chunks(path)
-    m = MuxCall(srv.port)
-    m.send((1, open_frame(KEY)))
-    assert m.reply().response.resume.file_name == ""
-    replies = collector(m)
-    disk.held = True
-    # a request whose last chunk is caught up: its acks wait for the flush, which publishes
-    m.send((1, a), (1, ChunkOut(b.file_name, b.offset, b.data, True)))
-    assert disk.writing.wait(10), "taking the chunks wrote nothing"
-    time.sleep(0.3)
-    assert replies.empty(), replies.get()
-    disk.go.set()
-    acks = []
-    while len(acks) < 2:
-        acks.extend(r.response.ack for r in replies.get(timeout=10).replies)
-    assert [(x.offset, x.committed_rows) for x in acks] == [(a.offset + len(a.data), 1000),
-                                                            (b.offset + len(b.data), 2000)]
-    with connect(f"127.0.0.1:{srv.port}") as cl:  # published before the ack left
-        assert sum(loc.rows for loc in cl.locations("Market", "Trade")) == 2000
-    m.close()
-
-
-def test_a_write_failing_after_its_chunk_was_acked_leaves_the_ack_and_loses_nothing(tmp_path, monkeypatch):
-    disk = FaultyDisk(record=False)
-    engines_on(monkeypatch, disk)
-    path = tmp_path / FILE1
-    append_rows(path, 0, 5000, frames=5)
-    cs = chunks(path)
-    with running_dis(tmp_path / "db", storage={"block_size_bytes": 4096}, checkpoint_ms=200) as srv:
-        m = MuxCall(srv.port)
-        m.send((1, open_frame(KEY)))
-        assert m.reply().response.resume.file_name == ""
-        m.send((1, cs[0]))
-        assert m.reply().response.ack.committed_rows == 1000
-        loc = srv.engine.location(KEY, create=False)
-        assert loc.checkpoint() or loc.checkpointed_rows == 1000
-        disk.inject("pwrite", errno.ENOSPC)
-        m.send((1, cs[1]))  # taken, acked, then its blocks fail to be written
-        ack = m.reply()
-        assert (ack.stream, ack.response.ack.committed_rows) == (1, 2000), ack
-        wait_for(lambda: loc.in_error, 5, what="the location in error after the failed write")
-        m.send((1, cs[2]))  # the stream's next chunk is refused: the location is in error
-        end = m.reply()
-        assert end.stream == 1 and end.end.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], end
-        assert "ENOSPC" in end.end.details
-        disk.heal()
-        wait_for(lambda: not loc.in_error, 10, what="the location reopened")
-        m.send((2, open_frame(KEY)))  # resumes from the checkpoint: the acked rows are sent again
-        rp = m.reply().response.resume
-        assert (rp.file_name, rp.offset) == (FILE1, cs[1].offset)
-        m.send(*[(2, c) for c in cs[1:]])
-        assert m.replies(4)[-1].response.ack.committed_rows == 5000
-        m.close()
-        assert sizes(srv.port, 5000) == list(range(5000))

@@ -228,27 +228,13 @@ class IngestService(dis_pb2_grpc.IngestServicer):
         except Exception as e:  # noqa: BLE001 - the location reports its own error state
             log.error("rollback failed", location=str(key), error=str(e))
 
-    def ingest(self, chunks: "list[tuple[ServedStream, ChunkView | dis_pb2.LogChunk]]",
-               acked: "Callable[[list[dis_pb2.IngestResponse]], None] | None" = None
-               ) -> "list[dis_pb2.IngestResponse | RequestRefused | None] | None":
+    def ingest(self, chunks: "list[tuple[ServedStream, ChunkView | dis_pb2.LogChunk]]"
+               ) -> "list[dis_pb2.IngestResponse | RequestRefused | None]":
         """The chunks of open streams, in order, handed to the storage engine as one batch: each
         one's ack or refusal, or None for a chunk after its stream's refused one (the stream ends
         there).  The session rules: the streams' owner locks are held across the batch (a stream
-        taken over or closed ingests nothing after its successor learnt where to resume).
-
-        ``acked``: when every chunk is taken and none is caught up, their acks are handed to it
-        once the rows are in the column buffers, before the batch's writes
-        (``storage.ingest.ingest_chunks``), and None is returned."""
+        taken over or closed ingests nothing after its successor learnt where to resume)."""
         opened = [s.opened() for s, _ in chunks]
-        early = False
-
-        def taken(results: list[ChunkResult | None]) -> None:
-            nonlocal early
-            early = True
-            assert acked is not None
-            answers = self._answers(opened, results)
-            acked([a for a in answers if isinstance(a, dis_pb2.IngestResponse)])
-
         owners = {id(owner): owner for _, owner, _ in opened}
         now = time.monotonic()
         held = []
@@ -265,16 +251,10 @@ class IngestService(dis_pb2_grpc.IngestServicer):
                 elif session.closed:
                     veto = Refused(RefusalKind.CANCELLED, f"the ingest stream for {session.key} was closed")
                 items.append((cursor, chunk, veto))
-            results = ingest_chunks(items, taken if acked is not None else None)
+            results = ingest_chunks(items)
         finally:
             for lock in reversed(held):
                 lock.release()
-        return None if early else self._answers(opened, results)
-
-    @staticmethod
-    def _answers(opened: "list[tuple[Session, threading.Lock, LocationIngest]]", results: list[ChunkResult | None]
-                 ) -> "list[dis_pb2.IngestResponse | RequestRefused | None]":
-        """Each chunk's answer; a taken one moves its session past it."""
         out: list[dis_pb2.IngestResponse | RequestRefused | None] = []
         counted: dict[str, int] = {}
         for (session, _, _), r in zip(opened, results):
@@ -367,9 +347,7 @@ class ServedStream:
         if body != "chunk":
             raise RequestRefused(grpc.StatusCode.INVALID_ARGUMENT, "only 'chunk' and 'report' messages may follow 'open'")
         chunk = req if isinstance(req, ChunkView) else req.chunk
-        answers = self.service.ingest([(self, chunk)])
-        assert answers is not None  # (returned whenever no ``acked`` takes them)
-        response = answers[0]
+        response = self.service.ingest([(self, chunk)])[0]
         if isinstance(response, RequestRefused):
             try:
                 raise response

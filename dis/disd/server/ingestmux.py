@@ -31,7 +31,7 @@ import functools
 import queue
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import grpc
 import structlog
@@ -177,26 +177,8 @@ class MuxCall:
             self.out.put(replies)
 
     def _chunks(self, batch: list[tuple[int, ServedStream, ChunkView]], replies: list[dis_pb2.MuxReply]) -> None:
-        """A batch of chunks of open streams: acks, or the streams refused.  Acks the engine hands
-        over before the batch's writes (``IngestService.ingest``'s ``acked``) go out at once,
-        after the request's answers so far, so the tailer sends on while the rows are written."""
-
-        def acked(responses: list[dis_pb2.IngestResponse]) -> None:
-            early: list[dis_pb2.MuxReply] = []
-            self._answer(batch, responses, early)
-            if replies:
-                self.out.put(replies[:])
-                replies.clear()
-            if early:
-                self.out.put(early)
-
-        results = self.service.ingest([(stream, chunk) for _, stream, chunk in batch], acked)
-        if results is not None:
-            self._answer(batch, results, replies)
-
-    def _answer(self, batch: list[tuple[int, ServedStream, ChunkView]],
-                results: Sequence[dis_pb2.IngestResponse | RequestRefused | None],
-                replies: list[dis_pb2.MuxReply]) -> None:
+        """A batch of chunks of open streams: acks, or the streams refused."""
+        results = self.service.ingest([(stream, chunk) for _, stream, chunk in batch])
         for (number, stream, _), r in zip(batch, results):
             if r is None:
                 continue  # after its stream's refused chunk: the stream has ended

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import structlog
 
@@ -107,8 +107,6 @@ class LocationIngest:
         self.epoch = epoch
 
 
-#: called with a batch's results before its writes, when their acks may leave then (``ingest_chunks``)
-Taken = Callable[[list[ChunkResult | None]], None]
 Item = tuple["LocationIngest", "Chunk", "Refused | None"]  # (LocationIngest, Chunk, Refused | None): a chunk, and the session's veto on it
 
 
@@ -265,19 +263,12 @@ class _Batch:
                 metrics.ROWS_COMMITTED.labels(table).inc(committed)
 
 
-def ingest_chunks(items: Sequence[Item], taken: Taken | None = None) -> list[ChunkResult | None]:
+def ingest_chunks(items: Sequence[Item]) -> list[ChunkResult | None]:
     """Each ``(stream's ingest, chunk, veto)``, in order: its result, or None for a chunk after
     its stream's refused one in the batch (the stream ends at that one; nothing of the later
     ones is taken).  ``veto`` (None: none) is the session's refusal of a chunk whose bytes are
     good.  The caller holds the streams' owner locks; the locations' locks are taken here, in
-    one order for every batch, so two batches never wait for each other.
-
-    ``taken``: called with the results once every chunk's rows are in its location's column
-    buffers and before their writes, when every chunk was taken and none is caught up (an ack
-    says the rows are in the buffers, docs/grpc-contract.md; a caught-up chunk's ack waits for
-    its flush), so a sender that is behind sends its next chunks while these are written.  A
-    write that then fails leaves those acks standing, as a failed flush does: the location is in
-    error and refuses the stream's next chunk, and the sender resumes from the checkpoint."""
+    one order for every batch, so two batches never wait for each other."""
     batch = _Batch(items)
     if not items:
         return batch.results
@@ -289,11 +280,7 @@ def ingest_chunks(items: Sequence[Item], taken: Taken | None = None) -> list[Chu
             held.append(locs[k])
         _check(batch)
         _run(batch)
-        early = taken is not None and _all_taken(batch)
-        if early:
-            assert taken is not None
-            taken(list(batch.results))
-        flushed = _write(batch, refuse=not early)
+        flushed = _write(batch)
     finally:
         for loc in reversed(held):
             loc.lock.release()
@@ -302,13 +289,6 @@ def ingest_chunks(items: Sequence[Item], taken: Taken | None = None) -> list[Chu
         loc.hand_off_lastby(published)
         loc.published()
     return batch.results
-
-
-def _all_taken(batch: _Batch) -> bool:
-    """Every chunk of the batch taken (none refused) and none caught up: their acks may leave
-    before the batch's writes."""
-    return (not batch.dead and all(r is not None and r.refused is None for r in batch.results)
-            and not any(ch.caught_up for _, ch, _ in batch.items))
 
 
 def _check(batch: _Batch) -> None:
@@ -433,18 +413,16 @@ def _compiled(batch: _Batch, i: int, out: tuple[Any, ...]) -> None:
         batch.dirty[id(loc)] = loc
 
 
-def _write(batch: _Batch, refuse: bool = True) -> list[tuple[Location, tuple[int, dict[str, int], int] | None]]:
+def _write(batch: _Batch) -> list[tuple[Location, tuple[int, dict[str, int], int] | None]]:
     """The batch's writes: whole blocks and cuts of every location that took a chunk (a failure
-    puts the location in error and, with ``refuse``, refuses its chunks of the batch, as a failed
-    append did; without, their acks have left already and stand), then the flush of those whose
-    senders have caught up (a failure puts the location in error; its acks stand, as after a
-    failed flush).  Returns the locations published, with what."""
+    puts the location in error and refuses its chunks of the batch, as a failed append did),
+    then the flush of those whose senders have caught up (a failure puts the location in error;
+    its acks stand, as after a failed flush).  Returns the locations published, with what."""
     touched = [loc for loc in batch.touched.values() if loc.state is not None and loc.state.needs_io(False)]
     for loc, e in zip(touched, write_out([(loc, False) for loc in touched])):
         if e is not None:
             loc.fail_io("write", e)
-            if refuse:
-                _refuse_location(batch, loc)
+            _refuse_location(batch, loc)
     now = time.time()
     flush = [loc for loc in batch.caught_up.values() if not loc.in_error and loc.flush_due_soon(now)]
     flushed = []
