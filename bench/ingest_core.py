@@ -5,7 +5,9 @@ tailer: Market.Trade rows in one log (frames of 65,536 rows), cut into chunks of
 frame boundaries, each taken by ``ingestcore.ingest_batch`` (frame scan, CRC32C, row checks,
 transaction plan, column bytes appended) and its due writes made by ``ingestcore.write_out``:
 to ``/dev/null`` (the byte work alone, ``ns_per_row``) and to real files in ``BENCH_DIR``
-(page-cache writes included, ``ns_per_row_with_files``).  CPU time of this process (it has one
+(page-cache writes included, ``ns_per_row_with_files``), in the blocks a DIS writes
+(``storage.block_size_bytes``' default, 64 KiB: a write of at most a block, as the block rule
+makes them; smaller blocks mean more, smaller writes).  CPU time of this process (it has one
 thread doing the work), best of ``BENCH_REPEAT``; the minor page faults of the best pass; malloc
 tuned as ``dis serve`` tunes it (``disd.allocator.DIS``).
 Baseline, same run: a numpy copy of the log's bytes (touching every byte once), per row.
@@ -30,6 +32,7 @@ import numpy as np
 from _common import TRADE_SCHEMA, emit, trade_table
 from disd.allocator import DIS as DIS_MALLOC
 from disd.allocator import tune_malloc
+from disd.config import DEFAULT_BLOCK_SIZE_BYTES
 from disd.binlog import BinlogWriter, RowFlag, decode_header, normalize_columns, scan_frames
 from disd.schema import load_schema
 from disd.storage import ingestcore
@@ -55,7 +58,7 @@ def chunks_of(data: bytes, schema, header: int) -> list[tuple[int, int]]:  # noq
 
 def one_pass(schema, data: memoryview, chunks, header: int, to_files: str | None) -> tuple[int, int]:  # noqa: ANN001
     """CPU ns and minor faults of taking every chunk into a fresh location's write state."""
-    state = new_write_state(schema, 4096)
+    state = new_write_state(schema, DEFAULT_BLOCK_SIZE_BYTES)  # the block size a DIS writes in
     if to_files is None:
         fds = tuple(os.open(os.devnull, os.O_WRONLY) for _ in range(state.nfiles))
     else:
