@@ -96,7 +96,6 @@ import pathlib
 import re
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -112,7 +111,7 @@ import numpy as np
 import psutil
 import yaml
 
-from _common import TRADE_SCHEMA, Published, emit, wait_serving
+from _common import TRADE_SCHEMA, Published, emit, wait_serving, warm_memory
 from disd.client import connect
 from disd.schema import load_schema
 from loadfeed import FrameFeed
@@ -199,18 +198,6 @@ def move_logs(staged: pathlib.Path, watched: pathlib.Path) -> None:
     for d in sorted(staged.iterdir()):
         for f in sorted(d.iterdir()):
             os.rename(f, watched / d.name / f.name)
-
-
-def warm_memory(mib: int) -> None:
-    """Touch ``mib`` MiB in a child process that then exits, leaving that much memory freed and
-    backed.  Why: on a virtual machine whose host backs guest memory on first touch and takes
-    freed memory back (this one: Firecracker, virtio-balloon), a page the guest has not used
-    lately costs about 2 ns per byte the first time (a child touching 512 MiB took 1.08 s cold,
-    0.04 s right after).  A phase allocates a few hundred MiB (the processes' growth and the new
-    column files' page cache); without this the burst paid for its pages and the baseline, run
-    just after the burst's processes exited, reused theirs."""
-    if mib > 0:
-        subprocess.run([sys.executable, "-c", f"import numpy; numpy.ones({int(mib)} << 20, numpy.uint8)"], check=True)
 
 
 def cpu_seconds(c: Cluster, sampler: int | None = None) -> dict[str, float]:

@@ -17,7 +17,12 @@ in each of ``BENCH_REPEAT`` rounds, a round right before each burst (its best ov
 the two sample the same stretches of a shared machine's load, so the bound holds when the load
 moves, where a single round after the bursts could be slower than the best burst),
 which bounds the pipeline from above (a DIS must receive every byte and write more than these
-bytes before it publishes a row); the same stream to a process that only acks (printed: it
+bytes before it publishes a row).  Each bare round and each burst starts on warm memory
+(``warm_memory``, ``BENCH_WARM_MIB``, default 1024): this virtual machine's host backs a page on
+its first touch and takes freed pages back, so a write into page cache the guest has not used
+lately costs up to ten times one into pages used just before; without the warming either side
+could draw the cold pages, and the bare stream was then at times slower than the pipeline
+(docs/benchmarks-history.md, "The pipeline's baseline on warm memory").  Also printed: the same stream to a process that only acks (it
 leaves out the writes); and the same bytes written to disk with plain writes.  Last line: one
 JSON object with ``rows_per_s`` and ``p99_visibility_ms``; ``ratio`` = pipeline rows/s /
 bare-stream (with its writes) rows/s.
@@ -39,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np
 
 from barestream import bare_stream_seconds
-from _common import TRADE_SCHEMA, Published, emit, time_arrival, trade_table, wait_serving
+from _common import TRADE_SCHEMA, Published, emit, time_arrival, trade_table, wait_serving, warm_memory
 from disd.client import connect
 from disd.logger import IntradayLoggerBuilder
 from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
@@ -48,6 +53,10 @@ N = int(os.environ.get("BENCH_ROWS", 4_000_000))
 #: Bursts into a running tailer, each with a fresh DIS and tailer; the figure is the best, as the
 #: bare stream's is the best of its runs (single runs on a shared machine swing twofold).
 REPEAT = int(os.environ.get("BENCH_REPEAT", 3))
+#: MiB touched by a child process (which then exits) right before each bare-stream round and each
+#: burst (``warm_memory``): both then write into pages the host has backed lately.  A bare round
+#: writes its 6 calls' bytes (about 720 MB) into new page cache; a burst's DIS writes 127 MB.
+WARM_MIB = int(os.environ.get("BENCH_WARM_MIB", 1024))
 TARGET_ROWS = 2_000_000
 TARGET_P99_MS = 200.0
 
@@ -75,6 +84,7 @@ def burst_into_running_tailer(run_dir: pathlib.Path, logs: str, procs: list) -> 
     time.sleep(0.3)
     # counted from a subscription: a new client and a listing every 5 ms loaded the DIS it timed
     pub = Published(run_port)
+    warm_memory(WARM_MIB)
     try:
         return time_arrival(logs, watched, lambda: pub.total()[0] >= N)
     finally:
@@ -122,6 +132,7 @@ def main() -> None:
         bare_rounds: list[dict] = []
         for i in range(REPEAT):
             os.mkdir(os.path.join(sunk, str(i)))  # kept to the end, as each burst's database is
+            warm_memory(WARM_MIB)
             bare_rounds.append(bare_stream_seconds(bench_logs, write_dir=os.path.join(sunk, str(i))))
             run_els.append(burst_into_running_tailer(tmp / f"running-{i}", logs, procs))
         run_el = min(run_els)
