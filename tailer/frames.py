@@ -25,10 +25,10 @@ class Piece:
     of bytes after ``offset`` that do not (yet) make a complete frame (or header).
 
     ``data`` is a view of the bytes read when the read went past the last whole frame (a torn
-    tail, or a frame that did not fit in ``max_bytes``), not a copy: copying a chunk's frames out
-    of the read cost the tailer more CPU than reading, cutting and encoding it together, most of
-    it in touching the copy's fresh pages (docs/benchmarks-history.md, "The tailer's CPU per
-    burst").  ``bytes(data)`` where a ``bytes`` is needed (a protobuf field)."""
+    tail, or a frame that did not fit in ``max_bytes``), not a copy: the request's encoding copies
+    the bytes anyway, and the copy here was a fifth of the tailer's CPU for cutting and encoding a
+    burst (docs/benchmarks-history.md, "The tailer's CPU per burst").  ``bytes(data)`` where a
+    ``bytes`` is needed (a protobuf field)."""
 
     data: bytes | memoryview
     offset: int
