@@ -22,9 +22,15 @@ _HEADER_PROBE = 64 << 10
 class Piece:
     """Whole frames ``data`` at ``offset`` (with the header when offset is 0), ending at ``end``.
     ``data`` is empty when no complete frame follows ``offset`` yet; ``tail`` is then the number
-    of bytes after ``offset`` that do not (yet) make a complete frame (or header)."""
+    of bytes after ``offset`` that do not (yet) make a complete frame (or header).
 
-    data: bytes
+    ``data`` is a view of the bytes read when the read went past the last whole frame (a torn
+    tail, or a frame that did not fit in ``max_bytes``), not a copy: the request's encoding copies
+    the bytes anyway, and the copy here was a fifth of the tailer's CPU for cutting and encoding a
+    burst (docs/benchmarks-history.md, "The tailer's CPU per burst").  ``bytes(data)`` where a
+    ``bytes`` is needed (a protobuf field)."""
+
+    data: bytes | memoryview
     offset: int
     end: int
     tail: int = 0
@@ -93,7 +99,7 @@ class FrameReader:
         if not run.starts:
             return Piece(b"", offset, offset, size - start, file_size=size)
         n = run.end_offset - offset
-        return Piece(data if n == len(data) else data[:n], offset, run.end_offset, at_end=run.end_offset == size,
+        return Piece(data if n == len(data) else memoryview(data)[:n], offset, run.end_offset, at_end=run.end_offset == size,
                      file_size=size)
 
     def close(self) -> None:

@@ -38,7 +38,7 @@ def chunk_request(file_name: str, piece: Piece) -> dis_pb2.IngestRequest:
     chunk = req.chunk
     chunk.file_name = file_name
     chunk.offset = piece.offset
-    chunk.data = piece.data
+    chunk.data = bytes(piece.data)  # a view (``Piece``) is copied here: protobuf takes bytes only
     chunk.caught_up = piece.at_end
     return req
 

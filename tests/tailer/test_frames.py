@@ -120,3 +120,25 @@ def test_corruption_raises_with_the_offset(tmp_path):
     p.write_bytes(b"NOTALOG!" + bytes(100))
     with pytest.raises(CorruptLogError):
         read_frames(str(p), 0, 1 << 20)
+
+
+def test_a_cut_read_hands_its_frames_as_a_view_that_both_requests_carry(tmp_path):
+    """A read that goes past the last whole frame hands the frames as a view of what it read (no
+    copy of a chunk: docs/benchmarks-history.md, "The tailer's CPU per burst"); the ``Multiplex``
+    request and the ``Stream`` request built from it carry exactly those frames."""
+    from disd.rpc.ingestwire import ChunkOut, encode_mux_request, parse_mux_request
+    from disd.tailer.single import chunk_request
+
+    p = tmp_path / name()
+    for i in range(4):
+        write(p, 10, i * 10)
+    hsize, frames = frames_of(p)
+    full = p.read_bytes()
+    piece = read_frames(str(p), frames[0][1], frames[2][1] - frames[0][1] + 7)  # 2 frames and a bit
+    assert (piece.offset, piece.end) == (frames[0][1], frames[2][1])
+    assert isinstance(piece.data, memoryview)  # cut from the read, not copied
+    want = full[piece.offset:piece.end]
+    req = chunk_request(p.name, piece)
+    assert (req.chunk.offset, req.chunk.data) == (piece.offset, want)
+    [(number, chunk)] = parse_mux_request(encode_mux_request([(3, ChunkOut(p.name, piece.offset, piece.data, False))]))
+    assert number == 3 and (chunk.offset, bytes(chunk.data)) == (piece.offset, want)
