@@ -29,6 +29,20 @@ def trade_table(n: int, seed: int = 1, start_ns: int = 1_763_800_000_000_000_000
     )
 
 
+def log_trade_rows(log_dir: str, n: int) -> None:
+    """``n`` rows of ``trade_table`` logged by the product's logger into ``log_dir`` (internal
+    partition ``bench``, column partition 2026-11-22), in batches of 100,000: the log a tailer
+    streams in the pipeline benches."""
+    from disd.logger import IntradayLoggerBuilder
+
+    log = (IntradayLoggerBuilder(str(TRADE_SCHEMA)).set_log_dir(log_dir).set_internal_partition("bench")
+           .set_column_partition_value("2026-11-22").build())
+    table = trade_table(n)
+    for i in range(0, n, 100_000):
+        log.log_batch(table.slice(i, 100_000))
+    log.close()
+
+
 def best_of(fn: Callable[[], Any], repeat: int = 5) -> float:
     """Best wall time of ``repeat`` runs: the least disturbed by other load on a shared machine."""
     best = float("inf")

@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np
 
 from barestream import bare_stream_seconds
-from _common import TRADE_SCHEMA, Published, emit, time_arrival, trade_table, wait_serving, warm_memory
+from _common import TRADE_SCHEMA, Published, emit, log_trade_rows, time_arrival, trade_table, wait_serving, warm_memory
 from disd.client import connect
 from disd.logger import IntradayLoggerBuilder
 from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
@@ -98,12 +98,7 @@ def main() -> None:
     procs = []
     try:
         logs = os.path.join(work, "logs")
-        log = (IntradayLoggerBuilder(str(TRADE_SCHEMA)).set_log_dir(logs).set_internal_partition("bench")
-               .set_column_partition_value("2026-11-22").build())
-        table = trade_table(N)
-        for i in range(0, N, 100_000):
-            log.log_batch(table.slice(i, 100_000))
-        log.close()
+        log_trade_rows(logs, N)
         log_bytes = sum(os.path.getsize(os.path.join(logs, f)) for f in os.listdir(logs))
 
         tmp = pathlib.Path(work)

@@ -26,8 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from _common import TRADE_SCHEMA, Published, emit, time_arrival, trade_table, wait_serving, warm_memory
-from disd.logger import IntradayLoggerBuilder
+from _common import Published, emit, log_trade_rows, time_arrival, wait_serving, warm_memory
 from disd.rpc.ingestwire import ChunkOut, encode_mux_request
 from disd.tailer.frames import FrameReader
 from e2e_helpers import free_port, start_dis, start_tailer, write_dis_config, write_tailer_config
@@ -120,12 +119,7 @@ def main() -> None:
     work = tempfile.mkdtemp(dir=os.environ.get("BENCH_DIR"))
     try:
         logs = os.path.join(work, "logs")
-        log = (IntradayLoggerBuilder(str(TRADE_SCHEMA)).set_log_dir(logs).set_internal_partition("bench")
-               .set_column_partition_value("2026-11-22").build())
-        table = trade_table(N)
-        for i in range(0, N, 100_000):
-            log.log_batch(table.slice(i, 100_000))
-        log.close()
+        log_trade_rows(logs, N)
         files = [os.path.join(logs, f) for f in sorted(os.listdir(logs)) if not f.startswith(".")]
         log_bytes = sum(os.path.getsize(f) for f in files)
         print(f"{N:,} rows, {log_bytes / 1e6:.1f} MB of log")
