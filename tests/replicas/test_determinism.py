@@ -153,7 +153,7 @@ def feed(port: int, loc: tuple[str, str, str], paths: list[pathlib.Path], schema
                     piece = r.read(offset, rng.randint(*max_frames_bytes))
                     assert piece.data, f"no whole frame at {path.name}:{offset}"
                     requests.put(dis_pb2.IngestRequest(chunk=dis_pb2.LogChunk(
-                        file_name=path.name, offset=offset, data=piece.data)))
+                        file_name=path.name, offset=offset, data=bytes(piece.data))))
                     ack = next(answers).ack
                     assert (ack.file_name, ack.offset) == (path.name, piece.end), ack
                     committed, offset, sent = ack.committed_rows, piece.end, sent + 1
