@@ -222,6 +222,8 @@ def test_default_fetch_processes_one_per_partition(tmp_path, mock_kafka):
         dis = start_dis_process(tmp, write_config(tmp, port, mock_kafka.bootstrap, topic=topic))
         try:
             assert len(fetch_processes(dis.p.pid, want)) == want
+            # logged once every fetch process is started, so a moment after they all show
+            wait_for(lambda: log_events(dis, "kafka source started"), 10, 0.05, "the source's start logged")
             started = log_events(dis, "kafka source started")[0]
             assert (started["fetch_processes"], started["partitions"]) == (want, 3 if topic == "trades" else 1)
             wait_for(lambda: len(log_events(dis, "kafka partition assigned")) == (3 if topic == "trades" else 1),

@@ -128,7 +128,9 @@ def test_ranges_read_right_while_rows_come_in_and_descriptors_cycle(tmp_path):
         assert problems == []
         assert min(checked) >= 30
         assert eng.file_handles.reclaimed_total > 0  # the descriptors did cycle under the reads
-        assert eng.file_handles.peak_open <= 4
+        # the limit, and one more for each reader opening a file while every held one is busy
+        # (locked by the other reader or pinned by the writer): TrackedFileHandleFactory's rule
+        assert eng.file_handles.peak_open <= 4 + 2
         for key in KEYS:
             loc = eng.location(key, create=False)
             assert sizes_of(loc.read_range("Size.dat", 0, 1 << 30)) == list(range(batches * per_batch))

@@ -272,7 +272,14 @@ def pwrite_files(writes: Sequence[tuple[TrackedFile, memoryview | bytes | bytear
 
 
 class TrackedFileHandleFactory:
-    """Opens column files and keeps the number of their descriptors within ``max_open_files``."""
+    """Opens column files and keeps the number of their descriptors within ``max_open_files``.
+
+    The limit is exceeded only while every descriptor held is in use at that instant (its handle
+    locked by a read or pinned by a write), and then by one for each operation opening a file
+    meanwhile: an opener never waits for another's descriptor, since a write pins its files one
+    after another and would wait on the very reads waiting for it.  Such operations run on the
+    server's worker threads and the storage clock, which the descriptor headroom beyond
+    ``max_open_files`` (``2 x server.max_workers + 256``) covers."""
 
     def __init__(self, max_open_files: int = 512, fs: FileSystem = OS) -> None:
         if max_open_files < 2:
