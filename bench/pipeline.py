@@ -26,6 +26,15 @@ could draw the cold pages, and the bare stream was then at times slower than the
 leaves out the writes); and the same bytes written to disk with plain writes.  Last line: one
 JSON object with ``rows_per_s`` and ``p99_visibility_ms``; ``ratio`` = pipeline rows/s /
 bare-stream (with its writes) rows/s.
+
+The limit (``bench/_burstcpu.py``): each burst's CPU, per thread of the DIS, the tailer and this
+process (its subscription) from the files' arrival until every row is seen published, printed
+per burst and in a ``limits`` line for the burst with the least: a burst cannot end sooner than
+that CPU spread over the usable cores, nor than its busiest thread, so ``ratio_cpu_ceiling``
+(bare-stream seconds over that shortest burst) bounds ``ratio`` at today's CPU, and
+``cpu_s_at_0_8`` is the most CPU a burst may use for 0.8.  Keys: ``dis_cpu_s_burst``,
+``tailer_cpu_s_burst``, ``bench_cpu_s_burst``, ``cpu_s_burst``, ``cores``, ``busiest_thread``,
+``busiest_thread_cpu_s``, ``burst_s_cpu_floor``, ``ratio_cpu_ceiling``, ``cpu_s_at_0_8``.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np
 
+from _burstcpu import BurstLimits, CpuWindow, ProcessCpu
 from barestream import bare_stream_seconds
 from _common import TRADE_SCHEMA, Published, emit, log_trade_rows, time_arrival, trade_table, wait_serving, warm_memory
 from disd.client import connect
@@ -66,7 +76,7 @@ def published(port: int) -> int:
         return sum(loc.rows for loc in c.locations("Market", "Trade"))
 
 
-def burst_into_running_tailer(run_dir: pathlib.Path, logs: str, procs: list) -> float:
+def burst_into_running_tailer(run_dir: pathlib.Path, logs: str, procs: list) -> tuple[float, dict[str, ProcessCpu]]:
     """Seconds from the logs' arrival in the directory of a running tailer until a fresh DIS has
     published every row: each run with a DIS and a tailer of its own (a fresh database and no
     acknowledged offsets), so every run does the same work, the locations' opening included."""
@@ -85,8 +95,11 @@ def burst_into_running_tailer(run_dir: pathlib.Path, logs: str, procs: list) -> 
     # counted from a subscription: a new client and a listing every 5 ms loaded the DIS it timed
     pub = Published(run_port)
     warm_memory(WARM_MIB)
+    cpu = CpuWindow({"dis": dis.p.pid, "tailer": tailer.p.pid, "bench": os.getpid()})
     try:
-        return time_arrival(logs, watched, lambda: pub.total()[0] >= N)
+        cpu.start()
+        seconds = time_arrival(logs, watched, lambda: pub.total()[0] >= N)
+        return seconds, cpu.stop()
     finally:
         pub.close()
         for p in (tailer, dis):
@@ -124,12 +137,15 @@ def main() -> None:
         sunk = os.path.join(work, "sink")
         os.mkdir(sunk)
         run_els: list[float] = []
+        run_cpu: list[dict[str, ProcessCpu]] = []
         bare_rounds: list[dict] = []
         for i in range(REPEAT):
             os.mkdir(os.path.join(sunk, str(i)))  # kept to the end, as each burst's database is
             warm_memory(WARM_MIB)
             bare_rounds.append(bare_stream_seconds(bench_logs, write_dir=os.path.join(sunk, str(i))))
-            run_els.append(burst_into_running_tailer(tmp / f"running-{i}", logs, procs))
+            seconds, cpu = burst_into_running_tailer(tmp / f"running-{i}", logs, procs)
+            run_els.append(seconds)
+            run_cpu.append(cpu)
         run_el = min(run_els)
         run_rows_per_s = N / run_el
         bare = {"seconds": [t for r in bare_rounds for t in r["seconds"]], "requests": bare_rounds[0]["requests"],
@@ -193,6 +209,9 @@ def main() -> None:
                 p.terminate()
         shutil.rmtree(work, ignore_errors=True)
     grpc_rows = N / grpc_s
+    cores = len(os.sched_getaffinity(0))
+    bursts = [BurstLimits(t, grpc_s, cores, c) for t, c in zip(run_els, run_cpu)]
+    limits = max(bursts, key=lambda b: b.ratio_ceiling)  # the least CPU-bound burst: the highest ceiling
     disk_rows = N / disk_s
     print(f"rows={N} log bytes={log_bytes}")
     print(f"pipeline, into a running tailer, best of {len(run_els)}: {run_el:.2f} s  {run_rows_per_s / 1e6:.2f} M rows/s "
@@ -206,12 +225,16 @@ def main() -> None:
     print(f"the same stream to a sink that only acks, best of {len(stream_only['seconds'])}: {stream_s:.3f} s  "
           f"{N / stream_s / 1e6:.2f} M rows/s (runs {', '.join(f'{t:.3f}' for t in stream_only['seconds'])} s)")
     print(f"plain disk writes of the same bytes: {disk_s:.3f} s  {disk_rows / 1e6:.2f} M rows/s")
+    print("bursts' CPU s (dis, tailer, bench; all): " + "; ".join(
+        f"{b.burst_s:.3f} s: {', '.join(f'{p.seconds:.3f}' for p in b.processes.values())}; {b.cpu_s:.3f}" for b in bursts))
+    print(limits.line())
+    print(limits.threads_line())
     ok = run_rows_per_s >= TARGET_ROWS and p99 <= TARGET_P99_MS
     print("PASS" if ok else "BELOW TARGET")
     emit("pipeline", run_rows_per_s, "rows/s", grpc_rows, rows_per_s=run_rows_per_s,
          rows_per_s_from_start=rows_per_s, p99_visibility_ms=p99,
          p50_visibility_ms=p50, disk_rows_per_s=disk_rows, target_rows_per_s=TARGET_ROWS,
-         target_p99_ms=TARGET_P99_MS, meets_target=ok)
+         target_p99_ms=TARGET_P99_MS, meets_target=ok, **limits.figures())
 
 
 if __name__ == "__main__":

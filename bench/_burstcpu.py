@@ -1,0 +1,137 @@
+"""The CPU a burst's processes use, and the ratio that CPU allows on this machine's cores.
+
+Counted per thread from ``/proc/<pid>/task/<tid>/schedstat`` (run time in nanoseconds; the
+``utime``/``stime`` of ``/proc/<pid>/stat`` count 10 ms ticks, a tenth of a 0.1 s burst).  A
+thread that ends inside the window takes its run time with it; ``lost_threads`` counts them so a
+reader knows the figure is then a little low (which only raises the ceiling below: it stays an
+upper bound).
+
+Why a ceiling: a burst cannot end sooner than its processes' CPU spread perfectly over every
+usable core, nor sooner than its busiest thread's run time (a thread runs on one core at a
+time).  So ``baseline_s / max(cpu_s / cores, busiest_thread_s)`` bounds the ratio from above at
+the CPU the burst used; a ratio near it says the burst was bound by CPU, and only less CPU per
+burst can raise it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+
+def task_cpu(pid: int) -> dict[int, tuple[str, int]]:
+    """Run time so far of each thread of ``pid``: thread id -> (name, nanoseconds)."""
+    out: dict[int, tuple[str, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended between the listing and the read
+        out[int(tid)] = (comm, ns)
+    return out
+
+
+@dataclass
+class ProcessCpu:
+    """One process's CPU over a window: seconds in all, and per thread name (threads of one name
+    summed), the busiest single thread, and how many threads ended inside the window."""
+
+    seconds: float
+    by_thread: dict[str, float]
+    busiest_thread_s: float
+    busiest_thread: str
+    lost_threads: int
+
+    @staticmethod
+    def between(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> "ProcessCpu":
+        per_tid = {tid: (name, (ns - before[tid][1] if tid in before else ns) / 1e9) for tid, (name, ns) in after.items()}
+        by_name: dict[str, float] = {}
+        for name, s in per_tid.values():
+            by_name[name] = by_name.get(name, 0.0) + s
+        busiest = max(per_tid.values(), key=lambda v: v[1], default=("", 0.0))
+        return ProcessCpu(seconds=sum(s for _, s in per_tid.values()), by_thread=by_name,
+                          busiest_thread_s=busiest[1], busiest_thread=busiest[0],
+                          lost_threads=sum(1 for tid in before if tid not in after))
+
+
+class CpuWindow:
+    """The run time of the threads of ``pids`` (name -> pid) between ``start()`` and ``stop()``."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._before: dict[str, dict[int, tuple[str, int]]] = {}
+
+    def start(self) -> None:
+        self._before = {name: task_cpu(pid) for name, pid in self.pids.items()}
+
+    def stop(self) -> dict[str, ProcessCpu]:
+        return {name: ProcessCpu.between(self._before[name], task_cpu(pid)) for name, pid in self.pids.items()}
+
+
+@dataclass
+class BurstLimits:
+    """A burst's wall time and its processes' CPU, against the baseline's wall time on ``cores``."""
+
+    burst_s: float
+    baseline_s: float
+    cores: int
+    processes: dict[str, ProcessCpu] = field(default_factory=dict)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(p.seconds for p in self.processes.values())
+
+    @property
+    def busiest(self) -> tuple[str, str, float]:
+        """(process, thread name, seconds) of the thread that ran longest."""
+        name, p = max(self.processes.items(), key=lambda kv: kv[1].busiest_thread_s)
+        return name, p.busiest_thread, p.busiest_thread_s
+
+    @property
+    def shortest_s(self) -> float:
+        """The shortest burst this CPU allows: spread over every core, and no shorter than its
+        busiest thread."""
+        return max(self.cpu_s / self.cores, self.busiest[2])
+
+    @property
+    def ratio_ceiling(self) -> float:
+        return self.baseline_s / self.shortest_s if self.shortest_s > 0 else math.inf
+
+    def cpu_allowed(self, ratio: float) -> float:
+        """The most CPU seconds a burst may use, all processes together, to reach ``ratio``."""
+        return self.cores * self.baseline_s / ratio
+
+    def line(self) -> str:
+        proc, thread, busiest_s = self.busiest
+        per = ", ".join(f"{name} {p.seconds:.3f}" for name, p in self.processes.items())
+        lost = sum(p.lost_threads for p in self.processes.values())
+        return (f"limits on {self.cores} cores: the burst ({self.burst_s:.3f} s) used {self.cpu_s:.3f} CPU s ({per}; "
+                f"busiest thread {proc}/{thread} {busiest_s:.3f} s{f'; {lost} threads ended inside' if lost else ''}), "
+                f"so it cannot end in less than {self.shortest_s:.3f} s and the ratio cannot exceed "
+                f"{self.ratio_ceiling:.2f} (bare stream {self.baseline_s:.3f} s); 0.8 needs the burst to use at most "
+                f"{self.cpu_allowed(0.8):.3f} CPU s, no thread more than {self.baseline_s / 0.8:.3f} s")
+
+    def threads_line(self, top: int = 4) -> str:
+        parts = []
+        for name, p in self.processes.items():
+            busiest = sorted(p.by_thread.items(), key=lambda kv: -kv[1])[:top]
+            parts.append(f"{name}: " + ", ".join(f"{t} {s:.3f}" for t, s in busiest))
+        return "  threads (CPU s): " + "; ".join(parts)
+
+    def figures(self) -> dict:
+        """The JSON line's keys."""
+        proc, thread, busiest_s = self.busiest
+        out: dict = {f"{name}_cpu_s_burst": p.seconds for name, p in self.processes.items()}
+        out.update({"cpu_s_burst": self.cpu_s, "cores": self.cores, "busiest_thread": f"{proc}/{thread}",
+                    "busiest_thread_cpu_s": busiest_s, "burst_s_cpu_floor": self.shortest_s,
+                    "ratio_cpu_ceiling": None if math.isinf(self.ratio_ceiling) else self.ratio_ceiling,
+                    "cpu_s_at_0_8": self.cpu_allowed(0.8)})
+        return out

@@ -1,0 +1,62 @@
+"""``bench/_burstcpu.py``, the pipeline bench's CPU per burst and the ratio it allows: a real
+process's threads counted from ``/proc``, and the ceiling bounded by the busiest thread."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+
+from _burstcpu import BurstLimits, CpuWindow, ProcessCpu  # noqa: E402
+
+SPIN = """
+import sys, threading, time
+def spin():
+    sys.stdin.readline()
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:
+        pass
+    print("done", flush=True)
+    sys.stdin.readline()  # alive until the window is read
+threading.Thread(target=spin).start()
+print("ready", flush=True)
+"""
+
+
+def test_a_window_counts_a_threads_cpu_and_names_the_busiest():
+    p = subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.2)  # the interpreter's start-up is before the window
+        window = CpuWindow({"child": p.pid})
+        window.start()
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "done"
+        cpu = window.stop()["child"]
+    finally:
+        p.stdin.close()
+        p.wait(10)
+    assert 0.28 <= cpu.seconds < 0.6, cpu
+    assert 0.28 <= cpu.busiest_thread_s <= cpu.seconds, cpu  # the spinner (3.11 names no thread)
+    assert abs(sum(cpu.by_thread.values()) - cpu.seconds) < 1e-9 and cpu.lost_threads == 0
+
+
+def proc(seconds: float, busiest: float) -> ProcessCpu:
+    return ProcessCpu(seconds, {"t": busiest}, busiest, "t", 0)
+
+
+def test_the_ceiling_is_the_cpu_over_the_cores_or_the_busiest_thread():
+    spread = BurstLimits(burst_s=0.12, baseline_s=0.05, cores=2, processes={"dis": proc(0.14, 0.04), "tailer": proc(0.06, 0.03)})
+    assert abs(spread.shortest_s - 0.10) < 1e-9  # 0.2 CPU s over 2 cores
+    assert abs(spread.ratio_ceiling - 0.5) < 1e-9
+    assert abs(spread.cpu_allowed(0.8) - 0.125) < 1e-9
+    serial = BurstLimits(burst_s=0.12, baseline_s=0.05, cores=2, processes={"dis": proc(0.14, 0.11), "tailer": proc(0.06, 0.03)})
+    assert abs(serial.shortest_s - 0.11) < 1e-9  # one thread ran 0.11 s: no burst is shorter
+    assert serial.busiest == ("dis", "t", 0.11)
+    figures = serial.figures()
+    assert figures["dis_cpu_s_burst"] == 0.14 and figures["busiest_thread"] == "dis/t"
+    assert abs(figures["ratio_cpu_ceiling"] - 0.05 / 0.11) < 1e-9
