@@ -28,8 +28,9 @@ JSON object with ``rows_per_s`` and ``p99_visibility_ms``; ``ratio`` = pipeline 
 bare-stream (with its writes) rows/s.
 
 The limit (``bench/_burstcpu.py``): each burst's CPU, per thread of the DIS, the tailer and this
-process (its subscription) from the files' arrival until every row is seen published, printed
-per burst and in a ``limits`` line for the burst with the least: a burst cannot end sooner than
+process (its subscription) from the files' arrival until every row is seen published (the acks
+after it are left out), printed per burst, and a ``limits`` line for the burst whose CPU allows
+the shortest burst (the highest ceiling): a burst cannot end sooner than
 that CPU spread over the usable cores, nor than its busiest thread, so ``ratio_cpu_ceiling``
 (bare-stream seconds over that shortest burst) bounds ``ratio`` at today's CPU, and
 ``cpu_s_at_0_8`` is the most CPU a burst may use for 0.8.  Keys: ``dis_cpu_s_burst``,
