@@ -367,15 +367,24 @@ def test_a_slow_new_location_holds_up_neither_the_calls_open_streams_nor_the_ord
     acks = replies_within(m, len(chunks(p1)), 10)  # answered while the new location waits on its disk
     assert {x.stream for x in acks} == {1} and acks[-1].response.ack.committed_rows == 100
     assert not disk.go.is_set()
-    m.send(*[(10 + i, None) for i in range(opens)])  # ends sent before their opens' answers
+    # sent before their opens' answers: the first new stream's chunks (what a misbehaving client
+    # might do), then every new stream's end
+    p10 = tmp_path / FILE1.replace("feed1", "slow0")
+    write_log(p10, TRADE, trade_rows(1000, 10), [3] * 10)
+    early = chunks(p10)
+    m.send(*[(10, c) for c in early], *[(10 + i, None) for i in range(opens)])
     time.sleep(0.2)
     assert sizes(srv.port, 100) == list(range(100))
     disk.go.set()
-    rest = m.replies(2 * opens)
+    rest = m.replies(2 * opens + len(early))
     for i, k in enumerate(slow):
         mine = [x for x in rest if x.stream == 10 + i]
-        assert [x.WhichOneof("body") for x in mine] == ["response", "end"]
-        assert mine[0].response.resume.file_name == "" and mine[1].end.code == grpc.StatusCode.OK.value[0]
+        acks = len(early) if i == 0 else 0
+        assert [x.WhichOneof("body") for x in mine] == ["response"] * (1 + acks) + ["end"]
+        assert mine[0].response.resume.file_name == "" and mine[-1].end.code == grpc.StatusCode.OK.value[0]
         assert (tmp_path / "db" / "Intraday" / "Market" / "Trade" / k.internal_partition / k.column_partition
                 / "Trade" / "table.size").exists()
+    acked = [x.response.ack for x in rest if x.stream == 10 and x.WhichOneof("body") == "response"][1:]
+    assert [a.offset for a in acked] == [c.offset + len(c.data) for c in early] and acked[-1].committed_rows == 10
+    assert sizes(srv.port, 110) == list(range(100)) + list(range(1000, 1010))
     m.close()
