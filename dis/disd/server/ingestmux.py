@@ -11,7 +11,7 @@ request, so a message, and a wake-up, carries many locations' writes.
 
 Threads: the reader (started here) owns the call's streams: it feeds and ends them.  It does not
 wait on a new location's disk: the opens of new streams go to the call's opener thread
-(``_open_group``), which makes their locations ``OPEN_GROUP`` at a time and answers each open as
+(``_open_group``), which makes a request's new locations together and answers each open as
 soon as its stream is open, while the reader goes on taking the other streams' chunks; a later
 frame of a stream whose open is under way (its end, a chunk sent before the answer) waits for
 that open, so a stream's frames are still handled in order.  The reader does not wait on the
@@ -55,10 +55,6 @@ MAX_COALESCED = 64
 REPLY_EVERY_S = 0.005
 #: requests received and parsed ahead of the one the reader handles (``MuxCall.read``)
 READ_AHEAD = 1
-#: the most new locations the opener makes together (``StorageEngine.open_many``) before it
-#: answers their opens: a burst's first opens are answered, and their chunks taken, while the
-#: next group's locations are made
-OPEN_GROUP = 16
 
 
 class _Done(enum.Enum):
@@ -222,13 +218,17 @@ class MuxCall:
     # -- the opener ---------------------------------------------------------------------------
 
     def _open_later(self, new: list[tuple[int, dis_pb2.IngestRequest, Future[None]]]) -> None:
-        """Hand a request's opens of new streams to the call's opener, ``OPEN_GROUP`` at a time."""
+        """Hand a request's opens of new streams to the call's opener, as one group.
+
+        One group, not several answered in turn: a burst's locations made in groups of 8 or 16,
+        each group's opens answered before the next was made, had their first opens answered
+        sooner but their last ones later (the groups' creation competing with the first
+        streams' chunks for the cores), and the burst ended no sooner."""
         for number in [n for n, f in self.opening.items() if f.done()]:
             del self.opening[number]  # answered streams that sent nothing since: nothing to wait for
         if self._opener is None:
             self._opener = ThreadPoolExecutor(1, thread_name_prefix="ingest-mux-opener")
-        for i in range(0, len(new), OPEN_GROUP):
-            self._opener.submit(self._open_group, new[i:i + OPEN_GROUP])
+        self._opener.submit(self._open_group, new)
 
     def _after_open(self, number: int) -> None:
         """(The reader) Wait until stream ``number``'s open is answered (or refused), so that a
