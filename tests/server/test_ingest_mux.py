@@ -118,8 +118,8 @@ def test_a_refused_stream_ends_alone(dis, tmp_path):
 
 
 def test_the_opens_of_one_request_open_together_and_refusals_create_nothing(dis, tmp_path):
-    """A request with many opens has its new locations opened side by side before its frames
-    are answered in order (``MuxCall._open_ahead``); an open refused for its schema is refused
+    """A request with many opens has its new locations opened side by side, on the call's
+    opener (``MuxCall._open_group``); an open refused for its schema is refused
     as alone, and its location is not created."""
     keys = [LocationKey("Market", "Trade", f"feed{i}", "2026-11-22") for i in range(10, 16)]
     bad = LocationKey("Market", "Trade", "bad", "2026-11-22")
@@ -304,4 +304,87 @@ def test_the_next_request_is_received_while_a_chunk_is_written_and_acked_only_af
     assert [x.offset for x in acks] == [x.offset + len(x.data) for x in (a, b, c)]
     assert acks[-1].committed_rows == 3000
     assert sizes(srv.port, 3000) == list(range(3000))
+    m.close()
+
+
+def replies_within(m: MuxCall, n: int, timeout_s: float) -> list[dis_pb2.MuxReply]:
+    """The call's next ``n`` replies; fails when they take longer than ``timeout_s``."""
+    got: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: got.put(m.replies(n)), daemon=True).start()
+    try:
+        return got.get(timeout=timeout_s)
+    except queue.Empty:
+        pytest.fail(f"no {n} replies within {timeout_s} s")
+
+
+class SlowNewLocationDisk(OsFileSystem):
+    """The real disk, on which making a location whose internal partition starts with ``slow``
+    waits, once ``held``, at its first directory until the test lets it go (a disk slow for one
+    location's creation).  A subclass of the real file system: new locations are made by the
+    composition of its operations (``fsio.create_location``), so ``mkdir`` sees each one."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.making = threading.Event()  # a held creation has started
+        self.go = threading.Event()
+
+    def mkdir(self, path: str) -> None:
+        if self.held and "/slow" in path:
+            self.making.set()
+            self.go.wait(30)
+        super().mkdir(path)
+
+
+@pytest.fixture
+def slow_dis(tmp_path, monkeypatch):
+    disk = SlowNewLocationDisk()
+    engines_on(monkeypatch, disk)
+    with running_dis(tmp_path / "db") as srv:
+        try:
+            yield srv, disk
+        finally:
+            disk.go.set()  # a failed test leaves no creation waiting
+
+
+@pytest.mark.parametrize("opens", [1, 3])
+def test_a_slow_new_location_holds_up_neither_the_calls_open_streams_nor_the_order_of_its_own(slow_dis, tmp_path,
+                                                                                              opens):
+    """While a new location is being made (its disk slow), the call's open stream is answered:
+    its chunks acked, its rows published; the new streams are answered once their locations
+    exist, and a frame of a stream sent before its open's answer (here its end) is handled after
+    that answer.  (One open, made alone, or several, made together.)"""
+    srv, disk = slow_dis
+    p1 = tmp_path / FILE1
+    write_log(p1, TRADE, trade_rows(0, 100), [3] * 100)
+    m = MuxCall(srv.port)
+    m.send((1, open_frame(KEY)))
+    assert m.reply().response.resume.file_name == ""
+    disk.held = True
+    slow = [LocationKey("Market", "Trade", f"slow{i}", "2026-11-22") for i in range(opens)]
+    m.send(*[(10 + i, open_frame(k)) for i, k in enumerate(slow)])
+    assert disk.making.wait(10), "the new location was not being made"
+    m.send(*[(1, c) for c in chunks(p1)])
+    acks = replies_within(m, len(chunks(p1)), 10)  # answered while the new location waits on its disk
+    assert {x.stream for x in acks} == {1} and acks[-1].response.ack.committed_rows == 100
+    assert not disk.go.is_set()
+    # sent before their opens' answers: the first new stream's chunks (what a misbehaving client
+    # might do), then every new stream's end
+    p10 = tmp_path / FILE1.replace("feed1", "slow0")
+    write_log(p10, TRADE, trade_rows(1000, 10), [3] * 10)
+    early = chunks(p10)
+    m.send(*[(10, c) for c in early], *[(10 + i, None) for i in range(opens)])
+    time.sleep(0.2)
+    assert sizes(srv.port, 100) == list(range(100))
+    disk.go.set()
+    rest = m.replies(2 * opens + len(early))
+    for i, k in enumerate(slow):
+        mine = [x for x in rest if x.stream == 10 + i]
+        acks = len(early) if i == 0 else 0
+        assert [x.WhichOneof("body") for x in mine] == ["response"] * (1 + acks) + ["end"]
+        assert mine[0].response.resume.file_name == "" and mine[-1].end.code == grpc.StatusCode.OK.value[0]
+        assert (tmp_path / "db" / "Intraday" / "Market" / "Trade" / k.internal_partition / k.column_partition
+                / "Trade" / "table.size").exists()
+    acked = [x.response.ack for x in rest if x.stream == 10 and x.WhichOneof("body") == "response"][1:]
+    assert [a.offset for a in acked] == [c.offset + len(c.data) for c in early] and acked[-1].committed_rows == 10
+    assert sizes(srv.port, 110) == list(range(100)) + list(range(1000, 1010))
     m.close()

@@ -9,8 +9,13 @@ inline (``ServedStream``, the same code as ``Stream``'s), and the answers of a w
 back as one response.  A tailer that has many locations writing at once puts their chunks in one
 request, so a message, and a wake-up, carries many locations' writes.
 
-Threads: the reader (started here) owns the call's streams: it opens, feeds and ends them.  It
-does not wait on the network itself: a receiver thread takes the call's requests from gRPC one
+Threads: the reader (started here) owns the call's streams: it feeds and ends them.  It does not
+wait on a new location's disk: the opens of new streams go to the call's opener thread
+(``_open_group``), which makes a request's new locations together and answers each open as
+soon as its stream is open, while the reader goes on taking the other streams' chunks; a later
+frame of a stream whose open is under way (its end, a chunk sent before the answer) waits for
+that open, so a stream's frames are still handled in order.  The reader does not wait on the
+network either: a receiver thread takes the call's requests from gRPC one
 ahead (``READ_AHEAD``), so the next request is received and parsed while the reader decodes and
 writes this one (the two are in C, without the interpreter's lock), instead of the two taking
 turns; the receiver asks gRPC for a request only while fewer than ``READ_AHEAD`` wait for the
@@ -31,6 +36,7 @@ import functools
 import queue
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator
 
 import grpc
@@ -88,6 +94,11 @@ class MuxCall:
         self.out: queue.SimpleQueue[list[dis_pb2.MuxReply] | _Done] = queue.SimpleQueue()  # lists of replies, then _DONE
         self.to_close: list[ServedStream] = []  # ended by another thread, closed by the writer
         self.lock = threading.Lock()
+        # streams whose open the opener has not finished: the reader's own (it adds them, and
+        # takes one out when a later frame of its stream waits for it)
+        self.opening: dict[int, Future[None]] = {}
+        self._opener: ThreadPoolExecutor | None = None  # made at the call's first open
+        self._stopping = False  # the call is ending: the opener opens no more streams
 
     # -- the reader --------------------------------------------------------------------------
 
@@ -105,7 +116,6 @@ class MuxCall:
                 room.release()  # the receiver asks gRPC for the next one while this one is handled
                 if isinstance(frames, _Received):
                     break
-                self._open_ahead(frames)
                 self._request(frames)
         except grpc.RpcError:
             pass  # the call ended (cancelled by the tailer, or the server stopping)
@@ -115,6 +125,7 @@ class MuxCall:
         finally:
             stop.set()
             room.release()  # a receiver waiting for room sees the stop
+            self._stop_opener()
             with self.lock:
                 streams, self.streams = list(self.streams.values()), {}
             for s in streams:
@@ -150,20 +161,32 @@ class MuxCall:
 
     def _request(self, frames: list[tuple[int, MuxBody]]) -> None:
         """A request's frames, in order per stream: the chunks of open streams gathered and
-        handed to the engine as one batch (``IngestService.ingest``), any other frame handled
-        alone (a stream's chunks gathered so far go first)."""
+        handed to the engine as one batch (``IngestService.ingest``), the opens of new streams
+        handed to the opener (``_open_group``), any other frame handled alone (a stream's chunks
+        gathered so far go first; a frame of a stream whose open is under way waits for it)."""
         replies: list[dis_pb2.MuxReply] = []
         since = time.monotonic()
         batch: list[tuple[int, ServedStream, ChunkView]] = []
         in_batch: set[int] = set()
-        streams, ended = self.streams, self.ended
+        new: list[tuple[int, dis_pb2.IngestRequest, Future[None]]] = []  # opens not handed over yet
+        streams, ended, opening = self.streams, self.ended, self.opening
         for number, body in frames:
+            if number in opening:
+                if any(n == number for n, _, _ in new):
+                    self._open_later(new)
+                    new = []
+                self._after_open(number)
             if type(body) is ChunkView:
-                stream = streams.get(number)  # (only this thread adds streams; a racing end is seen below)
+                stream = streams.get(number)  # (a racing end is seen below)
                 if stream is not None and number not in ended:
                     batch.append((number, stream, body))
                     in_batch.add(number)
                     continue
+            elif type(body) is dis_pb2.IngestRequest and number not in streams and number not in ended:
+                future: Future[None] = Future()
+                opening[number] = future
+                new.append((number, body, future))
+                continue
             if number in in_batch:
                 self._chunks(batch, replies)
                 batch, in_batch = [], set()
@@ -171,6 +194,8 @@ class MuxCall:
             if replies and time.monotonic() - since > REPLY_EVERY_S:
                 self.out.put(replies)  # the answers so far go out while the rest is ingested
                 replies, since = [], time.monotonic()
+        if new:
+            self._open_later(new)
         if batch:
             self._chunks(batch, replies)
         if replies:
@@ -190,25 +215,64 @@ class MuxCall:
             if not dead:
                 replies.append(dis_pb2.MuxReply(stream=number, response=r))
 
-    def _open_ahead(self, frames: list[tuple[int, MuxBody]]) -> None:
-        """The locations of a request's opens, opened side by side before its frames are handled
-        one by one (``StorageEngine.open_many``): a tailer that finds many new locations at once
-        sends their opens together, and each open of a new location waits on the disk.  An open
-        the DIS refuses is left out here and refused, with its status, when its frame is handled."""
-        wanted = []
-        with self.lock:
-            new = [body for number, body in frames
-                   if number not in self.streams and number not in self.ended and body is not END
-                   and not isinstance(body, str)]
-        if len(new) < 2:
-            return
-        for body in new:
-            try:
-                key, schema = self.service.open_target(body)
-            except RequestRefused:
-                continue
-            wanted.append((key, schema.version))
-        self.service.engine.open_many(wanted)
+    # -- the opener ---------------------------------------------------------------------------
+
+    def _open_later(self, new: list[tuple[int, dis_pb2.IngestRequest, Future[None]]]) -> None:
+        """Hand a request's opens of new streams to the call's opener, as one group.
+
+        One group, not several answered in turn: a burst's locations made in groups of 8 or 16,
+        each group's opens answered before the next was made, had their first opens answered
+        sooner but their last ones later (the groups' creation competing with the first
+        streams' chunks for the cores), and the burst ended no sooner."""
+        for number in [n for n, f in self.opening.items() if f.done()]:
+            del self.opening[number]  # answered streams that sent nothing since: nothing to wait for
+        if self._opener is None:
+            self._opener = ThreadPoolExecutor(1, thread_name_prefix="ingest-mux-opener")
+        self._opener.submit(self._open_group, new)
+
+    def _after_open(self, number: int) -> None:
+        """(The reader) Wait until stream ``number``'s open is answered (or refused), so that a
+        later frame of it (its end, a chunk sent before the answer) is handled after it."""
+        self.opening.pop(number).result()  # a failed opener raises here: the call fails
+
+    def _open_group(self, group: list[tuple[int, dis_pb2.IngestRequest, Future[None]]]) -> None:
+        """(The opener) Open a group of new streams and answer each as soon as it is open.
+
+        Why a thread of its own: making a location waits on the disk (its directories and first
+        record made durable), tens to hundreds of milliseconds for a burst's locations; on the
+        reader, that wait held up the chunks of the call's open streams and the answers of every
+        open of the request.  The group's locations are made together first
+        (``StorageEngine.open_many``); an open the DIS refuses creates nothing."""
+        try:
+            if len(group) > 1:
+                wanted = []
+                for _, body, _ in group:
+                    try:
+                        key, schema = self.service.open_target(body)
+                    except RequestRefused:
+                        continue  # refused, with its status, when its stream is opened
+                    wanted.append((key, schema.version))
+                self.service.engine.open_many(wanted)
+            for number, body, future in group:
+                if not self._stopping:
+                    replies: list[dis_pb2.MuxReply] = []
+                    self._frame(number, body, replies)
+                    if replies:
+                        self.out.put(replies)
+                future.set_result(None)
+        except BaseException as e:  # a bug must not leave the reader waiting, nor the call open
+            log.exception("ingest multiplex call failed opening streams", peer=self.peer)
+            for _, _, future in group:
+                if not future.done():
+                    future.set_exception(e)
+            self.context.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves RpcContext.cancel unannotated
+
+    def _stop_opener(self) -> None:
+        """(The reader, at the call's end) Open no more streams and wait for the open under way,
+        so that every stream opened is among those the call's end closes."""
+        self._stopping = True
+        if self._opener is not None:
+            self._opener.shutdown(wait=True, cancel_futures=True)
 
     def _frame(self, number: int, body: MuxBody, replies: list[dis_pb2.MuxReply]) -> None:
         with self.lock:
@@ -234,6 +298,9 @@ class MuxCall:
                 with self.lock:
                     self.streams[number] = stream
                 response = stream.open(body)
+                with self.lock:
+                    if number in self.ended:
+                        return  # ended by another thread while opening: its end is on its way, alone
             else:
                 response = stream.handle(body)
         except RequestRefused as r:
