@@ -330,6 +330,50 @@ def test_string_keys_whose_first_bytes_pack_alike_stay_apart_in_publishes_larger
         assert len(lb.snapshot().table) == len(pool)
 
 
+def _index_update(index, state: list, batch: list, pieces: int):  # noqa: ANN001, ANN202
+    """One ``KeyIndex.update`` of string keys: the state's keys and the batch's (in ``pieces``
+    chunks) as Arrow arrays; (total, changed slots, their last rows)."""
+    def cols(a: pa.Array) -> list:
+        b = a.buffers()
+        return [(b[0] if a.null_count else None, b[1], b[2], a.offset)]
+
+    arr = pa.array(batch, pa.string())
+    cut = np.linspace(0, len(batch), pieces + 1).astype(int)
+    chunks = [(int(b - a), cols(arr.slice(a, b - a))) for a, b in zip(cut, cut[1:])]
+    total, changed, rows = index.update(cols(pa.array(state, pa.string())), len(state), chunks, len(batch), 10**6)
+    return total, np.frombuffer(changed, np.int64).tolist(), np.frombuffer(rows, np.int64).tolist()
+
+
+@pytest.mark.skipif(lastbykeys.lastbyindex is None, reason="the C key index was not built")  # test_c_index_is_built fails then
+@pytest.mark.parametrize("hash_bits", [0, 3, 64])
+def test_every_string_comparison_of_the_index_tells_keys_apart_when_hashes_collide(hash_bits):
+    """The index compares keys only when their hashes agree in position and tag, so random keys
+    never reach most of its comparisons.  With a hash cut to ``hash_bits`` bits (0: every key the
+    same hash) every row is compared with many keys, in each of a call's ways: with the state's
+    column (a small batch), its records (a quarter of the keys or more), its own table (as many
+    rows as keys or more: ``abcdefg`` and the keys of 8 bytes or more starting ``abcdefg\x07``
+    pack alike there), and the keys new in the batch (their records).  Each call's slots and last
+    rows must be a dict's."""
+    shorts = ["s1", "abcdefg", "", "\x00", "a"]
+    pool = (shorts + [k + "\x00" * (7 - len(k)) + chr(len(k)) + t for k in shorts for t in ("", "x", "yz")]
+            + [None, "abcdefgh", "abcdefghi", "abcdefghj", "abcdefg\x00", "prefix0012345", "prefix0012346"]
+            + [f"k{j}" for j in range(20)])
+    rng = np.random.default_rng(hash_bits)
+    for trial in range(3):
+        index = lastbykeys.lastbyindex.KeyIndex([(3, 0, None)], hash_bits=hash_bits)
+        state: list = []
+        slots: dict = {}
+        for size in (12, 3, 40, 9, 200, 2, 25, 120, 60):
+            batch = [pool[i] for i in rng.integers(0, len(pool), size)]
+            last: dict = {}
+            for row, key in enumerate(batch):
+                slots.setdefault(key, len(slots))
+                last[slots[key]] = row
+            got = _index_update(index, state, batch, 1 + trial)
+            assert got == (len(slots), sorted(last), [last[c] for c in sorted(last)]), (trial, size)
+            state = sorted(slots, key=slots.__getitem__)
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_new_keys_last_seen_in_pieces_out_of_their_order_keep_their_slots(native):
     """New string keys of one publish whose last rows lie in its pieces in another order than

@@ -11,7 +11,9 @@
  * of its hash.  The key itself is compared where it lives: in the state's key columns (slots
  * below the state's size) or in the batch (the row where a new key first appeared).  So the
  * index costs 4 bytes an entry, at most 0.8 of its entries used (5 to 10 bytes a key), and is
- * told the state's and the batch's key columns at every call.
+ * told the state's and the batch's key columns at every call.  For one string key column a large
+ * batch first puts the state's keys in a table of its own (keyrec_t) or in records (slotrec_t),
+ * both freed when the call returns.
  *
  * Keys: one or more columns, each given as Arrow buffers (validity or None, values or int32
  * offsets, string data or None, the array's offset).  A row's key is null in a column when its
@@ -21,7 +23,10 @@
  * dictionary_encode does), except that a column declared "float" treats every NaN as one value
  * (as the multi-column reference, which joins the columns' string forms, does).
  *
- * KeyIndex(columns)              columns: ((kind, width, sentinel bytes or None), ...)
+ * KeyIndex(columns, *, hash_bits=64)
+ *                                columns: ((kind, width, sentinel bytes or None), ...); hash_bits:
+ *                                the bits of each hash kept, fewer only in tests, so that keys share
+ *                                positions and tags and every comparison is made
  *                                kind 0 fixed-width, 1 float (every NaN equal), 2 bool (bits),
  *                                3 string (int32 offsets)
  * KeyIndex.update(state, k, batch, n, max_keys) -> (total, changed, rows)
@@ -80,6 +85,7 @@ typedef struct {
     int bits;
     int64_t count;
     int busy;
+    uint64_t hash_mask; /* the bits of a hash kept: all but in tests (KeyIndex(hash_bits=...)) */
 } KeyIndex;
 
 /* One call: where its keys live (the state's columns for slots < k, the batch's for the new
@@ -95,6 +101,11 @@ typedef struct {
     int32_t *first;       /* where slot k + i first appeared: its row in its chunk, */
     int32_t *first_chunk; /* and its chunk, for ``room`` new keys */
     int32_t *last;        /* the batch's last row of each slot (-1: untouched), k + room of them */
+    uint64_t *hashes;     /* the hash of slot k + i, for ``room`` new keys: a grown table places them
+                           * without reading and hashing their bytes again */
+    struct slotrec *newrec; /* one string key column: slot k + i's key as a record (its length and
+                             * first 8 bytes), for ``room`` new keys: a row compares with a key new in
+                             * this batch by one read, not by its first row's chunk, offsets and bytes */
     int64_t room;
     int bad; /* a string offset out of its buffer */
     struct slotrec *rec; /* one string key column: the state's keys as records (or NULL) */
@@ -308,7 +319,7 @@ static ALWAYS_INLINE int col_equal(source_t *s, const colspec_t *c, const colvie
     return x == y;
 }
 
-static ALWAYS_INLINE uint64_t key_hash(source_t *s, const colview_t *cols, Py_ssize_t row, int mode) {
+static ALWAYS_INLINE uint64_t key_hash_all(source_t *s, const colview_t *cols, Py_ssize_t row, int mode) {
     const KeyIndex *ix = s->ix;
     if (mode == MODE_STRING)
         return col_hash(s, &ix->spec[0], &cols[0], cols[0].offset + row, KIND_STRING);
@@ -318,6 +329,11 @@ static ALWAYS_INLINE uint64_t key_hash(source_t *s, const colview_t *cols, Py_ss
     for (int i = 0; i < ix->ncols; i++)
         h = fmix(rotl(h, 17) ^ col_hash(s, &ix->spec[i], &cols[i], cols[i].offset + row, ix->spec[i].kind));
     return h;
+}
+
+/* A key's hash, as the index keeps it (hash_mask). */
+static ALWAYS_INLINE uint64_t key_hash(source_t *s, const colview_t *cols, Py_ssize_t row, int mode) {
+    return key_hash_all(s, cols, row, mode) & s->ix->hash_mask;
 }
 
 static ALWAYS_INLINE int key_equal(source_t *s, const colview_t *a, Py_ssize_t ra, const colview_t *b, Py_ssize_t rb,
@@ -383,18 +399,17 @@ static ALWAYS_INLINE int grow(KeyIndex *ix, source_t *s, int mode) {
     uint32_t *table = calloc((size_t)1 << bits, sizeof *table);
     if (table == NULL)
         return 0;
-    for (int64_t slot = 0; slot < ix->count; slot++) {
-        Py_ssize_t row;
-        const colview_t *cols = slot_key(s, slot, &row);
-        place(table, bits, key_hash(s, cols, row, mode), slot);
-    }
+    for (int64_t slot = 0; slot < s->k && slot < ix->count; slot++)
+        place(table, bits, key_hash(s, s->state, (Py_ssize_t)slot, mode), slot);
+    for (int64_t slot = s->k; slot < ix->count; slot++)
+        place(table, bits, s->hashes[slot - s->k], slot);
     free(ix->table);
     ix->table = table;
     ix->bits = bits;
     return 1;
 }
 
-/* Room for twice as many new keys (``first`` and ``last`` grown; they start small, so that a
+/* Room for twice as many new keys (``first``, ``hashes`` and ``last`` grown; they start small, so that a
  * batch of known keys allocates little); 0 when out of memory. */
 static int more_room(source_t *s) {
     int64_t room = 2 * s->room;
@@ -406,6 +421,14 @@ static int more_room(source_t *s) {
     if (first == NULL)
         return 0;
     s->first_chunk = first;
+    uint64_t *hashes = realloc(s->hashes, (size_t)room * sizeof *hashes);
+    if (hashes == NULL)
+        return 0;
+    s->hashes = hashes;
+    struct slotrec *newrec = realloc(s->newrec, (size_t)room * sizeof *newrec);
+    if (newrec == NULL)
+        return 0;
+    s->newrec = newrec;
     int32_t *last = realloc(s->last, (size_t)(s->k + room) * sizeof *last);
     if (last == NULL)
         return 0;
@@ -421,9 +444,9 @@ static ALWAYS_INLINE int64_t add(KeyIndex *ix, source_t *s, Py_ssize_t i, uint64
                                  int mode) {
     int bits = ix->bits;
     int64_t slot = ix->count;
-    (void)h;
     if (slot - s->k == s->room && !more_room(s))
         return -1;
+    s->hashes[slot - s->k] = h;
     s->first[slot - s->k] = (int32_t)i;
     s->first_chunk[slot - s->k] = s->chunk;
     ix->count++;
@@ -452,7 +475,7 @@ static ALWAYS_INLINE void read_strkey(source_t *s, Py_ssize_t i, strkey_t *out) 
     Py_ssize_t p = v->offset + i;
     out->null = v->valid && !bit(v->valid, p);
     if (out->null) {
-        out->h = NULL_HASH;
+        out->h = NULL_HASH & s->ix->hash_mask;
         return;
     }
     if (!str_at(s, v, p, &out->at, &out->len)) {
@@ -463,8 +486,16 @@ static ALWAYS_INLINE void read_strkey(source_t *s, Py_ssize_t i, strkey_t *out) 
     }
     const uint8_t *end = v->data + v->data_len;
     out->bytes = short_bytes(out->at, out->len < 8 ? out->len : 8, end);
-    out->h = out->len <= 8 ? fmix(out->bytes ^ ((uint64_t)out->len * 0x9e3779b97f4a7c15ULL))
-                           : hash_long(out->at, out->len);
+    out->h = (out->len <= 8 ? fmix(out->bytes ^ ((uint64_t)out->len * 0x9e3779b97f4a7c15ULL))
+                            : hash_long(out->at, out->len)) & s->ix->hash_mask;
+}
+
+/* A new slot's key (one string column) as its record. */
+static ALWAYS_INLINE void note_new(source_t *s, int64_t slot, const strkey_t *key) {
+    slotrec_t *r = &s->newrec[slot - s->k];
+    r->bytes = key->null ? 0 : key->bytes;
+    r->len = key->null ? -1 : (int32_t)key->len;
+    r->last = -1;
 }
 
 /* Whether slot ``slot`` holds batch row i's key, compared column by column. */
@@ -476,6 +507,15 @@ static ALWAYS_INLINE int slot_equal(source_t *s, Py_ssize_t i, int64_t slot, int
 
 /* Whether slot ``slot`` holds the one string column's key read ahead as ``key``. */
 static ALWAYS_INLINE int strkey_equal(source_t *s, const strkey_t *key, int64_t slot) {
+    if (slot >= s->k) { /* a key new in this batch: its record first */
+        const slotrec_t *r = &s->newrec[slot - s->k];
+        if (r->len < 0 || key->null)
+            return r->len < 0 && key->null;
+        if ((size_t)r->len != key->len || r->bytes != key->bytes)
+            return 0;
+        if (key->len <= 8)
+            return 1;
+    }
     Py_ssize_t row;
     const colview_t *v = slot_key(s, slot, &row);
     Py_ssize_t p = v->offset + row;
@@ -506,7 +546,10 @@ static ALWAYS_INLINE int64_t find_or_add(KeyIndex *ix, source_t *s, Py_ssize_t i
         }
         pos = (pos + 1) & mask;
     }
-    return add(ix, s, i, h, pos, tag, mode);
+    int64_t slot = add(ix, s, i, h, pos, tag, mode);
+    if (key != NULL && slot >= 0)
+        note_new(s, slot, key);
+    return slot;
 }
 
 /* Whether state slot ``slot`` (below k) holds ``key``, by its record. */
@@ -543,8 +586,10 @@ static ALWAYS_INLINE int64_t find_or_add_rec(KeyIndex *ix, source_t *s, Py_ssize
         pos = (pos + 1) & mask;
     }
     int64_t slot = add(ix, s, i, key->h, pos, tag, MODE_STRING);
-    if (slot >= 0)
+    if (slot >= 0) {
+        note_new(s, slot, key);
         s->last[slot] = (int32_t)(s->base + i);
+    }
     return slot;
 }
 
@@ -700,6 +745,7 @@ static void fill_kt(source_t *s) {
                 packed[j] = pack_key(bytes, (int64_t)len);
                 flags[j] = len >= 8 ? KT_LONG : 0;
             }
+            hs[j] &= s->ix->hash_mask;
             __builtin_prefetch(&s->kt[(uint32_t)hs[j] & kmask], 1);
         }
         for (int64_t j = 0; j < m; j++) { /* then placed */
@@ -798,9 +844,14 @@ done:
 
 static int KeyIndex_init(KeyIndex *self, PyObject *args, PyObject *kwds) {
     PyObject *columns;
-    static char *kwlist[] = {"columns", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &columns))
+    int hash_bits = 64;
+    static char *kwlist[] = {"columns", "hash_bits", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$i", kwlist, &columns, &hash_bits))
         return -1;
+    if (hash_bits < 0 || hash_bits > 64) {
+        PyErr_SetString(PyExc_ValueError, "hash_bits is 0 to 64");
+        return -1;
+    }
     PyObject *seq = PySequence_Fast(columns, "columns must be a sequence of (kind, width, sentinel)");
     if (seq == NULL)
         return -1;
@@ -846,6 +897,7 @@ static int KeyIndex_init(KeyIndex *self, PyObject *args, PyObject *kwds) {
     clear_table(self);
     self->spec = spec;
     self->ncols = (int)n;
+    self->hash_mask = hash_bits == 64 ? ~0ULL : (1ULL << hash_bits) - 1;
     return 0;
 fail:
     Py_DECREF(seq);
@@ -892,7 +944,7 @@ static PyObject *KeyIndex_update(KeyIndex *self, PyObject *args) {
     colview_t *views = PyMem_Calloc((size_t)(1 + nchunks) * (size_t)ncols, sizeof *views);
     colbufs_t *bufs = PyMem_Calloc((size_t)(1 + nchunks) * (size_t)ncols, sizeof *bufs);
     Py_ssize_t *lengths = PyMem_Calloc((size_t)nchunks + 1, sizeof *lengths);
-    source_t src = {self, NULL, NULL, NULL, 0, 0, (int64_t)k, NULL, NULL, NULL, n < 1024 ? 1 + n : 1024, 0, NULL, NULL, 0};
+    source_t src = {self, NULL, NULL, NULL, 0, 0, (int64_t)k, NULL, NULL, NULL, NULL, NULL, n < 1024 ? 1 + n : 1024, 0, NULL, NULL, 0};
     PyObject *result = NULL, *slots = NULL, *rows = NULL;
     if (views == NULL || bufs == NULL || lengths == NULL) {
         PyErr_NoMemory();
@@ -919,7 +971,9 @@ static PyObject *KeyIndex_update(KeyIndex *self, PyObject *args) {
     src.first = malloc((size_t)src.room * sizeof *src.first);
     src.first_chunk = malloc((size_t)src.room * sizeof *src.first_chunk);
     src.last = malloc((size_t)(k + src.room) * sizeof *src.last);
-    if (src.first == NULL || src.first_chunk == NULL || src.last == NULL) {
+    src.hashes = malloc((size_t)src.room * sizeof *src.hashes);
+    src.newrec = malloc((size_t)src.room * sizeof *src.newrec);
+    if (src.first == NULL || src.first_chunk == NULL || src.last == NULL || src.hashes == NULL || src.newrec == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1005,6 +1059,8 @@ done:
     free(src.first);
     free(src.first_chunk);
     free(src.last);
+    free(src.hashes);
+    free(src.newrec);
     free(src.rec);
     free(src.kt);
     return result;
