@@ -62,6 +62,8 @@ enum { MODE_STRING = 0, MODE_FIXED = 1, MODE_ANY = 2 };
 /* ... and in a table of the call's own (keyrec_t) when the batch has at least as many rows as the
  * state has keys: its fill (hashing every state key) then costs less than it saves. */
 #define KT_RATIO 1
+/* (and at most this many keys: its positions and slots fit 32 bits with room to spare) */
+#define KT_MAX_KEYS (1 << 26)
 
 typedef struct {
     int kind;
@@ -977,7 +979,7 @@ static PyObject *KeyIndex_update(KeyIndex *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (mode == MODE_STRING && k > 0 && (int64_t)n >= (int64_t)k * KT_RATIO) {
+    if (mode == MODE_STRING && k > 0 && (int64_t)n >= (int64_t)k * KT_RATIO && k <= KT_MAX_KEYS) {
         int kb = MIN_BITS;
         while (((int64_t)1 << kb) < 2 * (int64_t)k)
             kb++;
