@@ -300,6 +300,80 @@ def test_string_keys_alike_in_their_first_eight_bytes_stay_apart_in_large_and_sm
     assert len(lb.snapshot().table) == len(pool)
 
 
+@pytest.mark.skipif(lastbykeys.lastbyindex is None, reason="the C key index was not built")  # test_c_index_is_built fails then
+def test_string_keys_whose_first_bytes_pack_alike_stay_apart_in_publishes_larger_than_the_state():
+    """One string key column: a publish of at least as many rows as the state has keys finds the
+    state's keys in a table of the call's own whose entries hold a key's length and first bytes
+    packed into 8 bytes (a key of up to 7 bytes with its length in the top byte, a longer one its
+    first 8 bytes).  So ``s1`` and every key of 8 bytes or more starting ``s1``, five zero bytes
+    and a 2 pack to the same number, and must still stay apart; as must the null and the empty
+    key, keys of exactly 8 bytes, and keys the state does not hold yet.  Hundreds of such keys, in
+    several orders, put them in each other's probe runs."""
+    shorts = [f"s{j}" for j in range(12)] + ["abcdefg", ""]
+    partners = [k + "\x00" * (7 - len(k)) + chr(len(k)) + (f"{v}" if v else "") for k in shorts for v in range(15)]
+    pool = shorts + partners + [None, "\x00", "abcdefgh"] + [f"new{j}" for j in range(40)]
+    for trial in range(4):
+        rng = np.random.default_rng(trial)
+        lb, ref = LastBy(SCHEMA, ("S",), 10**6, native=True), LastBy(SCHEMA, ("S",), 10**6, native=False)
+        n = 0
+        for publish in range(6):
+            # first most of the pool (each key once, in a random order), then publishes of twice
+            # the state's keys drawn from the whole pool (new keys among them), one smaller
+            size = len(pool) - 40 if publish == 0 else (30 if publish == 3 else 2 * len(lb.snapshot().table) + 7)
+            cols = rows(size, 100 * trial + publish, n, ("S",), 16)
+            drawn = rng.permutation(len(pool))[:size] if publish == 0 else rng.integers(0, len(pool), size)
+            cols[0] = pa.array([pool[i] for i in drawn], pa.string())
+            for x in (lb, ref):
+                x.apply(cols, n + size)
+            n += size
+            assert bits(lb.snapshot().table).equals(bits(ref.snapshot().table)), (trial, publish)
+        assert len(lb.snapshot().table) == len(pool)
+
+
+def _index_update(index, state: list, batch: list, pieces: int):  # noqa: ANN001, ANN202
+    """One ``KeyIndex.update`` of string keys: the state's keys and the batch's (in ``pieces``
+    chunks) as Arrow arrays; (total, changed slots, their last rows)."""
+    def cols(a: pa.Array) -> list:
+        b = a.buffers()
+        return [(b[0] if a.null_count else None, b[1], b[2], a.offset)]
+
+    arr = pa.array(batch, pa.string())
+    cut = np.linspace(0, len(batch), pieces + 1).astype(int)
+    chunks = [(int(b - a), cols(arr.slice(a, b - a))) for a, b in zip(cut, cut[1:])]
+    total, changed, rows = index.update(cols(pa.array(state, pa.string())), len(state), chunks, len(batch), 10**6)
+    return total, np.frombuffer(changed, np.int64).tolist(), np.frombuffer(rows, np.int64).tolist()
+
+
+@pytest.mark.skipif(lastbykeys.lastbyindex is None, reason="the C key index was not built")  # test_c_index_is_built fails then
+@pytest.mark.parametrize("hash_bits", [0, 3, 64])
+def test_every_string_comparison_of_the_index_tells_keys_apart_when_hashes_collide(hash_bits):
+    """The index compares keys only when their hashes agree in position and tag, so random keys
+    never reach most of its comparisons.  With a hash cut to ``hash_bits`` bits (0: every key the
+    same hash) every row is compared with many keys, in each of a call's ways: with the state's
+    column (a small batch), its records (a quarter of the keys or more), its own table (as many
+    rows as keys or more: ``abcdefg`` and the keys of 8 bytes or more starting ``abcdefg\x07``
+    pack alike there), and the keys new in the batch (their records).  Each call's slots and last
+    rows must be a dict's."""
+    shorts = ["s1", "abcdefg", "", "\x00", "a"]
+    pool = (shorts + [k + "\x00" * (7 - len(k)) + chr(len(k)) + t for k in shorts for t in ("", "x", "yz")]
+            + [None, "abcdefgh", "abcdefghi", "abcdefghj", "abcdefg\x00", "prefix0012345", "prefix0012346"]
+            + [f"k{j}" for j in range(20)])
+    rng = np.random.default_rng(hash_bits)
+    for trial in range(3):
+        index = lastbykeys.lastbyindex.KeyIndex([(3, 0, None)], hash_bits=hash_bits)
+        state: list = []
+        slots: dict = {}
+        for size in (12, 3, 40, 9, 200, 2, 25, 120, 60):
+            batch = [pool[i] for i in rng.integers(0, len(pool), size)]
+            last: dict = {}
+            for row, key in enumerate(batch):
+                slots.setdefault(key, len(slots))
+                last[slots[key]] = row
+            got = _index_update(index, state, batch, 1 + trial)
+            assert got == (len(slots), sorted(last), [last[c] for c in sorted(last)]), (trial, size)
+            state = sorted(slots, key=slots.__getitem__)
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_new_keys_last_seen_in_pieces_out_of_their_order_keep_their_slots(native):
     """New string keys of one publish whose last rows lie in its pieces in another order than

@@ -11,7 +11,9 @@
  * of its hash.  The key itself is compared where it lives: in the state's key columns (slots
  * below the state's size) or in the batch (the row where a new key first appeared).  So the
  * index costs 4 bytes an entry, at most 0.8 of its entries used (5 to 10 bytes a key), and is
- * told the state's and the batch's key columns at every call.
+ * told the state's and the batch's key columns at every call.  For one string key column a large
+ * batch first puts the state's keys in a table of its own (keyrec_t) or in records (slotrec_t),
+ * both freed when the call returns.
  *
  * Keys: one or more columns, each given as Arrow buffers (validity or None, values or int32
  * offsets, string data or None, the array's offset).  A row's key is null in a column when its
@@ -21,7 +23,10 @@
  * dictionary_encode does), except that a column declared "float" treats every NaN as one value
  * (as the multi-column reference, which joins the columns' string forms, does).
  *
- * KeyIndex(columns)              columns: ((kind, width, sentinel bytes or None), ...)
+ * KeyIndex(columns, *, hash_bits=64)
+ *                                columns: ((kind, width, sentinel bytes or None), ...); hash_bits:
+ *                                the bits of each hash kept, fewer only in tests, so that keys share
+ *                                positions and tags and every comparison is made
  *                                kind 0 fixed-width, 1 float (every NaN equal), 2 bool (bits),
  *                                3 string (int32 offsets)
  * KeyIndex.update(state, k, batch, n, max_keys) -> (total, changed, rows)
@@ -54,6 +59,11 @@ enum { MODE_STRING = 0, MODE_FIXED = 1, MODE_ANY = 2 };
 /* A string key's state is read as records (slotrec_t) when the batch has at least 1/REC_RATIO
  * as many rows as the state has keys: their pass over the state pays for itself. */
 #define REC_RATIO 4
+/* ... and in a table of the call's own (keyrec_t) when the batch has at least as many rows as the
+ * state has keys: its fill (hashing every state key) then costs less than it saves. */
+#define KT_RATIO 1
+/* (and at most this many keys: its positions and slots fit 32 bits with room to spare) */
+#define KT_MAX_KEYS (1 << 26)
 
 typedef struct {
     int kind;
@@ -77,6 +87,7 @@ typedef struct {
     int bits;
     int64_t count;
     int busy;
+    uint64_t hash_mask; /* the bits of a hash kept: all but in tests (KeyIndex(hash_bits=...)) */
 } KeyIndex;
 
 /* One call: where its keys live (the state's columns for slots < k, the batch's for the new
@@ -92,9 +103,16 @@ typedef struct {
     int32_t *first;       /* where slot k + i first appeared: its row in its chunk, */
     int32_t *first_chunk; /* and its chunk, for ``room`` new keys */
     int32_t *last;        /* the batch's last row of each slot (-1: untouched), k + room of them */
+    uint64_t *hashes;     /* the hash of slot k + i, for ``room`` new keys: a grown table places them
+                           * without reading and hashing their bytes again */
+    struct slotrec *newrec; /* one string key column: slot k + i's key as a record (its length and
+                             * first 8 bytes), for ``room`` new keys: a row compares with a key new in
+                             * this batch by one read, not by its first row's chunk, offsets and bytes */
     int64_t room;
     int bad; /* a string offset out of its buffer */
     struct slotrec *rec; /* one string key column: the state's keys as records (or NULL) */
+    struct keyrec *kt;   /* one string key column: the state's keys in a table of the call's (or NULL) */
+    int kt_bits;
 } source_t;
 
 /* One string key column, a large batch: each state slot's key as a record built for the call
@@ -109,6 +127,20 @@ typedef struct slotrec {
     int32_t len;
     int32_t last;
 } slotrec_t;
+
+/* One string key column, a large batch: the state's keys in a hash table of the call's own, at most
+ * half full, each entry the key itself (packed: pack_key) and its slot, so that a row finds a
+ * state key with one random read, prefetched from its hash alone, instead of a table entry and
+ * then (once the entry is read) the slot's record.  slot: the slot + 1 (0: empty), KT_LONG set for a
+ * key of 8 bytes or more (compared in full where it lives).  12 bytes an entry: a state of
+ * 100,000 keys takes 3 MiB, below the DIS's 4 MiB mmap threshold (disd.allocator), so the call's
+ * table comes from the heap, not from fresh pages.  Freed when the call returns. */
+typedef struct __attribute__((packed, aligned(4))) keyrec {
+    uint64_t packed;
+    uint32_t slot;
+} keyrec_t;
+#define KT_LONG 0x80000000u
+#define NULL_PACKED (0xffULL << 56)
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -145,6 +177,15 @@ static ALWAYS_INLINE uint64_t short_bytes(const uint8_t *p, size_t n, const uint
     for (size_t j = 0; j < n; j++)
         v |= (uint64_t)p[j] << (8 * j);
     return v;
+}
+
+/* A key's bytes and length as one number: a key of at most 7 bytes, its bytes with its length in
+ * the top byte (equal numbers: equal keys); null, 0xff in the top byte (no key of at most 7 bytes
+ * has that); a longer key, its first 8 bytes (equal numbers say only that those agree). */
+static ALWAYS_INLINE uint64_t pack_key(uint64_t bytes, int64_t len) {
+    if (len < 0)
+        return NULL_PACKED;
+    return len < 8 ? bytes | ((uint64_t)len << 56) : bytes;
 }
 
 static uint64_t hash_long(const uint8_t *p, size_t n) {
@@ -280,7 +321,7 @@ static ALWAYS_INLINE int col_equal(source_t *s, const colspec_t *c, const colvie
     return x == y;
 }
 
-static ALWAYS_INLINE uint64_t key_hash(source_t *s, const colview_t *cols, Py_ssize_t row, int mode) {
+static ALWAYS_INLINE uint64_t key_hash_all(source_t *s, const colview_t *cols, Py_ssize_t row, int mode) {
     const KeyIndex *ix = s->ix;
     if (mode == MODE_STRING)
         return col_hash(s, &ix->spec[0], &cols[0], cols[0].offset + row, KIND_STRING);
@@ -290,6 +331,11 @@ static ALWAYS_INLINE uint64_t key_hash(source_t *s, const colview_t *cols, Py_ss
     for (int i = 0; i < ix->ncols; i++)
         h = fmix(rotl(h, 17) ^ col_hash(s, &ix->spec[i], &cols[i], cols[i].offset + row, ix->spec[i].kind));
     return h;
+}
+
+/* A key's hash, as the index keeps it (hash_mask). */
+static ALWAYS_INLINE uint64_t key_hash(source_t *s, const colview_t *cols, Py_ssize_t row, int mode) {
+    return key_hash_all(s, cols, row, mode) & s->ix->hash_mask;
 }
 
 static ALWAYS_INLINE int key_equal(source_t *s, const colview_t *a, Py_ssize_t ra, const colview_t *b, Py_ssize_t rb,
@@ -355,18 +401,17 @@ static ALWAYS_INLINE int grow(KeyIndex *ix, source_t *s, int mode) {
     uint32_t *table = calloc((size_t)1 << bits, sizeof *table);
     if (table == NULL)
         return 0;
-    for (int64_t slot = 0; slot < ix->count; slot++) {
-        Py_ssize_t row;
-        const colview_t *cols = slot_key(s, slot, &row);
-        place(table, bits, key_hash(s, cols, row, mode), slot);
-    }
+    for (int64_t slot = 0; slot < s->k && slot < ix->count; slot++)
+        place(table, bits, key_hash(s, s->state, (Py_ssize_t)slot, mode), slot);
+    for (int64_t slot = s->k; slot < ix->count; slot++)
+        place(table, bits, s->hashes[slot - s->k], slot);
     free(ix->table);
     ix->table = table;
     ix->bits = bits;
     return 1;
 }
 
-/* Room for twice as many new keys (``first`` and ``last`` grown; they start small, so that a
+/* Room for twice as many new keys (``first``, ``hashes`` and ``last`` grown; they start small, so that a
  * batch of known keys allocates little); 0 when out of memory. */
 static int more_room(source_t *s) {
     int64_t room = 2 * s->room;
@@ -378,6 +423,14 @@ static int more_room(source_t *s) {
     if (first == NULL)
         return 0;
     s->first_chunk = first;
+    uint64_t *hashes = realloc(s->hashes, (size_t)room * sizeof *hashes);
+    if (hashes == NULL)
+        return 0;
+    s->hashes = hashes;
+    struct slotrec *newrec = realloc(s->newrec, (size_t)room * sizeof *newrec);
+    if (newrec == NULL)
+        return 0;
+    s->newrec = newrec;
     int32_t *last = realloc(s->last, (size_t)(s->k + room) * sizeof *last);
     if (last == NULL)
         return 0;
@@ -393,9 +446,9 @@ static ALWAYS_INLINE int64_t add(KeyIndex *ix, source_t *s, Py_ssize_t i, uint64
                                  int mode) {
     int bits = ix->bits;
     int64_t slot = ix->count;
-    (void)h;
     if (slot - s->k == s->room && !more_room(s))
         return -1;
+    s->hashes[slot - s->k] = h;
     s->first[slot - s->k] = (int32_t)i;
     s->first_chunk[slot - s->k] = s->chunk;
     ix->count++;
@@ -424,7 +477,7 @@ static ALWAYS_INLINE void read_strkey(source_t *s, Py_ssize_t i, strkey_t *out) 
     Py_ssize_t p = v->offset + i;
     out->null = v->valid && !bit(v->valid, p);
     if (out->null) {
-        out->h = NULL_HASH;
+        out->h = NULL_HASH & s->ix->hash_mask;
         return;
     }
     if (!str_at(s, v, p, &out->at, &out->len)) {
@@ -435,8 +488,16 @@ static ALWAYS_INLINE void read_strkey(source_t *s, Py_ssize_t i, strkey_t *out) 
     }
     const uint8_t *end = v->data + v->data_len;
     out->bytes = short_bytes(out->at, out->len < 8 ? out->len : 8, end);
-    out->h = out->len <= 8 ? fmix(out->bytes ^ ((uint64_t)out->len * 0x9e3779b97f4a7c15ULL))
-                           : hash_long(out->at, out->len);
+    out->h = (out->len <= 8 ? fmix(out->bytes ^ ((uint64_t)out->len * 0x9e3779b97f4a7c15ULL))
+                            : hash_long(out->at, out->len)) & s->ix->hash_mask;
+}
+
+/* A new slot's key (one string column) as its record. */
+static ALWAYS_INLINE void note_new(source_t *s, int64_t slot, const strkey_t *key) {
+    slotrec_t *r = &s->newrec[slot - s->k];
+    r->bytes = key->null ? 0 : key->bytes;
+    r->len = key->null ? -1 : (int32_t)key->len;
+    r->last = -1;
 }
 
 /* Whether slot ``slot`` holds batch row i's key, compared column by column. */
@@ -448,6 +509,15 @@ static ALWAYS_INLINE int slot_equal(source_t *s, Py_ssize_t i, int64_t slot, int
 
 /* Whether slot ``slot`` holds the one string column's key read ahead as ``key``. */
 static ALWAYS_INLINE int strkey_equal(source_t *s, const strkey_t *key, int64_t slot) {
+    if (slot >= s->k) { /* a key new in this batch: its record first */
+        const slotrec_t *r = &s->newrec[slot - s->k];
+        if (r->len < 0 || key->null)
+            return r->len < 0 && key->null;
+        if ((size_t)r->len != key->len || r->bytes != key->bytes)
+            return 0;
+        if (key->len <= 8)
+            return 1;
+    }
     Py_ssize_t row;
     const colview_t *v = slot_key(s, slot, &row);
     Py_ssize_t p = v->offset + row;
@@ -478,7 +548,10 @@ static ALWAYS_INLINE int64_t find_or_add(KeyIndex *ix, source_t *s, Py_ssize_t i
         }
         pos = (pos + 1) & mask;
     }
-    return add(ix, s, i, h, pos, tag, mode);
+    int64_t slot = add(ix, s, i, h, pos, tag, mode);
+    if (key != NULL && slot >= 0)
+        note_new(s, slot, key);
+    return slot;
 }
 
 /* Whether state slot ``slot`` (below k) holds ``key``, by its record. */
@@ -515,6 +588,34 @@ static ALWAYS_INLINE int64_t find_or_add_rec(KeyIndex *ix, source_t *s, Py_ssize
         pos = (pos + 1) & mask;
     }
     int64_t slot = add(ix, s, i, key->h, pos, tag, MODE_STRING);
+    if (slot >= 0) {
+        note_new(s, slot, key);
+        s->last[slot] = (int32_t)(s->base + i);
+    }
+    return slot;
+}
+
+/* As find_or_add for one string column with the state's keys in the call's table (s->kt): the slot
+ * of the key, its last row noted in ``last``; a key the state lacks is looked up in the index. */
+static ALWAYS_INLINE int64_t find_or_add_kt(KeyIndex *ix, source_t *s, Py_ssize_t i, const strkey_t *key) {
+    uint32_t kmask = (1u << s->kt_bits) - 1, pos = (uint32_t)key->h & kmask;
+    uint64_t want = key->null ? NULL_PACKED : pack_key(key->bytes, (int64_t)key->len);
+    uint32_t is_long = !key->null && key->len >= 8 ? KT_LONG : 0;
+    for (;;) {
+        const keyrec_t *r = &s->kt[pos];
+        uint32_t e = r->slot;
+        if (e == 0)
+            break;
+        if (r->packed == want && (e & KT_LONG) == is_long) {
+            int64_t slot = (int64_t)(e & ~KT_LONG) - 1;
+            if (!is_long || strkey_equal(s, key, slot)) {
+                s->last[slot] = (int32_t)(s->base + i);
+                return slot;
+            }
+        }
+        pos = (pos + 1) & kmask;
+    }
+    int64_t slot = find_or_add(ix, s, i, key->h, key, MODE_STRING);
     if (slot >= 0)
         s->last[slot] = (int32_t)(s->base + i);
     return slot;
@@ -531,10 +632,16 @@ static int run_string(KeyIndex *ix, source_t *s, Py_ssize_t n) {
         if (i + AHEAD < n) {
             strkey_t *ahead = &ring[(i + AHEAD) % RING];
             read_strkey(s, i + AHEAD, ahead);
-            __builtin_prefetch(&ix->table[(uint32_t)ahead->h & ((1u << ix->bits) - 1)]);
+            if (s->kt != NULL)
+                __builtin_prefetch(&s->kt[(uint32_t)ahead->h & ((1u << s->kt_bits) - 1)]);
+            else
+                __builtin_prefetch(&ix->table[(uint32_t)ahead->h & ((1u << ix->bits) - 1)]);
         }
         strkey_t *key = &ring[i % RING];
-        if (s->rec != NULL) {
+        if (s->kt != NULL) {
+            if (find_or_add_kt(ix, s, i, key) < 0)
+                return 0;
+        } else if (s->rec != NULL) {
             if (find_or_add_rec(ix, s, i, key) < 0)
                 return 0;
         } else {
@@ -610,6 +717,46 @@ static void fill_records(source_t *s) {
             continue; /* (s->bad set: the call fails) */
         r->len = (int32_t)len;
         r->bytes = short_bytes(at, len < 8 ? len : 8, end);
+    }
+}
+
+/* The call's table of the state's k keys (one string column; unique keys: no comparison). */
+static void fill_kt(source_t *s) {
+    const colview_t *v = &s->state[0];
+    const uint8_t *end = v->data + v->data_len;
+    uint32_t kmask = (1u << s->kt_bits) - 1;
+    enum { BLOCK = 16 };
+    uint64_t hs[BLOCK], packed[BLOCK];
+    uint32_t flags[BLOCK];
+    memset(s->kt, 0, ((size_t)kmask + 1) * sizeof *s->kt);
+    for (int64_t first = 0; first < s->k; first += BLOCK) {
+        int64_t m = s->k - first < BLOCK ? s->k - first : BLOCK;
+        for (int64_t j = 0; j < m; j++) { /* hashed, their entries prefetched, */
+            Py_ssize_t p = v->offset + (Py_ssize_t)(first + j);
+            const uint8_t *at;
+            size_t len;
+            flags[j] = 0;
+            if (v->valid && !bit(v->valid, p)) {
+                hs[j] = NULL_HASH;
+                packed[j] = NULL_PACKED;
+            } else if (!str_at(s, v, p, &at, &len)) {
+                return; /* (s->bad set: the call fails) */
+            } else {
+                uint64_t bytes = short_bytes(at, len < 8 ? len : 8, end);
+                hs[j] = len <= 8 ? fmix(bytes ^ ((uint64_t)len * 0x9e3779b97f4a7c15ULL)) : hash_long(at, len);
+                packed[j] = pack_key(bytes, (int64_t)len);
+                flags[j] = len >= 8 ? KT_LONG : 0;
+            }
+            hs[j] &= s->ix->hash_mask;
+            __builtin_prefetch(&s->kt[(uint32_t)hs[j] & kmask], 1);
+        }
+        for (int64_t j = 0; j < m; j++) { /* then placed */
+            uint32_t pos = (uint32_t)hs[j] & kmask;
+            while (s->kt[pos].slot)
+                pos = (pos + 1) & kmask;
+            s->kt[pos].packed = packed[j];
+            s->kt[pos].slot = (uint32_t)(first + j + 1) | flags[j];
+        }
     }
 }
 
@@ -699,9 +846,14 @@ done:
 
 static int KeyIndex_init(KeyIndex *self, PyObject *args, PyObject *kwds) {
     PyObject *columns;
-    static char *kwlist[] = {"columns", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &columns))
+    int hash_bits = 64;
+    static char *kwlist[] = {"columns", "hash_bits", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$i", kwlist, &columns, &hash_bits))
         return -1;
+    if (hash_bits < 0 || hash_bits > 64) {
+        PyErr_SetString(PyExc_ValueError, "hash_bits is 0 to 64");
+        return -1;
+    }
     PyObject *seq = PySequence_Fast(columns, "columns must be a sequence of (kind, width, sentinel)");
     if (seq == NULL)
         return -1;
@@ -747,6 +899,7 @@ static int KeyIndex_init(KeyIndex *self, PyObject *args, PyObject *kwds) {
     clear_table(self);
     self->spec = spec;
     self->ncols = (int)n;
+    self->hash_mask = hash_bits == 64 ? ~0ULL : (1ULL << hash_bits) - 1;
     return 0;
 fail:
     Py_DECREF(seq);
@@ -793,7 +946,7 @@ static PyObject *KeyIndex_update(KeyIndex *self, PyObject *args) {
     colview_t *views = PyMem_Calloc((size_t)(1 + nchunks) * (size_t)ncols, sizeof *views);
     colbufs_t *bufs = PyMem_Calloc((size_t)(1 + nchunks) * (size_t)ncols, sizeof *bufs);
     Py_ssize_t *lengths = PyMem_Calloc((size_t)nchunks + 1, sizeof *lengths);
-    source_t src = {self, NULL, NULL, NULL, 0, 0, (int64_t)k, NULL, NULL, NULL, n < 1024 ? 1 + n : 1024, 0, NULL};
+    source_t src = {self, NULL, NULL, NULL, 0, 0, (int64_t)k, NULL, NULL, NULL, NULL, NULL, n < 1024 ? 1 + n : 1024, 0, NULL, NULL, 0};
     PyObject *result = NULL, *slots = NULL, *rows = NULL;
     if (views == NULL || bufs == NULL || lengths == NULL) {
         PyErr_NoMemory();
@@ -820,11 +973,23 @@ static PyObject *KeyIndex_update(KeyIndex *self, PyObject *args) {
     src.first = malloc((size_t)src.room * sizeof *src.first);
     src.first_chunk = malloc((size_t)src.room * sizeof *src.first_chunk);
     src.last = malloc((size_t)(k + src.room) * sizeof *src.last);
-    if (src.first == NULL || src.first_chunk == NULL || src.last == NULL) {
+    src.hashes = malloc((size_t)src.room * sizeof *src.hashes);
+    src.newrec = malloc((size_t)src.room * sizeof *src.newrec);
+    if (src.first == NULL || src.first_chunk == NULL || src.last == NULL || src.hashes == NULL || src.newrec == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    if (mode == MODE_STRING && k > 0 && (int64_t)n * REC_RATIO >= (int64_t)k) {
+    if (mode == MODE_STRING && k > 0 && (int64_t)n >= (int64_t)k * KT_RATIO && k <= KT_MAX_KEYS) {
+        int kb = MIN_BITS;
+        while (((int64_t)1 << kb) < 2 * (int64_t)k)
+            kb++;
+        src.kt_bits = kb;
+        src.kt = malloc(((size_t)1 << kb) * sizeof *src.kt);
+        if (src.kt == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    } else if (mode == MODE_STRING && k > 0 && (int64_t)n * REC_RATIO >= (int64_t)k) {
         src.rec = malloc((size_t)k * sizeof *src.rec);
         if (src.rec == NULL) {
             PyErr_NoMemory();
@@ -837,6 +1002,8 @@ static PyObject *KeyIndex_update(KeyIndex *self, PyObject *args) {
     memset(src.last, 0xff, (size_t)(k + src.room) * sizeof *src.last);
     if (src.rec != NULL)
         fill_records(&src);
+    if (src.kt != NULL)
+        fill_kt(&src);
     if (self->count != (int64_t)k || self->table == NULL) /* not this state's keys: rebuilt from them */
         ok = rebuild(self, &src, mode);
     for (Py_ssize_t c = 0; ok && c < nchunks; c++) {
@@ -894,7 +1061,10 @@ done:
     free(src.first);
     free(src.first_chunk);
     free(src.last);
+    free(src.hashes);
+    free(src.newrec);
     free(src.rec);
+    free(src.kt);
     return result;
 }
 

@@ -5,7 +5,8 @@ from typing import Any, Sequence, final
 @final
 class KeyIndex:
     # columns: (kind, width, sentinel) each
-    def __init__(self, columns: Sequence[tuple[int, int, Any]]) -> None: ...
+    # hash_bits: the bits of each hash kept (fewer only in tests: every comparison is made)
+    def __init__(self, columns: Sequence[tuple[int, int, Any]], *, hash_bits: int = 64) -> None: ...
     # state: each key column's (validity, values, data, offset); batch: (rows, key columns) each;
     # (total, changed, rows): changed and rows are int64 buffers, or None with nothing changed
     def update(self, state: Sequence[Any], k: int, batch: Sequence[Any], n: int, max_keys: int,
