@@ -8,7 +8,8 @@ exits 2 naming the table, the versions and the column; then it recovers every lo
 its own schema version, from its checkpoint),
 start the flush/checkpoint scheduler, the gRPC server (Ingest, TableData, health, reflection),
 the Prometheus endpoint, warn of what an address other than loopback exposes
-(``network_exposure``), then tell systemd READY=1.  Stop (SIGTERM/SIGINT): STOPPING=1, stop
+(``network_exposure``), freeze what the start made out of the garbage collector's passes
+(``start_serving``), then tell systemd READY=1.  Stop (SIGTERM/SIGINT): STOPPING=1, stop
 accepting and end the streams, then flush and checkpoint every location, exit 0.
 """
 
