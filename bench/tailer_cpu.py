@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
+from _burstcpu import CpuWindow
 from _common import Published, emit, log_trade_rows, time_arrival, wait_serving, warm_memory
 from disd.rpc.ingestwire import ChunkOut, encode_mux_request
 from disd.tailer.frames import FrameReader
@@ -35,21 +36,6 @@ N = int(os.environ.get("BENCH_ROWS", 4_000_000))
 REPEAT = int(os.environ.get("BENCH_REPEAT", 3))
 WARM_MIB = int(os.environ.get("BENCH_WARM_MIB", 1024))
 CHUNK = 4 << 20  # the tailer's default chunk_bytes
-
-
-def thread_cpu(pid: int) -> dict[str, float]:
-    """Seconds of CPU of each thread of ``pid`` by name (threads of one name summed)."""
-    out: dict[str, float] = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                comm = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                ns = int(f.read().split()[0])
-        except OSError:
-            continue
-        out[comm] = out.get(comm, 0.0) + ns / 1e9
-    return out
 
 
 def burst(run_dir: pathlib.Path, logs: str) -> tuple[float, float, dict[str, float]]:
@@ -66,18 +52,18 @@ def burst(run_dir: pathlib.Path, logs: str) -> tuple[float, float, dict[str, flo
         time.sleep(0.3)
         pub = Published(port)
         warm_memory(WARM_MIB)
-        t0, d0 = thread_cpu(tailer.p.pid), thread_cpu(dis.p.pid)
+        window = CpuWindow({"tailer": tailer.p.pid, "dis": dis.p.pid})
+        window.start()
         try:
             time_arrival(logs, watched, lambda: pub.total()[0] >= N)
             time.sleep(0.2)
-            t1, d1 = thread_cpu(tailer.p.pid), thread_cpu(dis.p.pid)
+            used = window.stop()
         finally:
             pub.close()
     finally:
         for p in (tailer, dis):
             p.terminate()
-    per = {k: v - t0.get(k, 0.0) for k, v in t1.items()}
-    return sum(per.values()), sum(d1.values()) - sum(d0.values()), per
+    return used["tailer"].seconds, used["dis"].seconds, used["tailer"].by_thread
 
 
 def cpu() -> float:
