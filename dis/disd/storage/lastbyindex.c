@@ -205,10 +205,13 @@ static uint64_t hash_long(const uint8_t *p, size_t n) {
     return fmix(h);
 }
 
+/* A string's hash when its first bytes (``short_bytes`` of up to 8) are loaded already. */
+static ALWAYS_INLINE uint64_t hash_loaded(uint64_t bytes, const uint8_t *p, size_t n) {
+    return n <= 8 ? fmix(bytes ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL)) : hash_long(p, n);
+}
+
 static ALWAYS_INLINE uint64_t hash_str(const uint8_t *p, size_t n, const uint8_t *end) {
-    if (n <= 8)
-        return fmix(short_bytes(p, n, end) ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL));
-    return hash_long(p, n);
+    return n <= 8 ? hash_loaded(short_bytes(p, n, end), p, n) : hash_long(p, n);
 }
 
 static ALWAYS_INLINE int eq_str(const uint8_t *a, const uint8_t *a_end, const uint8_t *b, const uint8_t *b_end,
@@ -488,8 +491,7 @@ static ALWAYS_INLINE void read_strkey(source_t *s, Py_ssize_t i, strkey_t *out) 
     }
     const uint8_t *end = v->data + v->data_len;
     out->bytes = short_bytes(out->at, out->len < 8 ? out->len : 8, end);
-    out->h = (out->len <= 8 ? fmix(out->bytes ^ ((uint64_t)out->len * 0x9e3779b97f4a7c15ULL))
-                            : hash_long(out->at, out->len)) & s->ix->hash_mask;
+    out->h = hash_loaded(out->bytes, out->at, out->len) & s->ix->hash_mask;
 }
 
 /* A new slot's key (one string column) as its record. */
@@ -743,7 +745,7 @@ static void fill_kt(source_t *s) {
                 return; /* (s->bad set: the call fails) */
             } else {
                 uint64_t bytes = short_bytes(at, len < 8 ? len : 8, end);
-                hs[j] = len <= 8 ? fmix(bytes ^ ((uint64_t)len * 0x9e3779b97f4a7c15ULL)) : hash_long(at, len);
+                hs[j] = hash_loaded(bytes, at, len);
                 packed[j] = pack_key(bytes, (int64_t)len);
                 flags[j] = len >= 8 ? KT_LONG : 0;
             }
