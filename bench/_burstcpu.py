@@ -135,3 +135,23 @@ class BurstLimits:
                     "ratio_cpu_ceiling": None if math.isinf(self.ratio_ceiling) else self.ratio_ceiling,
                     "cpu_s_at_0_8": self.cpu_allowed(0.8)})
         return out
+
+
+def thread_pool_name(name: str) -> str:
+    """A thread's name without a pool's ``_<n>`` (``grpc_3`` -> ``grpc``): which worker of a pool
+    takes a stream changes from run to run, the pool's CPU does not."""
+    stem, sep, n = name.rpartition("_")
+    return stem if sep and stem and n.isdigit() else name
+
+
+def thread_growth(more: ProcessCpu, less: ProcessCpu) -> list[tuple[str, float]]:
+    """CPU seconds each thread (pools' workers together) used in ``more`` beyond ``less`` (what
+    one run's extra work cost each thread of a process), most first."""
+    def pooled(p: ProcessCpu) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, s in p.by_thread.items():
+            out[thread_pool_name(name)] = out.get(thread_pool_name(name), 0.0) + s
+        return out
+
+    a, b = pooled(more), pooled(less)
+    return sorted(((name, a.get(name, 0.0) - b.get(name, 0.0)) for name in a.keys() | b.keys()), key=lambda kv: -kv[1])

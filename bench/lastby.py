@@ -15,6 +15,14 @@ updates over 100,000 keys (``Sym``), logged before timing.
    from the rows it covers.  ``exact`` is true when it always did (and the view read in 2
    equalled the scan's).
 
+The limit (``bench/_burstcpu.py``): each timed run's CPU, per thread of the DIS, the tailer and
+this process (its polling), from the logs' arrival until it is timed done.  A ``limits`` line for
+the best run with last-by against the best without: that run cannot end sooner than its CPU spread
+over the usable cores, nor than its busiest thread, so ``ratio_cpu_ceiling`` (the off run's seconds
+over that shortest on run) bounds ``ratio`` at the CPU it took; with the DIS's CPU per row on and off
+and the busiest thread named (the DIS names its threads: ``disd.server.threadnames``).  Then each
+thread's CPU on and off, and what last-by added per thread.
+
 Last line: JSON with exactly ``ratio``, ``snapshot_ms``, ``scan_ms``, ``exact``.
 """
 
@@ -40,6 +48,7 @@ from disd.binlog import BinlogWriter, normalize_columns
 from disd.client import connect, state_table
 from disd.schema import load_schema
 from disd.storage.lastby import last_by
+from _burstcpu import BurstLimits, CpuWindow, ProcessCpu, thread_growth
 from _common import TRADE_SCHEMA, wait_serving, warm_memory
 from lastby.support_lastby import random_updates, with_last_by
 from support import (BIN, Proc, dis_settings, free_port, free_port_pair, sample, scrape,
@@ -108,15 +117,10 @@ def published(client) -> int:  # noqa: ANN001
 WARM_MIB = int(os.environ.get("BENCH_WARM_MIB", 1024))
 
 
-def cpu_s(proc: Proc) -> float:
-    """User + system CPU seconds of a process so far (``/proc/<pid>/stat``)."""
-    fields = pathlib.Path(f"/proc/{proc.p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, keep: bool = False):  # noqa: ANN201
     """Seconds from the logs' arrival until every row is published (the tailer's start-up is
-    not timed); with ``keep``, the DIS is left running and returned."""
+    not timed), and the processes' CPU over those seconds; with ``keep``, the DIS is left running
+    and returned."""
     d = work / f"ingest-{'on' if on else 'off'}-{run}"
     d.mkdir()
     dis, port = start_dis(d, on)
@@ -129,7 +133,8 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
         time.sleep(0.3)
         with connect(f"127.0.0.1:{port}", retry_s=0, timeout_s=10) as c:
             warm_memory(WARM_MIB)
-            cpu0 = cpu_s(dis), cpu_s(tailer)
+            window = CpuWindow({"dis": dis.p.pid, "tailer": tailer.p.pid, "bench": os.getpid()})
+            window.start()
             t0 = time.perf_counter()
             for f in sorted(logs.iterdir()):
                 os.link(f, log_dir / f.name)
@@ -145,7 +150,8 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
             while on and sample(scrape(metrics_dis), "dis_lastby_rows") < n:
                 time.sleep(0.01)
             elapsed = time.perf_counter() - t0
-            dis_cpu, tailer_cpu = cpu_s(dis) - cpu0[0], cpu_s(tailer) - cpu0[1]
+            cpu = window.stop()
+            dis_cpu, tailer_cpu = cpu["dis"].seconds, cpu["tailer"].seconds
             print(f"  (CPU while timed: DIS {dis_cpu:.2f} s, {dis_cpu / n * 1e9:.0f} ns/row; tailer {tailer_cpu:.2f} s)",
                   flush=True)
             if on:
@@ -161,7 +167,7 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
         if not keep:
             dis.terminate()
             shutil.rmtree(d, ignore_errors=True)
-    return (elapsed, dis, port) if keep else (elapsed, None, None)
+    return (elapsed, cpu, dis, port) if keep else (elapsed, cpu, None, None)
 
 
 def reads(port: int, n: int, repeat: int) -> tuple[float, float, bool]:
@@ -239,6 +245,27 @@ def kills(work: pathlib.Path, n: int, count: int) -> bool:
     return exact
 
 
+def print_limits(n: int, best: dict[bool, float], cpu: dict[bool, dict[str, ProcessCpu]]) -> None:
+    """The ``limits`` line of the best on run against the best off run, and their threads."""
+    on = BurstLimits(best[True], best[False], len(os.sched_getaffinity(0)), cpu[True])
+    proc, thread, busiest_s = on.busiest
+    off_busiest = BurstLimits(best[False], best[False], on.cores, cpu[False]).busiest
+    print(f"limits on {on.cores} cores: the on run ({on.burst_s:.3f} s) used {on.cpu_s:.3f} CPU s "
+          f"({', '.join(f'{k} {p.seconds:.3f}' for k, p in cpu[True].items())}; busiest thread {proc}/{thread} "
+          f"{busiest_s:.3f} s), so it cannot end in less than {on.shortest_s:.3f} s "
+          f"({'its busiest thread' if busiest_s >= on.cpu_s / on.cores else 'its CPU over the cores'}); "
+          f"the off run took {on.baseline_s:.3f} s (busiest thread {off_busiest[0]}/{off_busiest[1]} "
+          f"{off_busiest[2]:.3f} s), so ratio_cpu_ceiling {on.ratio_ceiling:.3f}; DIS CPU per row: "
+          f"on {cpu[True]['dis'].seconds / n * 1e9:.0f} ns, off {cpu[False]['dis'].seconds / n * 1e9:.0f} ns", flush=True)
+    for label, c in (("on", cpu[True]), ("off", cpu[False])):
+        print(f"  threads, {label} (CPU s): " + "; ".join(
+            f"{k}: " + ", ".join(f"{t} {s:.3f}" for t, s in sorted(p.by_thread.items(), key=lambda kv: -kv[1])[:5])
+            for k, p in c.items()), flush=True)
+    print("  what last-by added, per DIS thread (CPU s, ns/row): " + ", ".join(
+        f"{t} {s:+.3f} ({s / n * 1e9:+.0f})" for t, s in thread_growth(cpu[True]["dis"], cpu[False]["dis"])[:5]),
+        flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -252,18 +279,21 @@ def main() -> None:
         logs = work / "logs"
         write_logs(logs, n)
         best = {False: float("inf"), True: float("inf")}
+        best_cpu: dict[bool, dict[str, ProcessCpu]] = {}
         port = None
         for run in range(args.repeat):
             for on in (False, True):
                 keep = on and run == args.repeat - 1
-                elapsed, d, p = ingest(work, logs, n, on, run, keep)
+                elapsed, cpu, d, p = ingest(work, logs, n, on, run, keep)
                 if keep:
                     dis, port = d, p
-                best[on] = min(best[on], elapsed)
+                if elapsed < best[on]:
+                    best[on], best_cpu[on] = elapsed, cpu
                 print(f"ingest {n:,} rows, last-by {'on ' if on else 'off'}: {elapsed:.3f} s "
                       f"({n / elapsed / 1e6:.2f} M rows/s)", flush=True)
         ratio = best[False] / best[True]
         print(f"best: off {n / best[False] / 1e6:.2f} M rows/s, on {n / best[True] / 1e6:.2f} M rows/s, ratio {ratio:.3f}")
+        print_limits(n, best, best_cpu)
         snapshot_ms, scan_ms, view_exact = reads(port, n, 2 * args.repeat)
         print(f"read the {KEYS:,}-key view: snapshot {snapshot_ms:.1f} ms, scan of {n:,} rows {scan_ms:.1f} ms "
               f"({scan_ms / snapshot_ms:.1f}x); equal: {view_exact}", flush=True)

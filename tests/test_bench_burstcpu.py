@@ -60,3 +60,15 @@ def test_the_ceiling_is_the_cpu_over_the_cores_or_the_busiest_thread():
     figures = serial.figures()
     assert figures["dis_cpu_s_burst"] == 0.14 and figures["busiest_thread"] == "dis/t"
     assert abs(figures["ratio_cpu_ceiling"] - 0.05 / 0.11) < 1e-9
+
+
+def test_what_a_run_added_per_thread_pools_workers_together():
+    from _burstcpu import thread_growth, thread_pool_name
+
+    assert [thread_pool_name(n) for n in ("grpc_3", "dis-flusher", "block_http", "_7", "v_1a")] == \
+        ["grpc", "dis-flusher", "block_http", "_7", "v_1a"]
+    on = ProcessCpu(1.0, {"grpc_0": 0.1, "grpc_2": 0.5, "dis-flusher": 0.3, "dis": 0.1}, 0.5, "grpc_2", 0)
+    off = ProcessCpu(0.6, {"grpc_1": 0.45, "dis-flusher": 0.05, "dis-reopener": 0.1}, 0.45, "grpc_1", 0)
+    grown = thread_growth(on, off)
+    assert [n for n, _ in grown] == ["dis-flusher", "grpc", "dis", "dis-reopener"]
+    assert [round(s, 9) for _, s in grown] == [0.25, 0.15, 0.1, -0.1]

@@ -44,6 +44,7 @@ from disd.server.ingestsessions import SessionRegistry
 from disd.server.ingestmux import add_ingest_service
 from disd.server.metrics import HEAP_TRIMS
 from disd.server.tabledata import TableDataService
+from disd.server.threadnames import name_threads_from_now
 from disd.storage import StorageEngine
 from disd.storage.dblock import DatabaseLock, lock_database
 from disd.storage.filehandles import default_max_open_files
@@ -392,6 +393,7 @@ def start_serving(config: DisConfig, trimmer: HeapTrimmer) -> tuple[DisServer, s
 
 def serve(config: DisConfig) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
+    name_threads_from_now()  # per-thread CPU names its thread (disd.server.threadnames)
     trimmer = HeapTrimmer()
 
     def trim_heaps() -> None:
