@@ -105,6 +105,18 @@ class BurstLimits:
     def ratio_ceiling(self) -> float:
         return self.baseline_s / self.shortest_s if self.shortest_s > 0 else math.inf
 
+    @property
+    def core_use(self) -> float:
+        """The share of the cores' time the burst kept busy (its CPU over cores x its wall time):
+        how near its processes came to the ceiling's perfect spread."""
+        return self.cpu_s / (self.cores * self.burst_s) if self.burst_s > 0 else 0.0
+
+    def cpu_s_at_use(self, use: float) -> float:
+        """The shortest this burst could be at its CPU, keeping the cores only ``use`` busy (as
+        another run did): ``cpu_s / (cores x use)``; the ratio of that run's wall time to this
+        is the ratio the CPU allows when neither run spreads better than the other."""
+        return self.cpu_s / (self.cores * use) if use > 0 else math.inf
+
     def cpu_allowed(self, ratio: float) -> float:
         """The most CPU seconds a burst may use, all processes together, to reach ``ratio``."""
         return self.cores * self.baseline_s / ratio

@@ -20,8 +20,11 @@ this process (its polling), from the logs' arrival until it is timed done.  A ``
 the best run with last-by against the best without: that run cannot end sooner than its CPU spread
 over the usable cores, nor than its busiest thread, so ``ratio_cpu_ceiling`` (the off run's seconds
 over that shortest on run) bounds ``ratio`` at the CPU it took; with the DIS's CPU per row on and off
-and the busiest thread named (the DIS names its threads: ``disd.server.threadnames``).  Then each
-thread's CPU on and off, and what last-by added per thread.
+and the busiest thread named (the DIS names its threads: ``disd.server.threadnames``).  The ceiling
+assumes a perfect spread over the cores, which a pipeline of dependent steps never reaches: so also
+each run's use of the cores (CPU over cores x wall) and the ratio the on run would reach at the off
+run's use (the runs' CPU, off over on).  Then each thread's CPU on and off, and what last-by added
+per thread; and each run's pages faulted in by the DIS (first touches of memory).
 
 Last line: JSON with exactly ``ratio``, ``snapshot_ms``, ``scan_ms``, ``exact``.
 """
@@ -117,6 +120,12 @@ def published(client) -> int:  # noqa: ANN001
 WARM_MIB = int(os.environ.get("BENCH_WARM_MIB", 1024))
 
 
+def minor_faults(proc: Proc) -> int:
+    """Pages a process has faulted in so far (``minflt`` of ``/proc/<pid>/stat``): each a first
+    touch of memory, which on this virtual machine can cost more than the bytes' copy."""
+    return int(pathlib.Path(f"/proc/{proc.p.pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
 def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, keep: bool = False):  # noqa: ANN201
     """Seconds from the logs' arrival until every row is published (the tailer's start-up is
     not timed), and the processes' CPU over those seconds; with ``keep``, the DIS is left running
@@ -134,6 +143,7 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
         with connect(f"127.0.0.1:{port}", retry_s=0, timeout_s=10) as c:
             warm_memory(WARM_MIB)
             window = CpuWindow({"dis": dis.p.pid, "tailer": tailer.p.pid, "bench": os.getpid()})
+            faults0 = minor_faults(dis)
             window.start()
             t0 = time.perf_counter()
             for f in sorted(logs.iterdir()):
@@ -151,9 +161,10 @@ def ingest(work: pathlib.Path, logs: pathlib.Path, n: int, on: bool, run: int, k
                 time.sleep(0.01)
             elapsed = time.perf_counter() - t0
             cpu = window.stop()
+            faults = minor_faults(dis) - faults0
             dis_cpu, tailer_cpu = cpu["dis"].seconds, cpu["tailer"].seconds
-            print(f"  (CPU while timed: DIS {dis_cpu:.2f} s, {dis_cpu / n * 1e9:.0f} ns/row; tailer {tailer_cpu:.2f} s)",
-                  flush=True)
+            print(f"  (CPU while timed: DIS {dis_cpu:.2f} s, {dis_cpu / n * 1e9:.0f} ns/row, {faults:,} pages faulted in "
+                  f"({faults * 4096 / n:.0f} bytes/row); tailer {tailer_cpu:.2f} s)", flush=True)
             if on:
                 print(f"  (every row published after {t_published:.3f} s; the state covered them "
                       f"{(elapsed - t_published) * 1e3:.0f} ms later)", flush=True)
@@ -257,6 +268,12 @@ def print_limits(n: int, best: dict[bool, float], cpu: dict[bool, dict[str, Proc
           f"the off run took {on.baseline_s:.3f} s (busiest thread {off_busiest[0]}/{off_busiest[1]} "
           f"{off_busiest[2]:.3f} s), so ratio_cpu_ceiling {on.ratio_ceiling:.3f}; DIS CPU per row: "
           f"on {cpu[True]['dis'].seconds / n * 1e9:.0f} ns, off {cpu[False]['dis'].seconds / n * 1e9:.0f} ns", flush=True)
+    off = BurstLimits(best[False], best[False], on.cores, cpu[False])
+    at_off_use = on.cpu_s_at_use(off.core_use)
+    print(f"  use of the {on.cores} cores (CPU s / cores / wall s): off {off.core_use:.0%} ({off.cpu_s:.3f} CPU s), on "
+          f"{on.core_use:.0%} ({on.cpu_s:.3f}); at the off run's use the on run takes {at_off_use:.3f} s: ratio "
+          f"{off.burst_s / at_off_use:.3f} (the runs' CPU, off / on); 0.7 needs the on run to use at most "
+          f"{off.cpu_s / 0.7:.3f} CPU s at that use", flush=True)
     for label, c in (("on", cpu[True]), ("off", cpu[False])):
         print(f"  threads, {label} (CPU s): " + "; ".join(
             f"{k}: " + ", ".join(f"{t} {s:.3f}" for t, s in sorted(p.by_thread.items(), key=lambda kv: -kv[1])[:5])

@@ -62,6 +62,15 @@ def test_the_ceiling_is_the_cpu_over_the_cores_or_the_busiest_thread():
     assert abs(figures["ratio_cpu_ceiling"] - 0.05 / 0.11) < 1e-9
 
 
+def test_a_run_at_another_runs_use_of_the_cores():
+    off = BurstLimits(burst_s=0.1, baseline_s=0.1, cores=2, processes={"dis": proc(0.1, 0.05), "tailer": proc(0.04, 0.04)})
+    on = BurstLimits(burst_s=0.2, baseline_s=0.1, cores=2, processes={"dis": proc(0.18, 0.06), "tailer": proc(0.04, 0.04)})
+    assert abs(off.core_use - 0.7) < 1e-9 and abs(on.core_use - 0.55) < 1e-9
+    assert abs(on.cpu_s_at_use(off.core_use) - 0.22 / 1.4) < 1e-9  # 0.157 s: shorter than its 0.2, longer than 0.11
+    assert abs(off.burst_s / on.cpu_s_at_use(off.core_use) - 0.14 / 0.22) < 1e-9  # = the runs' CPU ratio
+    assert abs(on.ratio_ceiling - 0.1 / 0.11) < 1e-9
+
+
 def test_what_a_run_added_per_thread_pools_workers_together():
     from _burstcpu import thread_growth, thread_pool_name
 
