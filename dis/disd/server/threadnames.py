@@ -11,14 +11,13 @@ runs without a profiler afterwards.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 import threading
 from types import FrameType
 from typing import Any
 
 _PR_SET_NAME = 15
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them
 
 
 def name_os_thread(name: str) -> None:
