@@ -49,17 +49,22 @@ class ProcessCpu:
     busiest_thread_s: float
     busiest_thread: str
     lost_threads: int
+    #: per thread name, how many threads of that name ran inside the window (an interpreter
+    #: names its threads after the process, so one name may be many threads)
+    ran: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def between(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> "ProcessCpu":
         per_tid = {tid: (name, (ns - before[tid][1] if tid in before else ns) / 1e9) for tid, (name, ns) in after.items()}
         by_name: dict[str, float] = {}
+        ran: dict[str, int] = {}
         for name, s in per_tid.values():
             by_name[name] = by_name.get(name, 0.0) + s
+            ran[name] = ran.get(name, 0) + (s > 0)
         busiest = max(per_tid.values(), key=lambda v: v[1], default=("", 0.0))
         return ProcessCpu(seconds=sum(s for _, s in per_tid.values()), by_thread=by_name,
                           busiest_thread_s=busiest[1], busiest_thread=busiest[0],
-                          lost_threads=sum(1 for tid in before if tid not in after))
+                          lost_threads=sum(1 for tid in before if tid not in after), ran=ran)
 
 
 class CpuWindow:
@@ -167,3 +172,74 @@ def thread_growth(more: ProcessCpu, less: ProcessCpu) -> list[tuple[str, float]]
 
     a, b = pooled(more), pooled(less)
     return sorted(((name, a.get(name, 0.0) - b.get(name, 0.0)) for name in a.keys() | b.keys()), key=lambda kv: -kv[1])
+
+
+def merge(processes: dict[str, ProcessCpu], group: str, prefix: str) -> dict[str, ProcessCpu]:
+    """``processes`` with those whose name starts with ``prefix`` summed into one named ``group``
+    (the burst's four tailers against the baseline's one); their threads keep their process's
+    name so the busiest stays traceable (``tailer2/MainThread``)."""
+    merged: dict[str, ProcessCpu] = {}
+    parts = {n: p for n, p in processes.items() if n.startswith(prefix)}
+    for name, p in processes.items():
+        if name not in parts:
+            merged[name] = p
+    if parts:
+        by_thread = {f"{n}/{t}": s for n, p in parts.items() for t, s in p.by_thread.items()}
+        ran = {f"{n}/{t}": k for n, p in parts.items() for t, k in p.ran.items()}
+        top = max(parts.items(), key=lambda kv: kv[1].busiest_thread_s)
+        merged[group] = ProcessCpu(seconds=sum(p.seconds for p in parts.values()), by_thread=by_thread,
+                                   busiest_thread_s=top[1].busiest_thread_s,
+                                   busiest_thread=f"{top[0]}/{top[1].busiest_thread}",
+                                   lost_threads=sum(p.lost_threads for p in parts.values()), ran=ran)
+    return merged
+
+
+@dataclass
+class PhaseCpu:
+    """Two phases' CPU per process and per thread: a burst of ``locations`` locations against a
+    baseline that took the same rows into one location.  The difference per location and
+    process is what a location adds, and where: the DIS, the tailers or the bench's own threads
+    (the follower's reads, the subscription counting rows)."""
+
+    burst: dict[str, ProcessCpu]
+    baseline: dict[str, ProcessCpu]
+    locations: int
+
+    def extra_ms_per_location(self) -> dict[str, float]:
+        zero = ProcessCpu(0.0, {}, 0.0, "", 0)
+        return {n: 1000 * (p.seconds - self.baseline.get(n, zero).seconds) / self.locations
+                for n, p in self.burst.items()}
+
+    @staticmethod
+    def _phase_line(label: str, phase: dict[str, ProcessCpu], top: int) -> str:
+        parts = []
+        for name, p in phase.items():
+            threads = sorted(p.by_thread.items(), key=lambda kv: -kv[1])[:top]
+            parts.append(f"{name} {p.seconds:.3f} (" + ", ".join(f"{t} {s:.3f} in {p.ran.get(t, 0)}" for t, s in threads)
+                         + f"; busiest {p.busiest_thread} {p.busiest_thread_s:.3f}"
+                         + (f"; {p.lost_threads} threads ended inside" if p.lost_threads else "") + ")")
+        return f"CPU s by process and thread name (in N threads), {label}: " + "; ".join(parts)
+
+    def lines(self, top: int = 3) -> list[str]:
+        extra = self.extra_ms_per_location()
+        return [self._phase_line("burst", self.burst, top), self._phase_line("baseline", self.baseline, top),
+                f"burst - baseline CPU per location ({self.locations}): "
+                + ", ".join(f"{n} {ms:.3f} ms" for n, ms in extra.items())
+                + f"; all {sum(extra.values()):.3f} ms"]
+
+    def figures(self, top: int = 5) -> dict:
+        """The JSON line's keys: per process, the burst's and baseline's seconds, the busiest thread
+        and the extra per location; and each phase's busiest threads."""
+        def threads(phase: dict[str, ProcessCpu]) -> dict[str, dict[str, float]]:
+            return {n: {t: round(s, 4) for t, s in sorted(p.by_thread.items(), key=lambda kv: -kv[1])[:top]}
+                    for n, p in phase.items()}
+
+        return {"burst_cpu_s_by_process": {n: round(p.seconds, 4) for n, p in self.burst.items()},
+                "baseline_cpu_s_by_process": {n: round(p.seconds, 4) for n, p in self.baseline.items()},
+                "burst_busiest_thread_by_process": {n: [p.busiest_thread, round(p.busiest_thread_s, 4)]
+                                                    for n, p in self.burst.items()},
+                "baseline_busiest_thread_by_process": {n: [p.busiest_thread, round(p.busiest_thread_s, 4)]
+                                                       for n, p in self.baseline.items()},
+                "extra_cpu_ms_per_location_by_process": {n: round(v, 4)
+                                                         for n, v in self.extra_ms_per_location().items()},
+                "burst_threads_cpu_s": threads(self.burst), "baseline_threads_cpu_s": threads(self.baseline)}

@@ -74,7 +74,12 @@ the DIS should respect is derived from its configuration and printed next to the
 Output: human lines, then one JSON line (``bench/_common.emit``): ``ratio`` and ``lag_bounded``, and
 ``locations``, ``dis_cpu_us_per_write`` and ``tailer_cpu_us_per_write`` (each process's CPU over
 the live phase and its drain per location write) and ``new_location_ms`` (the burst's DIS CPU
-beyond the baseline's, per location), among others.
+beyond the baseline's, per location), among others.  Each thread's run time over the burst and
+over the baseline (``bench/_burstcpu.py``, from ``/proc/<pid>/task/*/schedstat``) is printed per
+process (the DIS, the tailers together, this process, the sampler) and thread name with the busiest
+thread, and the burst's CPU beyond the baseline's per location and process
+(``extra_cpu_ms_per_location_by_process``, ``burst_cpu_s_by_process``, ``baseline_cpu_s_by_process``,
+``burst_busiest_thread_by_process``, ``burst_threads_cpu_s`` and the baseline's likewise).
 
 The work directory (logs, databases, the processes' logs) is made under ``BENCH_DIR`` (else the
 system's temporary directory): ``new_location_ms`` is mostly the kernel creating the locations'
@@ -111,6 +116,7 @@ import numpy as np
 import psutil
 import yaml
 
+from _burstcpu import CpuWindow, PhaseCpu, merge
 from _common import TRADE_SCHEMA, Published, emit, wait_serving, warm_memory
 from disd.client import connect
 from disd.schema import load_schema
@@ -265,8 +271,8 @@ def flush_p99(before: str, after: str) -> tuple[float, int]:
 
 
 def sample_process(port: int, metrics_port: int, pids: list[int], interval: float, metrics_every: float,
-                   stop, out: str) -> None:  # noqa: ANN001
-    """Every ``interval`` until ``stop`` is set, one JSON line to ``out``: the time (monotonic,
+                   stop, out: str, ready) -> None:  # noqa: ANN001
+    """At once, then every ``interval`` until ``stop`` is set, one JSON line to ``out``: the time (monotonic,
     taken after reading the published rows, so lags err high), published rows per location (kept
     by a subscription, ``Published``: the DIS pushes each change, where listing the table twice a
     second cost it a ``location_info`` per location each time, about a tenth of its CPU in the
@@ -274,13 +280,16 @@ def sample_process(port: int, metrics_port: int, pids: list[int], interval: floa
     descriptors and each tailer's RSS; every ``metrics_every`` s, the column-file handles from the
     DIS's ``/metrics`` (not every sample: the page has a series per location and gauge, and
     rendering it twice a second for a thousand locations took a third of the DIS's interpreter
-    time, which Prometheus scraping every 15 s does not)."""
+    time, which Prometheus scraping every 15 s does not).  ``ready`` is set once the first line
+    is written: the bench moves the burst's files only then, so the burst does not share its
+    cores with this process's start-up (an interpreter's imports, its subscription, its first
+    ``/metrics``: up to a quarter of a CPU second, at times inside a 0.5 s burst, at times not)."""
     dis = psutil.Process(pids[0])
     tailers = [psutil.Process(p) for p in pids[1:]]
     scraped = -math.inf
     pub = Published(port)
     with open(out, "w") as f:
-        while not stop.wait(interval):
+        while True:
             try:
                 if pub.error:
                     raise RuntimeError(f"the sampler's subscription ended: {pub.error}")
@@ -301,6 +310,9 @@ def sample_process(port: int, metrics_port: int, pids: list[int], interval: floa
                 rec = {"t": time.monotonic(), "error": repr(e)}
             f.write(json.dumps(rec) + "\n")
             f.flush()
+            ready.set()
+            if stop.wait(interval):
+                break
     pub.close()
 
 
@@ -803,18 +815,24 @@ def main() -> None:  # one linear script
         readers = Readers(c.port, spark, args.spark_every)
         readers.start()
         samples_path = work / "samples.jsonl"
+        sampler_ready = mp.get_context("spawn").Event()
         sampler = mp.get_context("spawn").Process(
             target=sample_process, daemon=True,
             args=(c.port, c.metrics_port, [c.dis.p.pid] + [t.p.pid for t in c.tailers], args.sample,
                   args.metrics_every, stop_sampling,
-                  str(samples_path)))
+                  str(samples_path), sampler_ready))
         sampler.start()
+        if not sampler_ready.wait(120):
+            raise SystemExit("the sampler process took no first sample in 120 s")
         pub = Published(c.port)
         warm_memory(args.warm_mib)
         m0, cpu0 = c.metrics(), cpu_seconds(c, sampler.pid)
+        burst_threads = CpuWindow(c.processes() | {"bench": os.getpid(), "sampler": sampler.pid})
+        burst_threads.start()
         t_burst = time.perf_counter()
         move_logs(work / "load" / "staged", work / "load" / "logs")
         burst_s = wait_published(c, pub, burst_rows, args.timeout_s, args.stall_s, streams, t_burst)
+        burst_cpu = merge(burst_threads.stop(), "tailers", "tailer")
         m1, cpu1 = c.metrics(), cpu_seconds(c, sampler.pid)
         # per location: seconds from the move until its first rows were published (a location's
         # latency through the tailer finding it, its stream's open, the location's creation,
@@ -884,9 +902,12 @@ def main() -> None:  # one linear script
             breaders.start()
         warm_memory(args.warm_mib)
         bcpu0 = cpu_seconds(b)
+        base_threads = CpuWindow(b.processes() | {"bench": os.getpid()})
+        base_threads.start()
         t_base = time.perf_counter()
         move_logs(work / "base" / "staged", work / "base" / "logs")
         base_s = wait_published(b, bpub, burst_rows, args.timeout_s, args.stall_s, 1, t_base)
+        phase_cpu = PhaseCpu(burst_cpu, merge(base_threads.stop(), "tailers", "tailer"), streams)
         bcpu1 = cpu_seconds(b)
         if breaders is not None:
             base_caught_up = breaders.wait_caught_up(burst_rows, 60)
@@ -977,6 +998,7 @@ def main() -> None:  # one linear script
     print(f"a new location, the DIS's CPU beyond the baseline's (the same rows in one location): "
           f"{new_location_ms:.3f} ms")
     print(limits.line(ticks > 0))
+    print("\n".join(phase_cpu.lines()))
     print(f"lag (rows logged - published) per location, live: p50 {np.percentile(all_lags, 50):.0f}, p99 "
           f"{np.percentile(all_lags, 99):.0f}, max {all_lags.max():.0f} (a location gets "
           f"{args.live_rate / streams:.0f} rows/s); worst location, median over the first two thirds {early:.0f}, "
@@ -1026,7 +1048,7 @@ def main() -> None:  # one linear script
          reader_errors=len(readers.errors) + len(sample_errors),
          spark_final_count_ok=(final_count == total) if final_count is not None else None,
          warm_mib=args.warm_mib, baseline_readers=args.baseline_readers, dis_cpu_s_burst=cpu1["dis"] - cpu0["dis"],
-         dis_cpu_s_baseline=bcpu1["dis"] - bcpu0["dis"], **limits.figures(),
+         dis_cpu_s_baseline=bcpu1["dis"] - bcpu0["dis"], **limits.figures(), **phase_cpu.figures(),
          **floor_figures, load_average_start=load_avg, first_rows_p50_s=float(np.percentile(first_rows, 50)),
          first_rows_p90_s=float(np.percentile(first_rows, 90)), first_rows_last_s=float(first_rows[-1]))
 

@@ -81,3 +81,26 @@ def test_what_a_run_added_per_thread_pools_workers_together():
     grown = thread_growth(on, off)
     assert [n for n, _ in grown] == ["dis-flusher", "grpc", "dis", "dis-reopener"]
     assert [round(s, 9) for _, s in grown] == [0.25, 0.15, 0.1, -0.1]
+
+
+def test_tailers_merge_into_one_process_and_a_phase_shows_each_process_extra_per_location():
+    from _burstcpu import PhaseCpu, merge
+
+    burst = merge({"dis": ProcessCpu(0.40, {"dis": 0.40}, 0.05, "dis", 0, {"dis": 20}),
+                   "tailer0": ProcessCpu(0.07, {"dis-tailer": 0.07}, 0.06, "dis-tailer", 0, {"dis-tailer": 2}),
+                   "tailer1": ProcessCpu(0.09, {"dis-tailer": 0.09}, 0.08, "dis-tailer", 1, {"dis-tailer": 2})},
+                  "tailers", "tailer")
+    assert set(burst) == {"dis", "tailers"}
+    assert abs(burst["tailers"].seconds - 0.16) < 1e-9 and burst["tailers"].lost_threads == 1
+    assert burst["tailers"].busiest_thread == "tailer1/dis-tailer" and burst["tailers"].busiest_thread_s == 0.08
+    assert burst["tailers"].by_thread == {"tailer0/dis-tailer": 0.07, "tailer1/dis-tailer": 0.09}
+    baseline = merge({"dis": ProcessCpu(0.20, {"dis": 0.20}, 0.1, "dis", 0),
+                      "tailer0": ProcessCpu(0.06, {"dis-tailer": 0.06}, 0.06, "dis-tailer", 0)}, "tailers", "tailer")
+    phase = PhaseCpu(burst, baseline, locations=100)
+    extra = phase.extra_ms_per_location()
+    assert abs(extra["dis"] - 2.0) < 1e-9 and abs(extra["tailers"] - 1.0) < 1e-9
+    figures = phase.figures()
+    assert figures["extra_cpu_ms_per_location_by_process"] == {"dis": 2.0, "tailers": 1.0}
+    assert figures["burst_busiest_thread_by_process"]["tailers"] == ["tailer1/dis-tailer", 0.08]
+    lines = phase.lines()
+    assert "dis 0.400 (dis 0.400 in 20" in lines[0] and "dis 2.000 ms, tailers 1.000 ms; all 3.000 ms" in lines[2]

@@ -61,6 +61,16 @@ def test_twenty_locations_two_tailers_bounded_lag_descriptors_and_memory(tmp_pat
     # CPU is counted in the kernel's 10 ms ticks: the tailers' share of a 200-row floor can be 0
     assert result["floor_cpu_ms_per_location"] >= result["floor_dis_cpu_ms_per_location"] > 0, human
     assert 0 < result["floor_first_rows_p50_s"] <= result["floor_s"], human
+    # each phase's CPU per process from its threads' run time (schedstat, nanoseconds): the four
+    # processes of the burst, three of the baseline; the burst's beyond the baseline per location
+    burst, base = result["burst_cpu_s_by_process"], result["baseline_cpu_s_by_process"]
+    assert set(burst) == {"dis", "tailers", "bench", "sampler"} and set(base) == {"dis", "tailers", "bench"}, human
+    assert burst["dis"] > 0 and burst["tailers"] > 0 and base["dis"] > 0, human
+    extra = result["extra_cpu_ms_per_location_by_process"]
+    assert extra["dis"] == pytest.approx(1000 * (burst["dis"] - base["dis"]) / 20, abs=0.01), human
+    assert extra["sampler"] == pytest.approx(1000 * burst["sampler"] / 20, abs=0.01), human
+    name, seconds = result["burst_busiest_thread_by_process"]["tailers"]
+    assert name.startswith("tailer") and 0 < seconds <= burst["tailers"], human
 
 
 def _env() -> dict:
