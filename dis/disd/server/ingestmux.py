@@ -164,8 +164,8 @@ class MuxCall:
         """A request's frames, in order per stream: the chunks of open streams gathered and
         handed to the engine in batches (``IngestService.ingest``) of at most
         ``writeout.FLUSH_GROUP`` chunks (a batch holds its locations' locks until its caught-up
-        ones are flushed and published: a tailer's request may carry thousands), the opens of new streams
-        handed to the opener (``_open_group``), any other frame handled alone (a stream's chunks
+        ones are flushed and published: a tailer's request may carry thousands), the opens of new
+        streams handed to the opener (``_open_group``), any other frame handled alone (a stream's chunks
         gathered so far go first; a frame of a stream whose open is under way waits for it)."""
         replies: list[dis_pb2.MuxReply] = []
         since = time.monotonic()

@@ -67,10 +67,10 @@ def write_out(jobs: Sequence[tuple["Location", bool]], raise_first: bool = False
 #: the most locations flushed together: one flush holds their locks, from the first taken until
 #: all are written and published, and is timed as one (``dis_flush_duration_seconds``).  A flush
 #: clock tick's locations, and a ``Multiplex`` request's chunks (``server.ingestmux``), go in
-#: groups of at most this many, each group's locks released once it is published: at 10,000 live
-#: locations a tailer's request carried 2,500 caught-up locations, whose flush (each reopening
-#: its five column files) kept every one of their rows unreadable until the last was written,
-#: most of a second on a busy machine, where a group costs about 25 µs of CPU a location.
+#: groups of at most this many, each group's locks released once it is published.  A tailer
+#: following thousands of locations sends each one's write of a moment in one request; flushed
+#: as one (about 25 µs of CPU a location whose column files must be reopened, stretched several
+#: times on a busy machine), every one of its rows stayed unreadable until the last was written.
 FLUSH_GROUP = 256
 
 
