@@ -4,6 +4,7 @@ one call, each with ``Stream``'s protocol and statuses."""
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
 import queue
 import threading
@@ -18,6 +19,7 @@ from disd.rpc.ingestwire import ChunkOut, encode_mux_request, parse_mux_request
 from disd.rpc.keys import key_to_proto
 from disd.rpc.v1 import dis_pb2
 from disd.server import ingestmux
+from disd.storage import writeout
 from disd.storage.fsio import OsFileSystem
 from faults.disk import engines_on
 from support import TRADE, append_rows, running_dis, trade_rows, wait_for, write_log
@@ -388,3 +390,69 @@ def test_a_slow_new_location_holds_up_neither_the_calls_open_streams_nor_the_ord
     assert [a.offset for a in acked] == [c.offset + len(c.data) for c in early] and acked[-1].committed_rows == 10
     assert sizes(srv.port, 110) == list(range(100)) + list(range(1000, 1010))
     m.close()
+
+
+class HeldLocationDisk(OsFileSystem):
+    """The real disk, on which the ``Multiplex`` reader's writes to the column files of a location
+    whose internal partition is ``held`` wait, once ``held`` is set, until the test lets them go
+    (a disk slow for one location of a request).  A subclass of the real file system: a flush's
+    writes are the composition of its ``pwrite``."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.writing = threading.Event()  # a held write has started
+        self.go = threading.Event()
+
+    def pwrite(self, fd: int, data, offset: int) -> int:
+        if (self.held and threading.current_thread().name == "ingest-mux-reader"
+                and "/held/" in os.readlink(f"/proc/self/fd/{fd}")):
+            self.writing.set()
+            self.go.wait(30)
+        return super().pwrite(fd, data, offset)
+
+
+def test_a_requests_locations_are_flushed_in_bounded_groups_each_visible_at_its_own(tmp_path, monkeypatch):
+    """A request carrying more caught-up chunks than ``writeout.FLUSH_GROUP`` is ingested and
+    flushed a group at a time, each group's locks released once it is published: while the
+    last location's flush waits on its disk, the first group's rows are visible, and every row
+    is once the disk goes on.  (A tailer following thousands of locations puts every location's
+    write of a moment in one request: flushed as one, its rows waited for the slowest write of
+    all of them, and the flush, timed as one, took most of a second at 10,000 locations.)"""
+    monkeypatch.setattr(writeout, "FLUSH_GROUP", 4)
+    disk = HeldLocationDisk()
+    engines_on(monkeypatch, disk)
+    keys = [LocationKey("Market", "Trade", f"p{i}", "2026-11-22") for i in range(7)]
+    keys.append(LocationKey("Market", "Trade", "held", "2026-11-22"))
+    with running_dis(tmp_path / "db") as srv:
+        try:
+            m = MuxCall(srv.port)
+            m.send(*[(i, open_frame(k)) for i, k in enumerate(keys)])
+            assert all(r.WhichOneof("body") == "response" for r in m.replies(len(keys)))
+            sent = []
+            for i, k in enumerate(keys):
+                path = tmp_path / FILE1.replace("feed1", k.internal_partition)
+                write_log(path, TRADE, trade_rows(100 * i, 10), [3] * 10)
+                (off, data), = frames_of(path, TRADE)
+                sent.append((i, ChunkOut(path.name, off, data, True)))
+            disk.held = True
+            m.send(*sent)  # one request: every location's caught-up chunk, the held one last
+            assert disk.writing.wait(10), "the held location's flush wrote nothing"
+            # what a reader of each of the first group's locations sees (its published rows, read
+            # under its lock as every read is), while the held location's flush still waits
+            seen: queue.Queue = queue.Queue()
+            threading.Thread(target=lambda: seen.put([srv.engine.location(k).snapshot()[0] for k in keys[:4]]),
+                             daemon=True).start()
+            try:
+                first = seen.get(timeout=5)
+            except queue.Empty:
+                pytest.fail("the first group's locations could not be read while a later location's flush waits")
+            assert first == [10] * 4
+            assert not disk.go.is_set()
+            disk.go.set()
+            acks = m.replies(len(keys))
+            assert sorted(r.stream for r in acks) == list(range(len(keys)))
+            assert all(r.response.ack.committed_rows == 10 for r in acks)
+            assert sizes(srv.port, 80) == [100 * i + j for i in range(8) for j in range(10)]
+            m.close()
+        finally:
+            disk.go.set()

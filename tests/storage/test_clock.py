@@ -195,3 +195,50 @@ def test_locations_opened_together_have_their_first_checkpoints_spread_over_half
     assert offsets[0] >= 50 and offsets[-1] <= 100 + (t1 - t0)
     deciles = [offsets[k * 100] for k in range(10)]
     assert all(b - a > 2 for a, b in zip(deciles, deciles[1:])), deciles  # spread, not bunched
+
+
+def test_a_ticks_locations_are_flushed_in_bounded_groups_so_a_held_lock_stalls_only_its_own(tmp_path, monkeypatch):
+    """A tick flushes its locations in groups of at most ``writeout.FLUSH_GROUP``, each group's
+    locks released once it is published: while another thread holds one location's lock (a slow
+    writer), the groups without it are readable with their rows, and that location's rows are
+    published once the lock is let go."""
+    import queue
+
+    from disd.storage import writeout
+
+    monkeypatch.setattr(writeout, "FLUSH_GROUP", 4)
+    eng = _engine(tmp_path, flush_ms=50)
+    try:
+        locs = [eng.location(LocationKey("Market", "Trade", f"ip{i}", "2026-11-22")) for i in range(10)]
+        for i, loc in enumerate(locs):
+            p = tmp_path / f"Market.Trade.System.ip{i}.2026-11-22.bin.2026-11-22.090000.000+0000"
+            write_log(p, TRADE, trade_rows(0, 3), [3] * 3)
+            ingest_file(loc, p)
+        by_id = sorted(locs, key=id)  # the order a tick takes locks in: the held one's group is the last
+        slow, release = threading.Event(), threading.Event()
+
+        def slow_writer() -> None:
+            with by_id[-1].lock:
+                slow.set()
+                release.wait(30)
+
+        threading.Thread(target=slow_writer, daemon=True).start()
+        assert slow.wait(5)
+        eng.start()
+        seen: queue.Queue = queue.Queue()
+
+        def read_first_groups() -> None:
+            wait_for(lambda: all(loc.published_rows == 3 for loc in by_id[:8]), 5, what="the first groups flushed")
+            seen.put([loc.snapshot()[0] for loc in by_id[:8]])  # under each one's lock, as readers read
+
+        threading.Thread(target=read_first_groups, daemon=True).start()
+        try:
+            assert seen.get(timeout=10) == [3] * 8
+        except queue.Empty:
+            raise AssertionError("the groups without the held location were not readable while it was held")
+        finally:
+            release.set()
+        wait_for(lambda: all(loc.snapshot()[0] == 3 for loc in locs), 5, what="every location published")
+    finally:
+        release.set()
+        eng.close()

@@ -46,6 +46,7 @@ from disd.rpc.ingestwire import END, ChunkView, MuxBody, parse_ingest_request, p
 from disd.rpc.v1 import dis_pb2
 from disd.server.ingest import IngestService, RequestRefused, ServedStream, count_refusal
 from disd.server.ingestsessions import UnopenedCall, end_stream
+from disd.storage import writeout
 
 log = structlog.get_logger(__name__)
 
@@ -161,8 +162,10 @@ class MuxCall:
 
     def _request(self, frames: list[tuple[int, MuxBody]]) -> None:
         """A request's frames, in order per stream: the chunks of open streams gathered and
-        handed to the engine as one batch (``IngestService.ingest``), the opens of new streams
-        handed to the opener (``_open_group``), any other frame handled alone (a stream's chunks
+        handed to the engine in batches (``IngestService.ingest``) of at most
+        ``writeout.FLUSH_GROUP`` chunks (a batch holds its locations' locks until its caught-up
+        ones are flushed and published: a tailer's request may carry thousands), the opens of new
+        streams handed to the opener (``_open_group``), any other frame handled alone (a stream's chunks
         gathered so far go first; a frame of a stream whose open is under way waits for it)."""
         replies: list[dis_pb2.MuxReply] = []
         since = time.monotonic()
@@ -177,6 +180,12 @@ class MuxCall:
                     new = []
                 self._after_open(number)
             if type(body) is ChunkView:
+                if len(batch) >= writeout.FLUSH_GROUP:  # a group ingested, flushed and released
+                    self._chunks(batch, replies)
+                    batch, in_batch = [], set()
+                    if time.monotonic() - since > REPLY_EVERY_S:
+                        self.out.put(replies)
+                        replies, since = [], time.monotonic()
                 stream = streams.get(number)  # (a racing end is seen below)
                 if stream is not None and number not in ended:
                     batch.append((number, stream, body))

@@ -63,7 +63,8 @@ def _run(routine: Callable[["Location"], object], loc: "Location") -> object:
 
 class FlushClock:
     """Flushes the locations marked since their interval's last tick, at its next tick: all of a
-    tick's together with ``batch`` (the engine's: their writes in one call), else one at a time."""
+    tick's together with ``batch`` (the engine's: their writes in one call for each group of at
+    most ``writeout.FLUSH_GROUP``), else one at a time."""
 
     def __init__(self, routine: Callable[["Location"], object], stop: threading.Event,
                  batch: Callable[[list["Location"]], int] | None = None) -> None:
