@@ -9,11 +9,12 @@ tailing, WATCHDOG=1 pings when ``WatchdogSec`` is set, and STOPPING=1 on shutdow
 from __future__ import annotations
 
 import argparse
-import gc
 import signal
 import sys
 import threading
 from typing import TYPE_CHECKING, Sequence
+
+from disd.collector import settle_after_start
 
 if TYPE_CHECKING:
     from disd.tailer.config import TailerConfig
@@ -35,21 +36,14 @@ def raise_open_files() -> None:
 
 
 def start_tailing(cfg: "TailerConfig") -> "Tailer":
-    """The tailer made, every object made so far moved out of the garbage collector's passes
-    (``gc.freeze``), then started; OSError if its metrics endpoint cannot listen.
-
-    Why the freeze (as ``dis serve``'s, ``disd.server.daemon.start_serving``): a full collection
-    walks every object the collector tracks, and after the imports those are mostly what lives as
-    long as the process (gRPC's, structlog's, the protocol's modules).  A tailer finding 50 new
-    locations at once made enough objects to set off a full collection in the middle of the burst,
-    walking them all to free nothing: about 13 ms of CPU on an idle machine, 15-49 ms of the
-    burst's wall time under its load, in each of a 200-location burst's four tailers
-    (docs/benchmarks-history.md, "Where the 200-location burst's CPU goes").  Frozen before the
-    start, the streams, files and requests made afterwards are collected as before."""
+    """The tailer made, then the garbage collector's settings (``disd.collector.settle_after_start``:
+    every object made so far out of its passes, its thresholds raised), then started; OSError if
+    its metrics endpoint cannot listen.  Settled before the start, the streams, files and requests
+    made afterwards are collected as before."""
     from disd.tailer.core import Tailer
 
     tailer = Tailer(cfg)
-    gc.freeze()
+    settle_after_start()
     return tailer.start()
 
 

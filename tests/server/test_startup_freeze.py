@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 
 from disd.allocator import HeapTrimmer
-from disd.server.daemon import COLLECTOR_THRESHOLDS, start_serving
+from disd.collector import THRESHOLDS as COLLECTOR_THRESHOLDS
+from disd.server.daemon import start_serving
 from support.dis import dis_config
 
 

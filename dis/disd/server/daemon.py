@@ -8,15 +8,14 @@ exits 2 naming the table, the versions and the column; then it recovers every lo
 its own schema version, from its checkpoint),
 start the flush/checkpoint scheduler, the gRPC server (Ingest, TableData, health, reflection),
 the Prometheus endpoint, warn of what an address other than loopback exposes
-(``network_exposure``), freeze what the start made out of the garbage collector's passes
-(``start_serving``), then tell systemd READY=1.  Stop (SIGTERM/SIGINT): STOPPING=1, stop
+(``network_exposure``), settle the garbage collector (``start_serving``,
+``disd.collector``), then tell systemd READY=1.  Stop (SIGTERM/SIGINT): STOPPING=1, stop
 accepting and end the streams, then flush and checkpoint every location, exit 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import ipaddress
 import signal
 import threading
@@ -30,6 +29,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from disd.collector import settle_after_start
 from disd.allocator import DIS as DIS_MALLOC
 from disd.allocator import HeapTrimmer, tune_malloc
 from disd.config import DisConfig, TlsConfig, check_import_tables
@@ -374,34 +374,15 @@ def run_until_signalled(start: Callable[[], tuple[Any, str]],
     return 0
 
 
-#: The garbage collector's (young, middle, old) thresholds while serving (``start_serving``).
-COLLECTOR_THRESHOLDS = (50_000, 20, 20)
-
-
 def start_serving(config: DisConfig, trimmer: HeapTrimmer) -> tuple[DisServer, str]:
-    """``serve``'s start: the allocator's settings, the server started, then every object made so
-    far moved out of the garbage collector's passes (``gc.freeze``) and its thresholds raised.
-
-    Why the freeze: a full collection walks every object the collector tracks, and after the start
-    those are mostly what lives as long as the process (modules, schemas, gRPC's and numpy's
-    objects: about 55,000); frozen, each full pass walks only what was made since.  Over 2,000 new
-    locations (``bench/dis_ingest.py``) the collector's own CPU fell from 77 to 30 ms
-    (docs/benchmarks-history.md, "The DIS's CPU per new location").
-
-    Why the thresholds (``COLLECTOR_THRESHOLDS``): the locations opened after the start live as
-    long as the day (10,000 of them are about 420,000 tracked objects), and at Python's defaults
-    (700, 10, 10) the small objects of each write that wait a moment for their flush or ack
-    outlive two young collections, so enough of them reach the old generation to start a full
-    pass every couple of seconds: each walked every location's objects to free nothing, holding
-    the interpreter's lock (and so every ingest, flush and gRPC thread) for about 0.2 s.  A young
-    generation of 50,000 lets those objects die of their reference counts first; cyclic garbage
-    still goes at the next young or full pass."""
+    """``serve``'s start: the allocator's settings, the server started, then the garbage
+    collector's settings (``disd.collector.settle_after_start``: every object made so far out of
+    its passes, its thresholds raised for the locations to come)."""
     tune_malloc(DIS_MALLOC)  # large messages leave, the buffers under them are reused (disd.allocator)
     trimmer.tick()  # the size before any message: the first bar a burst's growth is measured against
     server = DisServer(config)
     server.start()
-    gc.freeze()
-    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    settle_after_start()
     return server, f"serving on {config.host}:{server.port}"
 
 
